@@ -1,0 +1,1 @@
+"""The catalog of known models (catalog.json, shipped as package data). See README.md here."""

@@ -1,0 +1,267 @@
+"""A defensive GGUF reader: mmapped, zero-copy tensor views, every metadata key.
+
+GGUF layout (little-endian, https://github.com/ggml-org/ggml/blob/master/docs/gguf.md):
+
+    magic "GGUF" | version u32 | n_tensors u64 | n_kv u64
+    n_kv    x (key: string, value_type: u32, value)
+    n_tensors x (name: string, n_dims: u32, dims: u64[n_dims], ggml_type: u32, offset: u64)
+    padding to `general.alignment` (default 32), then the tensor data section.
+
+    string = u64 length + utf-8 bytes; array = elem_type u32 + count u64 + elements.
+
+Files come from the internet, so every length, count and offset is checked against the
+bytes that are really there before it is used: a truncated, bit-flipped or hostile file
+raises `GGUFError` naming what is wrong, never crashes, hangs or allocates unbounded memory.
+The constants (value and tensor types, block sizes) come from the `gguf` package.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_STRING_BYTES = 1 << 30  # no real key, token or template comes near this
+
+_SCALARS = {  # value type -> (struct format, python converter)
+    GGUFValueType.UINT8: ("<B", int), GGUFValueType.INT8: ("<b", int),
+    GGUFValueType.UINT16: ("<H", int), GGUFValueType.INT16: ("<h", int),
+    GGUFValueType.UINT32: ("<I", int), GGUFValueType.INT32: ("<i", int),
+    GGUFValueType.UINT64: ("<Q", int), GGUFValueType.INT64: ("<q", int),
+    GGUFValueType.FLOAT32: ("<f", float), GGUFValueType.FLOAT64: ("<d", float),
+    GGUFValueType.BOOL: ("<?", bool),
+}
+_NUMPY_SCALARS = {
+    GGUFValueType.UINT8: "<u1", GGUFValueType.INT8: "<i1", GGUFValueType.UINT16: "<u2",
+    GGUFValueType.INT16: "<i2", GGUFValueType.UINT32: "<u4", GGUFValueType.INT32: "<i4",
+    GGUFValueType.UINT64: "<u8", GGUFValueType.INT64: "<i8", GGUFValueType.FLOAT32: "<f4",
+    GGUFValueType.FLOAT64: "<f8", GGUFValueType.BOOL: "<u1",
+}
+
+
+class GGUFError(ValueError):
+    """The file is not a valid GGUF file; the message says what and where."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    ggml_type: GGMLQuantizationType
+    shape: tuple[int, ...]  # numpy order: shape[-1] is the row length (GGUF dims reversed)
+    offset: int  # absolute byte offset in the file
+    nbytes: int
+
+    @property
+    def n_elements(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads from a buffer."""
+
+    def __init__(self, buf, path: str):
+        self.buf, self.pos, self.path = buf, 0, path
+        self.size = len(buf)
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > self.size:
+            raise GGUFError(
+                f"{self.path}: truncated or corrupt GGUF: {what} needs {n} bytes at offset "
+                f"{self.pos}, but the file has {self.size} bytes")
+
+    def scalar(self, fmt: str, what: str):
+        n = struct.calcsize(fmt)
+        self.need(n, what)
+        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += n
+        return value
+
+    def string(self, what: str) -> str:
+        n = self.scalar("<Q", f"length of {what}")
+        if n > MAX_STRING_BYTES:
+            raise GGUFError(f"{self.path}: corrupt GGUF: {what} claims {n} bytes at offset {self.pos - 8}")
+        self.need(n, what)
+        raw = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GGUFError(f"{self.path}: corrupt GGUF: {what} is not valid UTF-8 ({e})") from None
+
+
+class GGUFFile:
+    """An open GGUF file. `metadata` maps every key to a python value (str, int, float, bool,
+    or a list of those); `tensors` maps names to `TensorInfo`; `tensor_data(name)` is a
+    read-only zero-copy view into the mmap."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"GGUF file not found: {self.path}")
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 24:
+                raise GGUFError(f"{self.path}: not a GGUF file (only {size} bytes)")
+            self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            self._parse()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- parsing -----------------------------------------------------------------------------
+    def _parse(self) -> None:
+        cur = _Cursor(self._mmap, self.path)
+        magic = bytes(self._mmap[:4])
+        if magic != GGUF_MAGIC:
+            raise GGUFError(f"{self.path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+        cur.pos = 4
+        version = cur.scalar("<I", "version")
+        if version not in SUPPORTED_VERSIONS:
+            swapped = struct.unpack("<I", struct.pack(">I", version))[0]
+            hint = " (a big-endian file?)" if swapped in SUPPORTED_VERSIONS else ""
+            raise GGUFError(f"{self.path}: unsupported GGUF version {version}{hint}; "
+                            f"supported: {', '.join(map(str, SUPPORTED_VERSIONS))}")
+        self.version = version
+        n_tensors = cur.scalar("<Q", "tensor count")
+        n_kv = cur.scalar("<Q", "metadata count")
+        # each key/value takes at least 8 (key length) + 4 (type) + 1 bytes; each tensor info 8+4+8+4+8
+        if n_kv * 13 > cur.size or n_tensors * 32 > cur.size:
+            raise GGUFError(f"{self.path}: corrupt GGUF header: {n_kv} metadata entries and "
+                            f"{n_tensors} tensors cannot fit in {cur.size} bytes")
+        self.metadata: dict[str, Any] = {}
+        self.metadata_types: dict[str, GGUFValueType] = {}
+        for i in range(n_kv):
+            key = cur.string(f"metadata key #{i}")
+            vtype = self._value_type(cur.scalar("<I", f"type of {key!r}"), key)
+            if key in self.metadata:
+                raise GGUFError(f"{self.path}: duplicate metadata key {key!r}")
+            self.metadata[key] = self._read_value(cur, vtype, key)
+            self.metadata_types[key] = vtype
+
+        infos = []
+        for i in range(n_tensors):
+            name = cur.string(f"name of tensor #{i}")
+            n_dims = cur.scalar("<I", f"n_dims of tensor {name!r}")
+            if not 1 <= n_dims <= MAX_DIMS:
+                raise GGUFError(f"{self.path}: tensor {name!r} has {n_dims} dimensions (1..{MAX_DIMS} allowed)")
+            dims = [cur.scalar("<Q", f"dims of tensor {name!r}") for _ in range(n_dims)]
+            raw_type = cur.scalar("<I", f"type of tensor {name!r}")
+            offset = cur.scalar("<Q", f"offset of tensor {name!r}")
+            infos.append((name, dims, raw_type, offset))
+
+        alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+            raise GGUFError(f"{self.path}: general.alignment must be a power of two, got {alignment!r}")
+        self.alignment = alignment
+        self.data_offset = (cur.pos + alignment - 1) // alignment * alignment
+        self.tensors: dict[str, TensorInfo] = {}
+        for name, dims, raw_type, offset in infos:
+            self.tensors[name] = self._tensor_info(name, dims, raw_type, offset)
+
+    def _value_type(self, raw: int, key: str) -> GGUFValueType:
+        try:
+            return GGUFValueType(raw)
+        except ValueError:
+            raise GGUFError(f"{self.path}: metadata {key!r} has unknown value type {raw}") from None
+
+    def _read_value(self, cur: _Cursor, vtype: GGUFValueType, key: str):
+        if vtype == GGUFValueType.STRING:
+            return cur.string(f"value of {key!r}")
+        if vtype in _SCALARS:
+            fmt, conv = _SCALARS[vtype]
+            return conv(cur.scalar(fmt, f"value of {key!r}"))
+        # ARRAY
+        etype = self._value_type(cur.scalar("<I", f"element type of {key!r}"), key)
+        count = cur.scalar("<Q", f"length of {key!r}")
+        if etype == GGUFValueType.ARRAY:
+            raise GGUFError(f"{self.path}: metadata {key!r} is a nested array, which is not supported")
+        if etype in _NUMPY_SCALARS:
+            itemsize = np.dtype(_NUMPY_SCALARS[etype]).itemsize
+            cur.need(count * itemsize, f"array {key!r} of {count} elements")
+            arr = np.frombuffer(self._mmap, dtype=_NUMPY_SCALARS[etype], count=count, offset=cur.pos)
+            cur.pos += count * itemsize
+            values = arr.tolist()
+            return [bool(v) for v in values] if etype == GGUFValueType.BOOL else values
+        # array of strings: each needs at least its 8-byte length
+        cur.need(count * 8, f"array {key!r} of {count} strings")
+        return [cur.string(f"element {i} of {key!r}") for i in range(count)]
+
+    def _tensor_info(self, name: str, dims: list[int], raw_type: int, offset: int) -> TensorInfo:
+        try:
+            ggml_type = GGMLQuantizationType(raw_type)
+        except ValueError:
+            raise GGUFError(f"{self.path}: tensor {name!r} has unknown ggml type {raw_type}") from None
+        if name in self.tensors:
+            raise GGUFError(f"{self.path}: duplicate tensor name {name!r}")
+        block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+        if any(d == 0 or d > (1 << 40) for d in dims):
+            raise GGUFError(f"{self.path}: tensor {name!r} has invalid dimensions {dims}")
+        if dims[0] % block_size:
+            raise GGUFError(f"{self.path}: tensor {name!r} row length {dims[0]} is not a multiple "
+                            f"of the {ggml_type.name} block size {block_size}")
+        n_elements = int(np.prod(dims, dtype=object))
+        nbytes = n_elements // block_size * type_size
+        if offset % self.alignment:
+            raise GGUFError(f"{self.path}: tensor {name!r} offset {offset} is not aligned to {self.alignment}")
+        start = self.data_offset + offset
+        if start + nbytes > len(self._mmap):
+            raise GGUFError(f"{self.path}: truncated GGUF: tensor {name!r} needs bytes "
+                            f"{start}..{start + nbytes}, but the file has {len(self._mmap)} bytes")
+        return TensorInfo(name, ggml_type, tuple(reversed(dims)), start, nbytes)
+
+    # -- access -------------------------------------------------------------------------------
+    def tensor_data(self, name: str) -> np.ndarray:
+        """Zero-copy read-only view: float32/float16 arrays of `shape` for F32/F16, otherwise
+        uint8 of shape (rows..., bytes_per_row) holding the raw blocks (BF16 included)."""
+        info = self.tensors.get(name)
+        if info is None:
+            raise KeyError(f"{self.path}: no tensor named {name!r}")
+        if info.ggml_type == GGMLQuantizationType.F32:
+            return np.frombuffer(self._mmap, np.float32, info.n_elements, info.offset).reshape(info.shape)
+        if info.ggml_type == GGMLQuantizationType.F16:
+            return np.frombuffer(self._mmap, np.float16, info.n_elements, info.offset).reshape(info.shape)
+        raw = np.frombuffer(self._mmap, np.uint8, info.nbytes, info.offset)
+        rows = info.shape[:-1]
+        return raw.reshape(*rows, info.nbytes // max(1, int(np.prod(rows, dtype=np.int64))))
+
+    @property
+    def architecture(self) -> str:
+        arch = self.metadata.get("general.architecture")
+        if not isinstance(arch, str):
+            raise GGUFError(f"{self.path}: missing general.architecture")
+        return arch
+
+    def arch_value(self, suffix: str, default: Any = ...) -> Any:
+        """`{architecture}.{suffix}`, e.g. arch_value('block_count')."""
+        key = f"{self.architecture}.{suffix}"
+        if key in self.metadata:
+            return self.metadata[key]
+        if default is ...:
+            raise GGUFError(f"{self.path}: missing metadata key {key!r}")
+        return default
+
+    def close(self) -> None:
+        mm = getattr(self, "_mmap", None)
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # views still alive; the mapping goes away with them
+            self._mmap = None
+
+    def __enter__(self) -> "GGUFFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,62 @@
+"""Shared fixtures: the real models (fetched into the user cache on first use) and the
+llama.cpp reference data in ../shared/refdata (or $LOCALINFER_REFDATA)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from localinfer.fetch import resolve_model
+from localinfer.gguf_file import GGUFFile
+
+SMOLLM2_REF = "smollm2-135m-instruct-q4_1"
+GEMMA3_REF = "gemma-3-270m-q4_k_m"
+
+
+def _refdata_dir() -> Path | None:
+    env = os.environ.get("LOCALINFER_REFDATA")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[2] / "shared" / "refdata")
+    for c in candidates:
+        if (c / "public").is_dir():
+            return c
+    return None
+
+
+@pytest.fixture(scope="session")
+def refdata_dir() -> Path:
+    d = _refdata_dir()
+    if d is None:
+        pytest.skip("llama.cpp reference data not found (set LOCALINFER_REFDATA)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def load_ref(refdata_dir):
+    def load(kind: str, model: str = SMOLLM2_REF) -> dict:
+        return json.loads((refdata_dir / "public" / f"{kind}-{model}.json").read_text())
+    return load
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    return resolve_model("smollm2")
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    return resolve_model("gemma3")
+
+
+@pytest.fixture(scope="session")
+def smollm2_metadata(smollm2_path) -> dict:
+    with GGUFFile(smollm2_path) as f:
+        return dict(f.metadata)
+
+
+@pytest.fixture(scope="session")
+def smollm2_model(smollm2_path):
+    import localinfer
+    return localinfer.load(str(smollm2_path))

@@ -1,0 +1,145 @@
+"""The GGUF reader against gguf-py's reader on the real file, and against broken files."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType
+
+from localinfer.gguf_file import GGUFError, GGUFFile
+
+
+def _tiny_gguf(path, extra_kv=True):
+    w = GGUFWriter(str(path), "llama")
+    w.add_uint32("llama.block_count", 1)
+    if extra_kv:
+        w.add_string("general.name", "tiny")
+        w.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
+        w.add_array("test.floats", [1.5, 2.5])
+    w.add_tensor("a.weight", np.arange(64, dtype=np.float32).reshape(2, 32))
+    w.add_tensor("b.weight", np.ones((3, 32), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_matches_gguf_py_on_the_real_file(smollm2_path):
+    ref = GGUFReader(str(smollm2_path))
+    with GGUFFile(smollm2_path) as f:
+        for key, field in ref.fields.items():
+            if not key.startswith("GGUF."):
+                assert f.metadata[key] == field.contents(), key
+        assert len(f.tensors) == len(ref.tensors)
+        for t in ref.tensors[:20]:
+            info = f.tensors[t.name]
+            assert info.ggml_type == t.tensor_type
+            assert info.shape == tuple(reversed([int(d) for d in t.shape]))
+            np.testing.assert_array_equal(f.tensor_data(t.name), t.data)
+
+
+def test_tensor_views_are_zero_copy_and_read_only(smollm2_path):
+    with GGUFFile(smollm2_path) as f:
+        a = f.tensor_data("blk.0.attn_norm.weight")
+        assert not a.flags.owndata and not a.flags.writeable
+        assert a.dtype == np.float32 and a.shape == (576,)
+        q = f.tensor_data("blk.0.attn_q.weight")
+        assert q.dtype == np.uint8 and q.shape == (576, 576 // 32 * 20)
+
+
+def test_tiny_file_roundtrip(tmp_path):
+    path = _tiny_gguf(tmp_path / "tiny.gguf")
+    with GGUFFile(path) as f:
+        assert f.architecture == "llama"
+        assert f.metadata["general.name"] == "tiny"
+        assert f.metadata["tokenizer.ggml.tokens"] == ["a", "b", "c"]
+        assert f.metadata["test.floats"] == [1.5, 2.5]
+        np.testing.assert_array_equal(f.tensor_data("a.weight"), np.arange(64, dtype=np.float32).reshape(2, 32))
+        assert f.tensors["b.weight"].ggml_type == GGMLQuantizationType.F16
+
+
+def test_not_a_gguf_file(tmp_path):
+    p = tmp_path / "x.gguf"
+    p.write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    with pytest.raises(GGUFError, match="not a GGUF file"):
+        GGUFFile(p)
+    p.write_bytes(b"GG")
+    with pytest.raises(GGUFError, match="not a GGUF file"):
+        GGUFFile(p)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        GGUFFile(tmp_path / "nope.gguf")
+
+
+def test_bad_version(tmp_path):
+    data = bytearray(_tiny_gguf(tmp_path / "t.gguf").read_bytes())
+    data[4:8] = struct.pack("<I", 99)
+    (tmp_path / "v.gguf").write_bytes(data)
+    with pytest.raises(GGUFError, match="unsupported GGUF version 99"):
+        GGUFFile(tmp_path / "v.gguf")
+    data[4:8] = struct.pack(">I", 3)
+    (tmp_path / "v.gguf").write_bytes(data)
+    with pytest.raises(GGUFError, match="big-endian"):
+        GGUFFile(tmp_path / "v.gguf")
+
+
+def test_every_truncation_of_a_small_file_is_a_clear_error(tmp_path):
+    data = _tiny_gguf(tmp_path / "t.gguf").read_bytes()
+    p = tmp_path / "cut.gguf"
+    for n in range(0, len(data) - 1, 7):
+        p.write_bytes(data[:n])
+        with pytest.raises(GGUFError):
+            GGUFFile(p)
+
+
+def test_truncated_real_file(smollm2_path, tmp_path):
+    p = tmp_path / "cut.gguf"
+    with open(smollm2_path, "rb") as src:
+        p.write_bytes(src.read(5_000_000))  # header intact, tensor data cut
+    with pytest.raises(GGUFError, match="truncated"):
+        GGUFFile(p)
+
+
+def test_huge_counts_are_rejected_without_allocating(tmp_path):
+    data = bytearray(_tiny_gguf(tmp_path / "t.gguf").read_bytes())
+    for offset, what in ((8, "tensor count"), (16, "metadata count")):
+        bad = bytearray(data)
+        bad[offset:offset + 8] = struct.pack("<Q", 2**62)
+        (tmp_path / "h.gguf").write_bytes(bad)
+        with pytest.raises(GGUFError, match="cannot fit"):
+            GGUFFile(tmp_path / "h.gguf")
+
+
+def test_random_bit_flips_never_crash(tmp_path):
+    """Flip bits in the header/metadata region: each file either loads or fails with GGUFError."""
+    data = _tiny_gguf(tmp_path / "t.gguf").read_bytes()
+    with GGUFFile(tmp_path / "t.gguf") as f:
+        header_end = f.data_offset
+    rng = np.random.default_rng(0)
+    p = tmp_path / "flip.gguf"
+    outcomes = {"ok": 0, "error": 0}
+    for _ in range(400):
+        bad = bytearray(data)
+        for pos in rng.integers(0, header_end, size=rng.integers(1, 4)):
+            bad[pos] ^= 1 << int(rng.integers(0, 8))
+        p.write_bytes(bytes(bad))
+        try:
+            with GGUFFile(p) as f:
+                for name in f.tensors:
+                    f.tensor_data(name)
+            outcomes["ok"] += 1
+        except GGUFError:
+            outcomes["error"] += 1
+    assert outcomes["error"] > 0
+
+
+def test_hostile_string_length(tmp_path):
+    data = bytearray(_tiny_gguf(tmp_path / "t.gguf").read_bytes())
+    data[24:32] = struct.pack("<Q", 2**63)  # length of the first key
+    (tmp_path / "s.gguf").write_bytes(data)
+    with pytest.raises(GGUFError, match="length|claims|truncated"):
+        GGUFFile(tmp_path / "s.gguf")
