@@ -1,0 +1,175 @@
+"""GPT-2 style byte-level BPE (llama.cpp `llm_tokenizer_bpe_session`).
+
+Pipeline per text fragment (special tokens were already cut out):
+  pre-tokenizer words -> UTF-8 bytes -> one printable code point per byte
+  (GPT-2's `bytes_to_unicode`) -> BPE merges by rank -> vocab ids.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Mapping, Sequence
+
+from .pretokenize import PreTokenizer, PreTokenizerSpec
+
+
+def _bytes_to_unicode() -> list[str]:
+    """GPT-2's byte -> code point table: printable Latin-1 bytes map to themselves,
+    the other 68 bytes to U+0100.. in byte order (llama.cpp `unicode_byte_to_utf8_map`)."""
+    printable = set(range(0x21, 0x7F)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    table = [""] * 256
+    n = 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+BYTE_TO_UNICODE: list[str] = _bytes_to_unicode()
+UNICODE_TO_BYTE: dict[str, int] = {ch: b for b, ch in enumerate(BYTE_TO_UNICODE)}
+# str.translate table applied to text decoded as Latin-1 (one char per byte)
+_BYTE_ENCODE_TRANSLATION = {b: ch for b, ch in enumerate(BYTE_TO_UNICODE)}
+
+
+def byte_encode(word: str) -> str:
+    """UTF-8 bytes of `word`, each byte spelled as its GPT-2 code point."""
+    return word.encode("utf-8").decode("latin-1").translate(_BYTE_ENCODE_TRANSLATION)
+
+
+def parse_merges(merges: Sequence[str]) -> dict[tuple[str, str], int]:
+    """`tokenizer.ggml.merges` ("left right" strings) -> {(left, right): rank}.
+
+    Split at the first space after position 0 like llama.cpp (a merge can start
+    with a space-like byte char); the first occurrence of a pair keeps its rank."""
+    ranks: dict[tuple[str, str], int] = {}
+    for rank, merge in enumerate(merges):
+        pos = merge.find(" ", 1)
+        pair = (merge[:pos], merge[pos + 1:]) if pos >= 0 else ("", "")
+        ranks.setdefault(pair, rank)
+    return ranks
+
+
+def bpe_merge_ref(word: str, ranks: Mapping[tuple[str, str], int]) -> list[str]:
+    """Readable reference: repeatedly merge the lowest-rank adjacent pair, leftmost on ties."""
+    parts = list(word)
+    while len(parts) > 1:
+        best_rank, best_i = None, -1
+        for i in range(len(parts) - 1):
+            rank = ranks.get((parts[i], parts[i + 1]))
+            if rank is not None and (best_rank is None or rank < best_rank):
+                best_rank, best_i = rank, i
+        if best_rank is None:
+            break
+        parts[best_i:best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+    return parts
+
+
+def bpe_merge(word: str, ranks: Mapping[tuple[str, str], int]) -> list[str]:
+    """Same result as `bpe_merge_ref`, in O(n log n): a heap of candidate pairs ordered
+    by (rank, left position) over a linked list of symbols, stale entries skipped --
+    the structure of llama.cpp's `llm_bigram_bpe` work queue."""
+    n = len(word)
+    if n < 2:
+        return [word] if word else []
+    text = list(word)                     # text[i] == "" once symbol i was merged away
+    prev = list(range(-1, n - 1))
+    nxt = list(range(1, n + 1))
+    nxt[-1] = -1
+    heap: list[tuple[int, int, int, str]] = []  # (rank, left, right, left+right text)
+    for i in range(n - 1):
+        rank = ranks.get((text[i], text[i + 1]))
+        if rank is not None:
+            heap.append((rank, i, i + 1, text[i] + text[i + 1]))
+    heapq.heapify(heap)
+
+    def push(left: int, right: int) -> None:
+        rank = ranks.get((text[left], text[right]))
+        if rank is not None:
+            heapq.heappush(heap, (rank, left, right, text[left] + text[right]))
+
+    while heap:
+        _, left, right, joined = heapq.heappop(heap)
+        lt, rt = text[left], text[right]
+        if not lt or not rt or lt + rt != joined:
+            continue  # one side changed since this pair was queued
+        text[left], text[right] = joined, ""
+        after = nxt[right]
+        nxt[left] = after
+        if after >= 0:
+            prev[after] = left
+        if prev[left] >= 0:
+            push(prev[left], left)
+        if after >= 0:
+            push(left, after)
+    return [t for t in text if t]
+
+
+class BpeEncoder:
+    """Encodes one raw-text fragment (no special tokens inside) into token ids."""
+
+    def __init__(
+        self,
+        token_to_id: Mapping[str, int],
+        ranks: Mapping[tuple[str, str], int],
+        pre: PreTokenizerSpec,
+    ):
+        self.token_to_id = token_to_id
+        self.ranks = ranks
+        self.pre = pre
+        self.pre_tokenizer = PreTokenizer(pre.regexes)
+        self._cache: dict[str, tuple[int, ...]] = {}
+        self._cache_limit = 1 << 16
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        cache = self._cache
+        for word in self.pre_tokenizer.split(text):
+            ids = cache.get(word)
+            if ids is None:
+                ids = self._encode_word(byte_encode(word))
+                if len(cache) >= self._cache_limit:
+                    cache.clear()
+                cache[word] = ids
+            out.extend(ids)
+        return out
+
+    def _encode_word(self, word: str) -> tuple[int, ...]:
+        token_to_id = self.token_to_id
+        if self.pre.ignore_merges:
+            whole = token_to_id.get(word)
+            if whole is not None:
+                return (whole,)
+        ids: list[int] = []
+        for symbol in bpe_merge(word, self.ranks):
+            tid = token_to_id.get(symbol)
+            if tid is not None:
+                ids.append(tid)
+                continue
+            # A merge result missing from the vocab: llama.cpp looks each *byte* of the
+            # symbol's UTF-8 up as a one-byte token and drops the ones it cannot find.
+            # Only ASCII bytes can be complete one-byte strings.
+            for b in symbol.encode("utf-8"):
+                if b < 0x80:
+                    tid = token_to_id.get(chr(b))
+                    if tid is not None:
+                        ids.append(tid)
+        return tuple(ids)
+
+
+def decode_token_text(text: str) -> bytes:
+    """Byte-level token text -> raw bytes (llama.cpp `llama_decode_text`).
+
+    A code point outside the GPT-2 byte table becomes llama.cpp's marker
+    "[UNK_BYTE_0x<hex of its UTF-8><whole token text>]"."""
+    out = bytearray()
+    for ch in text:
+        b = UNICODE_TO_BYTE.get(ch)
+        if b is not None:
+            out.append(b)
+        else:
+            utf8 = ch.encode("utf-8")
+            out += b"[UNK_BYTE_0x" + utf8.hex().encode() + text.encode("utf-8") + b"]"
+    return bytes(out)

@@ -1,0 +1,90 @@
+"""Token ids back to text: llama.cpp's clean-up passes and a streaming decoder."""
+
+from __future__ import annotations
+
+import codecs
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .tokenizer import Tokenizer
+
+
+def clean_up_spaces(data: bytes) -> bytes:
+    """llama.cpp's `clean_spaces` passes (end of `llama_vocab::impl::detokenize`),
+    done in place over the bytes exactly as there, quirks included:
+
+    1. drop the space before ? ! . ,
+    2. " ' " -> "'" (the following space is blanked to NUL first, and the loop
+       skips it, as the C code does)
+    3. drop the space before 's 'm 're 've
+    """
+    text = bytearray(data)
+
+    # pass 1: " ?", " !", " .", " ,"
+    n = len(text)
+    total = 1 if n else 0
+    for i in range(1, n):
+        x = text[i]
+        if text[i - 1] == 0x20 and x in b"?!.,":
+            total -= 1
+        text[total] = x
+        total += 1
+
+    # pass 2: strip a single apostrophe's surrounding spaces
+    n = total
+    total = 1 if n else 0
+    i = 1
+    while i < n:
+        x = text[i]
+        if x == 0x27 and i + 1 < n and text[i - 1] == 0x20 and text[i + 1] == 0x20:
+            total -= 1
+            i += 1
+            text[i] = 0
+        text[total] = x
+        total += 1
+        i += 1
+
+    # pass 3: " 's", " 'm", " 're", " 've" lose their space
+    n = total
+    total = 1 if n else 0
+    for i in range(1, n):
+        x = text[i]
+        if text[i - 1] == 0x20 and x == 0x27 and i + 1 < n:
+            x1 = text[i + 1]
+            if x1 in b"sm":
+                total -= 1
+            elif x1 not in b"td" and i + 2 < n:
+                x2 = text[i + 2]
+                if (x1, x2) in ((0x72, 0x65), (0x76, 0x65)):  # "re", "ve"
+                    total -= 1
+        text[total] = x
+        total += 1
+    return bytes(text[:total])
+
+
+class StreamingDetokenizer:
+    """Incremental detokenizer for generation: feed one token id at a time, get text.
+
+    `feed` returns only complete UTF-8 text; the bytes of a character split across
+    tokens are held back until a later token completes them.  `flush` returns the
+    remainder, invalid or incomplete bytes replaced by U+FFFD.  The concatenated
+    output equals decoding all token bytes at once with errors="replace".
+
+    Like llama.cpp's per-token `token_to_piece` streaming, this does not apply the
+    whole-text passes of `Tokenizer.detokenize` (leading-space strip for vocabs with
+    add_space_prefix, and `clean_spaces`); for vocabs without those the two agree.
+    """
+
+    def __init__(self, tokenizer: "Tokenizer", render_special: bool = True):
+        self.tokenizer = tokenizer
+        self.render_special = render_special
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, token_id: int) -> str:
+        data = self.tokenizer.token_to_bytes(token_id, render_special=self.render_special)
+        return self._decoder.decode(data, final=False)
+
+    def flush(self) -> str:
+        text = self._decoder.decode(b"", final=True)
+        self._decoder.reset()
+        return text

@@ -1,0 +1,116 @@
+"""Cutting special tokens out of raw text before the vocab's own tokenizer runs.
+
+llama.cpp `tokenizer_st_partition` (src/llama-vocab.cpp): every token whose
+attributes include CONTROL, USER_DEFINED or UNKNOWN is searched for in the raw
+text, longest text first, each one splitting all text fragments the previous
+ones left.  With parse_special=False, CONTROL and UNKNOWN tokens are skipped
+but USER_DEFINED ones are still matched (as HF `tokenizers` does for added
+tokens).  LSTRIP/RSTRIP attributes eat C-locale whitespace next to a match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Union
+
+from .vocab import K, TokenAttr, Vocab
+
+Fragment = Union[str, int]   # raw text still to tokenize, or a token id
+
+_C_SPACE = " \t\n\v\f\r"     # what C isspace() accepts in the "C" locale
+
+_SPECIAL_ATTRS = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
+
+
+@dataclass(frozen=True)
+class SpecialToken:
+    id: int
+    text: str
+    parse_always: bool   # USER_DEFINED: matched even with parse_special=False
+    lstrip: bool
+    rstrip: bool
+
+
+def special_tokens(vocab: Vocab, metadata: Mapping[str, Any]) -> list[SpecialToken]:
+    """The special-token cache in matching order: longest UTF-8 text first.
+
+    llama.cpp uses an unstable std::sort on length; we break ties by id."""
+    ids = [i for i, a in enumerate(vocab.attrs) if a & _SPECIAL_ATTRS]
+    strip = _strip_attrs(vocab, ids, metadata)
+    ids.sort(key=lambda i: (-len(vocab.tokens[i].encode("utf-8")), i))
+    out = []
+    for i in ids:
+        attr = vocab.attrs[i] | strip.get(i, 0)
+        out.append(SpecialToken(
+            id=i,
+            text=vocab.tokens[i],
+            parse_always=not attr & (TokenAttr.CONTROL | TokenAttr.UNKNOWN),
+            lstrip=bool(attr & TokenAttr.LSTRIP),
+            rstrip=bool(attr & TokenAttr.RSTRIP),
+        ))
+    return out
+
+
+def _strip_attrs(vocab: Vocab, special_ids: list[int], metadata: Mapping[str, Any]) -> dict[int, int]:
+    """LSTRIP/RSTRIP bits llama.cpp sets per model, since GGUF does not carry them.
+
+    This is llama.cpp's own name-based table (general.name / tokenizer.ggml.pre /
+    general.architecture); kept here so partitioning matches it for those models."""
+    name = str(metadata.get("general.name") or "").lower()
+    pre = str(metadata.get(K.PRE) or "")
+    arch = str(metadata.get("general.architecture") or "")
+    t2i = vocab.token_to_id
+    bits: dict[int, int] = {}
+
+    def set_bit(tid: int | None, bit: int, on: bool) -> None:
+        if tid is None:
+            return
+        bits[tid] = (bits.get(tid, 0) | bit) if on else (bits.get(tid, 0) & ~bit)
+
+    if any(s in pre for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
+        s in arch for s in ("nomic-bert-moe", "jina-bert-v3")
+    ):
+        set_bit(t2i.get("<mask>"), TokenAttr.LSTRIP, True)
+    elif "phi-3" in name or "phi3" in name:
+        for tid in special_ids:
+            set_bit(tid, TokenAttr.RSTRIP, True)
+        set_bit(t2i.get("</s>"), TokenAttr.RSTRIP, True)
+        for text in ("<unk>", "<s>", "<|endoftext|>"):
+            set_bit(t2i.get(text), TokenAttr.RSTRIP, False)
+    elif "modern-bert" in name:
+        set_bit(t2i.get("[MASK]"), TokenAttr.LSTRIP, True)
+    return bits
+
+
+def partition(text: str, specials: list[SpecialToken], parse_special: bool) -> list[Fragment]:
+    """Split `text` into raw-text fragments and special token ids."""
+    fragments: list[Fragment] = [text] if text else []
+    for tok in specials:
+        if not (parse_special or tok.parse_always):
+            continue
+        if tok.text not in text:
+            continue  # cheap filter: vocabularies can hold thousands of special tokens
+        out: list[Fragment] = []
+        for frag in fragments:
+            if isinstance(frag, int) or tok.text not in frag:
+                out.append(frag)
+                continue
+            start = 0
+            while True:
+                hit = frag.find(tok.text, start)
+                if hit < 0:
+                    break
+                left = frag[start:hit]
+                if tok.lstrip:
+                    left = left.rstrip(_C_SPACE)
+                if left:
+                    out.append(left)
+                out.append(tok.id)
+                start = hit + len(tok.text)
+                if tok.rstrip:
+                    while start < len(frag) and frag[start] in _C_SPACE:
+                        start += 1
+            if start < len(frag):
+                out.append(frag[start:])
+        fragments = out
+    return fragments

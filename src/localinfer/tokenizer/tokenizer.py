@@ -1,0 +1,231 @@
+"""`Tokenizer`: text <-> token ids for a GGUF vocab, matching llama.cpp.
+
+The vocab type comes from `tokenizer.ggml.model` through a small registry
+(`TOKENIZER_MODELS`); each entry knows its defaults, how to encode a raw-text
+fragment and how to turn a NORMAL token's text into bytes.  Everything else --
+special-token partitioning, BOS/EOS, attributes, detokenize -- is shared.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Protocol
+
+from .bpe import BpeEncoder, decode_token_text, parse_merges
+from .detokenizer import clean_up_spaces
+from .pretokenize import resolve_pre_tokenizer
+from .special import SpecialToken, partition, special_tokens
+from .vocab import K, TokenAttr, Vocab, load_vocab
+
+
+class FragmentEncoder(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class VocabModel:
+    """What one `tokenizer.ggml.model` contributes (llama.cpp LLAMA_VOCAB_TYPE_*)."""
+
+    kind: str                                   # "BPE", later "SPM", ...
+    default_ids: Mapping[str, int | None]       # special ids before the GGUF keys apply
+    add_bos: bool
+    add_eos: bool
+    add_space_prefix: bool
+    clean_spaces: bool
+    make_encoder: Callable[[Vocab], FragmentEncoder]
+    normal_piece: Callable[[str], bytes]        # NORMAL token text -> bytes
+
+
+def _bpe_model(metadata: Mapping[str, Any]) -> VocabModel:
+    pre = resolve_pre_tokenizer(metadata.get(K.PRE))
+    merges = metadata.get(K.MERGES)
+    if merges is None:
+        raise ValueError(f"BPE vocabulary without merges ({K.MERGES})")
+    ranks = parse_merges(merges)
+    return VocabModel(
+        kind="BPE",
+        # llama.cpp's BPE defaults (GPT-2's "<|endoftext|>" is 11 in its test vocab)
+        default_ids={"bos": 11, "eos": 11},
+        add_bos=pre.add_bos,
+        add_eos=False,
+        add_space_prefix=False,
+        clean_spaces=pre.clean_spaces,
+        make_encoder=lambda vocab: BpeEncoder(vocab.token_to_id, ranks, pre),
+        normal_piece=decode_token_text,
+    )
+
+
+# tokenizer.ggml.model -> VocabModel builder.  SentencePiece ("llama") slots in here.
+TOKENIZER_MODELS: dict[str, Callable[[Mapping[str, Any]], VocabModel]] = {
+    "gpt2": _bpe_model,
+}
+
+# Models llama.cpp knows that we do not implement yet, for a precise error.
+_NOT_YET = {
+    "llama": "SentencePiece (SPM)",
+    "bert": "WordPiece (WPM)",
+    "t5": "Unigram (UGM)",
+    "rwkv": "RWKV",
+    "plamo2": "PLaMo-2",
+    "gemma4": "Gemma-4 BPE",
+    "hybriddna": "hybrid-DNA BPE",
+    "whitespace": "whitespace BPE",
+    "no_vocab": "no vocabulary",
+    "none": "no vocabulary",
+}
+
+_HIDDEN_UNLESS_RENDERED = TokenAttr.CONTROL | TokenAttr.UNKNOWN
+
+
+class Tokenizer:
+    def __init__(self, vocab: Vocab, model: VocabModel, specials: list[SpecialToken]):
+        self.vocab = vocab
+        self.model = model
+        self._encoder = model.make_encoder(vocab)
+        self._specials = specials
+        self._pieces = [self._piece(i) for i in range(vocab.n_tokens)]
+        self._hidden = [bool(a & _HIDDEN_UNLESS_RENDERED) for a in vocab.attrs]
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> "Tokenizer":
+        """Build from GGUF metadata: {key: field.contents()}."""
+        name = metadata.get(K.MODEL)
+        if name is None:
+            raise ValueError(f"GGUF metadata has no tokenizer model ({K.MODEL})")
+        build = TOKENIZER_MODELS.get(name)
+        if build is None:
+            supported = ", ".join(sorted(TOKENIZER_MODELS))
+            if name in _NOT_YET:
+                raise ValueError(
+                    f"tokenizer model {name!r} ({_NOT_YET[name]}) is not supported yet; "
+                    f"supported: {supported}")
+            raise ValueError(f"unknown tokenizer model {K.MODEL}={name!r}; supported: {supported}")
+        model = build(metadata)
+        vocab = load_vocab(
+            metadata,
+            default_ids=model.default_ids,
+            add_bos=model.add_bos,
+            add_eos=model.add_eos,
+            add_space_prefix=model.add_space_prefix,
+        )
+        return cls(vocab, model, special_tokens(vocab, metadata))
+
+    # ---- properties -------------------------------------------------------
+
+    @property
+    def n_vocab(self) -> int:
+        return self.vocab.n_tokens
+
+    @property
+    def bos_id(self) -> int | None:
+        return self.vocab.special["bos"]
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.vocab.special["eos"]
+
+    @property
+    def eot_id(self) -> int | None:
+        return self.vocab.special["eot"]
+
+    @property
+    def add_bos(self) -> bool:
+        return self.vocab.add_bos
+
+    @property
+    def add_eos(self) -> bool:
+        return self.vocab.add_eos
+
+    @property
+    def eog_ids(self) -> frozenset[int]:
+        return self.vocab.eog_ids
+
+    def is_eog(self, token_id: int) -> bool:
+        return token_id in self.vocab.eog_ids
+
+    def token_text(self, token_id: int) -> str:
+        return self.vocab.tokens[self._check_id(token_id)]
+
+    # ---- text -> ids ------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """llama_tokenize: add_special adds BOS/EOS as the vocab asks; parse_special
+        lets CONTROL tokens written in the text become their ids."""
+        out: list[int] = []
+        if add_special and self.vocab.add_bos:
+            out.append(self.vocab.special["bos"])
+        for frag in partition(text, self._specials, parse_special):
+            if isinstance(frag, int):
+                out.append(frag)
+            else:
+                out.extend(self._encoder.encode(frag))
+        if add_special and self.vocab.add_eos:
+            out.append(self.vocab.special["eos"])
+        return out
+
+    # ---- ids -> text ------------------------------------------------------
+
+    def token_to_bytes(self, token_id: int, render_special: bool = True) -> bytes:
+        """llama_token_to_piece(lstrip=0): CONTROL/UNKNOWN tokens are empty unless rendered."""
+        tid = self._check_id(token_id)
+        if not render_special and self._hidden[tid]:
+            return b""
+        return self._pieces[tid]
+
+    def detokenize_bytes(
+        self, ids: Iterable[int], render_special: bool = True, remove_special: bool = False
+    ) -> bytes:
+        """llama_detokenize(remove_special, unparse_special=render_special), as bytes."""
+        ids = [self._check_id(t) for t in ids]
+        vocab = self.vocab
+        strip_space = vocab.add_space_prefix
+        if remove_special and vocab.add_bos and ids and ids[0] == vocab.special["bos"]:
+            ids = ids[1:]
+            strip_space = False
+        if remove_special and vocab.add_eos and ids and ids[-1] == vocab.special["eos"]:
+            ids = ids[:-1]
+        parts = [self.token_to_bytes(t, render_special) for t in ids]
+        if strip_space:
+            # only the first token loses one leading space (lstrip=1 in llama.cpp);
+            # an empty (hidden) first piece still uses up the strip
+            if parts and parts[0].startswith(b" "):
+                parts[0] = parts[0][1:]
+        data = b"".join(parts)
+        if self.model.clean_spaces:
+            data = clean_up_spaces(data)
+        return data
+
+    def detokenize(
+        self, ids: Iterable[int], render_special: bool = True, remove_special: bool = False
+    ) -> str:
+        """Token ids -> text; bytes that are not valid UTF-8 become U+FFFD."""
+        return self.detokenize_bytes(ids, render_special, remove_special).decode("utf-8", errors="replace")
+
+    # ---- helpers ----------------------------------------------------------
+
+    def _check_id(self, token_id: int) -> int:
+        try:
+            tid = operator.index(token_id)
+        except TypeError:
+            raise ValueError(f"token id {token_id!r} is not an integer") from None
+        if not 0 <= tid < self.vocab.n_tokens:
+            raise ValueError(
+                f"token id {tid} is out of range for this vocabulary (n_vocab={self.vocab.n_tokens})")
+        return tid
+
+    def _piece(self, tid: int) -> bytes:
+        """llama.cpp token_to_piece(special=True) for one token, by attribute."""
+        attr = self.vocab.attrs[tid]
+        text = self.vocab.tokens[tid]
+        if attr & (TokenAttr.CONTROL | TokenAttr.UNKNOWN | TokenAttr.USER_DEFINED):
+            return text.encode("utf-8")
+        if attr & TokenAttr.NORMAL:
+            return self.model.normal_piece(text)
+        if attr & TokenAttr.BYTE:
+            # "<0xAB>" -> 0xAB; llama.cpp strtol()s characters 3..4 whatever they are
+            try:
+                return bytes([int(text[3:5], 16)])
+            except ValueError:
+                return b"\x00"
+        return b""  # UNUSED / UNDEFINED render as nothing
