@@ -1,0 +1,31 @@
+"""Architecture registry: `general.architecture` -> model class, with an alias table.
+
+Adding an architecture = one new module here + one line in ARCHITECTURES.
+"""
+from __future__ import annotations
+
+from ..gguf_file import GGUFFile
+from .llama import LlamaModel
+
+ARCHITECTURES = {
+    "llama": LlamaModel,
+}
+ALIASES = {
+    "mistral": "llama",
+}
+
+
+class UnsupportedArchitectureError(ValueError):
+    pass
+
+
+def model_class(arch: str):
+    name = ALIASES.get(arch, arch)
+    if name not in ARCHITECTURES:
+        supported = ", ".join(sorted(set(ARCHITECTURES) | set(ALIASES)))
+        raise UnsupportedArchitectureError(f"unsupported architecture {arch!r} (supported: {supported})")
+    return ARCHITECTURES[name]
+
+
+def build_model(f: GGUFFile):
+    return model_class(f.architecture).from_gguf(f)

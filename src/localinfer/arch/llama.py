@@ -1,0 +1,156 @@
+"""The llama architecture (also mistral, SmolLM2, ...): readable numpy reference forward pass.
+
+    x = token_embd[tokens]
+    per layer:  h = x + attn_output( attention( rope(q(norm(x))), rope(k(norm(x))), v(norm(x)) ) )
+                x = h + ffn_down( silu(ffn_gate(norm(h))) * ffn_up(norm(h)) )
+    logits = output( norm(x) )       # output = token_embd when the file has no output.weight
+
+GGUF stores llama's Q/K rows permuted by the HF converter so that RoPE rotates adjacent pairs
+("normal" rope, not NeoX). This file stays as the oracle for the fast path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..gguf_file import GGUFFile, GGUFError
+from ..kv_cache import KVCache
+from ..layers import apply_rope, attention, rms_norm, rope_freqs, swiglu
+from .weights import load_matrix, load_optional
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    n_vocab: int
+    n_embd: int  # model width
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_ctx_train: int
+    rms_eps: float
+    rope_base: float
+    n_rot: int
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> "LlamaConfig":
+        n_embd = f.arch_value("embedding_length")
+        n_head = f.arch_value("attention.head_count")
+        head_dim = f.arch_value("attention.key_length", n_embd // n_head)
+        tokens = f.metadata.get("tokenizer.ggml.tokens")
+        n_vocab = f.arch_value("vocab_size", len(tokens) if tokens else None)
+        if n_vocab is None:
+            raise GGUFError(f"{f.path}: cannot tell the vocabulary size")
+        return cls(
+            n_vocab=n_vocab, n_embd=n_embd, n_layer=f.arch_value("block_count"), n_head=n_head,
+            n_head_kv=f.arch_value("attention.head_count_kv", n_head), head_dim=head_dim,
+            n_ff=f.arch_value("feed_forward_length"), n_ctx_train=f.arch_value("context_length", 2048),
+            rms_eps=f.arch_value("attention.layer_norm_rms_epsilon", 1e-5),
+            rope_base=f.arch_value("rope.freq_base", 10000.0),
+            n_rot=f.arch_value("rope.dimension_count", head_dim),
+        )
+
+
+@dataclass
+class LlamaLayer:
+    attn_norm: np.ndarray  # (n_embd,)
+    wq: np.ndarray  # (n_head*head_dim, n_embd)
+    wk: np.ndarray  # (n_head_kv*head_dim, n_embd)
+    wv: np.ndarray  # (n_head_kv*head_dim, n_embd)
+    wo: np.ndarray  # (n_embd, n_head*head_dim)
+    bq: np.ndarray | None  # (n_head*head_dim,) optional biases
+    bk: np.ndarray | None
+    bv: np.ndarray | None
+    ffn_norm: np.ndarray  # (n_embd,)
+    w_gate: np.ndarray  # (n_ff, n_embd)
+    w_up: np.ndarray  # (n_ff, n_embd)
+    w_down: np.ndarray  # (n_embd, n_ff)
+
+
+@dataclass
+class LlamaWeights:
+    token_embd: np.ndarray  # (n_vocab, n_embd)
+    layers: list[LlamaLayer]
+    output_norm: np.ndarray  # (n_embd,)
+    output: np.ndarray  # (n_vocab, n_embd), token_embd itself when tied
+    rope_freq_factors: np.ndarray | None  # (n_rot/2,) llama3-style long-context factors
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile, c: LlamaConfig) -> "LlamaWeights":
+        def m(name, shape):
+            return load_matrix(f, name, shape)
+
+        q_dim, kv_dim = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+        layers = []
+        for i in range(c.n_layer):
+            p = f"blk.{i}."
+            layers.append(LlamaLayer(
+                attn_norm=m(p + "attn_norm.weight", (c.n_embd,)),
+                wq=m(p + "attn_q.weight", (q_dim, c.n_embd)),
+                wk=m(p + "attn_k.weight", (kv_dim, c.n_embd)),
+                wv=m(p + "attn_v.weight", (kv_dim, c.n_embd)),
+                wo=m(p + "attn_output.weight", (c.n_embd, q_dim)),
+                bq=load_optional(f, p + "attn_q.bias", (q_dim,)),
+                bk=load_optional(f, p + "attn_k.bias", (kv_dim,)),
+                bv=load_optional(f, p + "attn_v.bias", (kv_dim,)),
+                ffn_norm=m(p + "ffn_norm.weight", (c.n_embd,)),
+                w_gate=m(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
+                w_up=m(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
+                w_down=m(p + "ffn_down.weight", (c.n_embd, c.n_ff)),
+            ))
+        token_embd = m("token_embd.weight", (c.n_vocab, c.n_embd))
+        output = load_optional(f, "output.weight", (c.n_vocab, c.n_embd))
+        return cls(token_embd=token_embd, layers=layers,
+                   output_norm=m("output_norm.weight", (c.n_embd,)),
+                   output=token_embd if output is None else output,
+                   rope_freq_factors=load_optional(f, "rope_freqs.weight", (c.n_rot // 2,)))
+
+
+class LlamaModel:
+    """forward(tokens, cache) -> logits; the cache holds everything that depends on the past."""
+
+    rope_neox = False
+
+    def __init__(self, config: LlamaConfig, weights: LlamaWeights):
+        self.config, self.weights = config, weights
+        self.inv_freq = rope_freqs(config.head_dim, config.rope_base, config.n_rot, weights.rope_freq_factors)
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> "LlamaModel":
+        config = LlamaConfig.from_gguf(f)
+        return cls(config, LlamaWeights.from_gguf(f, config))
+
+    def new_cache(self, n_ctx: int, dtype=np.float16) -> KVCache:
+        c = self.config
+        return KVCache(c.n_layer, n_ctx, c.n_head_kv, c.head_dim, dtype)
+
+    def forward(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
+        """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32."""
+        c, w = self.config, self.weights
+        tokens = np.asarray(tokens, dtype=np.int64)
+        n = tokens.shape[0]
+        cache.reserve(n)
+        positions = np.arange(cache.offset, cache.offset + n)
+        x = w.token_embd[tokens].astype(np.float32)  # (n, n_embd)
+        for li, layer in enumerate(w.layers):
+            h = rms_norm(x, layer.attn_norm, c.rms_eps)
+            q = _linear(h, layer.wq, layer.bq).reshape(n, c.n_head, c.head_dim)
+            k = _linear(h, layer.wk, layer.bk).reshape(n, c.n_head_kv, c.head_dim)
+            v = _linear(h, layer.wv, layer.bv).reshape(n, c.n_head_kv, c.head_dim)
+            q = apply_rope(q, positions, self.inv_freq, self.rope_neox)
+            k = apply_rope(k, positions, self.inv_freq, self.rope_neox)
+            keys, values = cache.update_and_fetch(li, k, v)
+            a = attention(q, keys, values, positions, 1.0 / np.sqrt(c.head_dim), kv_dtype=cache.dtype)
+            x = x + a.reshape(n, -1) @ layer.wo.T
+            h = rms_norm(x, layer.ffn_norm, c.rms_eps)
+            x = x + swiglu(h @ layer.w_gate.T, h @ layer.w_up.T) @ layer.w_down.T
+        cache.advance(n)
+        x = rms_norm(x, w.output_norm, c.rms_eps)
+        return x @ w.output.T
+
+
+def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    y = x @ w.T
+    return y if b is None else y + b

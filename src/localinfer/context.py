@@ -1,0 +1,58 @@
+"""A Context is one sequence being processed: its KV cache and the tokens stored in it.
+
+`evaluate(tokens)` makes the context hold exactly `tokens` and returns the logits of the last
+one. Whatever prefix is already cached is reused (the second turn of a chat, a repeated system
+prompt), only the rest is computed: prefill for many tokens, decode for one.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .kv_cache import ContextFullError, KVCache
+
+
+class Context:
+    def __init__(self, model, n_ctx: int, kv_dtype=np.float16):
+        self.model = model  # an architecture model: forward(tokens, cache) -> logits
+        self.cache: KVCache = model.new_cache(n_ctx, kv_dtype)
+        self.tokens: list[int] = []  # tokens whose K/V are in the cache, in order
+        self.last_n_computed = 0  # tokens computed by the last evaluate() (the rest was reused)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.cache.n_ctx
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        n = 0
+        for a, b in zip(self.tokens, tokens):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def evaluate(self, tokens: Sequence[int]) -> np.ndarray:
+        """Hold exactly `tokens`; returns the logits (n_vocab,) after the last one."""
+        if not len(tokens):
+            raise ValueError("cannot evaluate an empty token sequence")
+        if len(tokens) > self.n_ctx:
+            raise ContextFullError(f"the prompt has {len(tokens)} tokens, but the context holds "
+                                   f"{self.n_ctx} (raise n_ctx / --ctx-size, or shorten the prompt)")
+        keep = min(self.common_prefix(tokens), len(tokens) - 1)  # the last token must be computed
+        self.truncate(keep)
+        return self.append(tokens[keep:])[-1]
+
+    def append(self, tokens: Sequence[int]) -> np.ndarray:
+        """Run `tokens` after what is cached; returns their logits (n, n_vocab)."""
+        logits = self.model.forward(np.asarray(tokens, dtype=np.int64), self.cache)
+        self.tokens.extend(int(t) for t in tokens)
+        self.last_n_computed = len(tokens)
+        return logits
+
+    def truncate(self, n_keep: int) -> None:
+        self.cache.trim(n_keep)
+        del self.tokens[n_keep:]
+
+    def reset(self) -> None:
+        self.truncate(0)

@@ -1,0 +1,106 @@
+"""Readable numpy reference versions of the transformer building blocks.
+
+Every function works on float32 arrays of shape (n_tokens, ...). These are the oracle for the
+fast kernels of the C core: clarity over speed, but no per-element Python loops.
+The arithmetic follows ggml's CPU ops where that changes results (noted per function).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """x: (n, dim) -> x / sqrt(mean(x^2) + eps) * weight.
+    ggml_rms_norm sums the squares in double, then scales in float."""
+    mean_sq = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
+    scale = (1.0 / np.sqrt(mean_sq + eps)).astype(np.float32)
+    return (x * scale) * weight
+
+
+def rope_freqs(head_dim: int, base: float, n_rot: int | None = None,
+               freq_factors: np.ndarray | None = None) -> np.ndarray:
+    """theta_i = base^(-2i/n_rot) for i < n_rot/2; (n_rot/2,) float64.
+    `freq_factors` (llama3-style rope_freqs.weight) divide the frequencies."""
+    n_rot = head_dim if n_rot is None else n_rot
+    inv = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    if freq_factors is not None:
+        inv = inv / freq_factors.astype(np.float64)
+    return inv
+
+
+def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, neox: bool) -> np.ndarray:
+    """Rotate pairs of x: (n, heads, head_dim) at `positions` (n,).
+
+    Normal mode (llama as GGUF stores it): pairs are adjacent, (x[2i], x[2i+1]); the HF->GGUF
+    converter permutes the Q/K weight rows so that this matches HF's rotate_half.
+    NeoX mode: pairs are (x[i], x[i + n_rot/2]). Dimensions past n_rot pass through.
+    """
+    n_rot = 2 * inv_freq.shape[0]
+    angles = positions.astype(np.float64)[:, None] * inv_freq[None, :]  # (n, n_rot/2)
+    cos = np.cos(angles).astype(np.float32)[:, None, :]
+    sin = np.sin(angles).astype(np.float32)[:, None, :]
+    out = x.copy()
+    if neox:
+        half = n_rot // 2
+        a, b = x[..., :half], x[..., half:n_rot]
+        out[..., :half] = a * cos - b * sin
+        out[..., half:n_rot] = a * sin + b * cos
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = a * cos - b * sin
+        out[..., 1:n_rot:2] = a * sin + b * cos
+    return out
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    m = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - m)
+    return e / np.sum(e, axis=axis, keepdims=True, dtype=np.float64).astype(np.float32)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray,
+              scale: float, kv_dtype=np.float16, sliding_window: int | None = None,
+              softcap: float | None = None) -> np.ndarray:
+    """Causal multi-head attention with grouped K/V heads.
+
+    q: (n, n_head, head_dim) at absolute positions q_positions (n,);
+    k, v: (n_kv, n_head_kv, head_dim), key j at position j. Returns (n, n_head, head_dim).
+
+    llama.cpp (flash attention off, f16 KV cache) multiplies f16 K with Q rounded to f16, and
+    the softmax weights rounded to f16 with f16 V; rounding to `kv_dtype` here reproduces that.
+    """
+    n, n_head, head_dim = q.shape
+    n_kv, n_head_kv, _ = k.shape
+    group = n_head // n_head_kv
+    if kv_dtype is not None:
+        q = q.astype(kv_dtype).astype(np.float32)
+    k32 = k.astype(np.float32)
+    v32 = v.astype(np.float32)
+    # (n_head_kv, group, n, head_dim) x (n_head_kv, head_dim, n_kv) -> (n_head_kv, group, n, n_kv)
+    qg = q.reshape(n, n_head_kv, group, head_dim).transpose(1, 2, 0, 3)
+    scores = np.matmul(qg, k32.transpose(1, 2, 0)[:, None]) * np.float32(scale)
+    if softcap is not None:
+        scores = np.tanh(scores / softcap) * softcap
+    key_pos = np.arange(n_kv)
+    mask = key_pos[None, :] > q_positions[:, None]  # (n, n_kv): future keys
+    if sliding_window is not None:
+        mask |= key_pos[None, :] <= q_positions[:, None] - sliding_window
+    scores = np.where(mask, np.float32(-np.inf), scores)
+    probs = softmax(scores)
+    if kv_dtype is not None:
+        probs = probs.astype(kv_dtype).astype(np.float32)
+    out = np.matmul(probs, v32.transpose(1, 0, 2)[:, None])  # (n_head_kv, group, n, head_dim)
+    return out.transpose(2, 0, 1, 3).reshape(n, n_head, head_dim)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (np.float32(1.0) + np.exp(-x))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    c = np.float32(np.sqrt(2.0 / np.pi))
+    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
+
+
+def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    return silu(gate) * up
