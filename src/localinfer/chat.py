@@ -1,0 +1,55 @@
+"""A multi-turn chat that keeps its KV cache between turns.
+
+Each turn renders the whole conversation with the chat template and evaluates it in the
+session's own Context; the part already cached (every earlier turn, the answers included) is
+reused, so a turn costs only its new tokens.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from .generate import GenerationChunk, GenerationResult
+from .model import Model, collect
+
+
+class ChatSession:
+    def __init__(self, model: Model, system: str | None = None, **defaults):
+        self.model = model
+        self.system = system
+        self.defaults = defaults  # generation options for every turn (temperature, max_tokens, ...)
+        self.context = model.new_context()
+        self.messages: list[dict] = []
+        self.last_prompt_tokens: list[int] = []  # the rendered conversation of the latest turn
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the conversation (the system prompt stays); the cache is emptied too."""
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+        self.context.reset()
+
+    def stream(self, user_text: str, **options) -> Iterator[GenerationChunk]:
+        """Send a user message; yields the answer's chunks. Closing the iterator early keeps the
+        partial answer in the conversation."""
+        self.messages.append({"role": "user", "content": user_text})
+        try:
+            tokens = self.model.chat_tokens(self.messages)
+            chunks = self.model.stream(tokens, context=self.context, **{**self.defaults, **options})
+        except BaseException:
+            self.messages.pop()
+            raise
+        self.last_prompt_tokens = tokens
+        return self._record(chunks)
+
+    def _record(self, chunks: Iterator[GenerationChunk]) -> Iterator[GenerationChunk]:
+        answer = []
+        try:
+            for chunk in chunks:
+                answer.append(chunk.text)
+                yield chunk
+        finally:
+            chunks.close()
+            self.messages.append({"role": "assistant", "content": "".join(answer)})
+
+    def send(self, user_text: str, **options) -> GenerationResult:
+        chunks = self.stream(user_text, **options)
+        return collect(chunks, self.last_prompt_tokens)

@@ -1,0 +1,149 @@
+"""Generation as layered generators:
+
+    generate_step      prefill, then one token at a time -> yields token ids
+    stream_generate    + detokenizing, stop strings, finish reasons, timings -> yields chunks
+    (Model.generate joins the chunks into a GenerationResult)
+
+Closing a generator (or breaking out of a for loop over it) stops the work at once; the
+context then holds exactly the tokens processed so far, so nothing is lost or half-written.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from .context import Context
+from .kv_cache import ContextFullError
+from .sampling import LogitsProcessor, Sampler
+from .tokenizer import StreamingDetokenizer
+
+
+@dataclass
+class Timings:
+    prompt_tokens: int = 0  # tokens in the prompt
+    prompt_cached: int = 0  # of which reused from the KV cache
+    prefill_s: float = 0.0  # computing the uncached prompt tokens
+    ttft_s: float = 0.0  # from the call to the first generated token
+    generated_tokens: int = 0
+    decode_s: float = 0.0  # after the first token, for the rest
+
+    @property
+    def prefill_tps(self) -> float:
+        computed = self.prompt_tokens - self.prompt_cached
+        return computed / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        n = self.generated_tokens - 1
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
+    def summary(self) -> str:
+        return (f"prompt {self.prompt_tokens} tok ({self.prompt_cached} cached), prefill {self.prefill_tps:.1f} tok/s, "
+                f"TTFT {self.ttft_s * 1000:.0f} ms | generated {self.generated_tokens} tok, "
+                f"decode {self.decode_tps:.1f} tok/s")
+
+
+@dataclass
+class GenerationChunk:
+    text: str
+    tokens: list[int]
+    finish_reason: str | None = None  # "stop" | "length" | "context_full" on the last chunk
+    timings: Timings | None = None
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]  # generated ids, an end-of-generation token included when it ended the text
+    finish_reason: str
+    timings: Timings
+    prompt_tokens: list[int] = field(default_factory=list)
+
+
+def generate_step(ctx: Context, prompt: Sequence[int], sampler: Sampler,
+                  processors: Sequence[LogitsProcessor] = (), timings: Timings | None = None) -> Iterator[int]:
+    """Yields sampled tokens forever; the caller decides when to stop. Each yielded token is
+    evaluated (put in the KV cache) only when the next one is asked for."""
+    timings = timings or Timings()
+    t0 = time.perf_counter()
+    logits = ctx.evaluate(prompt)
+    timings.prompt_tokens = len(prompt)
+    timings.prompt_cached = len(prompt) - ctx.last_n_computed
+    timings.prefill_s = time.perf_counter() - t0
+    history = list(prompt)
+    while True:
+        for process in processors:
+            logits = process(history, logits)
+        token = sampler(logits)
+        history.append(token)
+        yield token
+        logits = ctx.append([token])[-1]
+
+
+def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], sampler: Sampler,
+                    processors: Sequence[LogitsProcessor] = (), max_tokens: int | None = None,
+                    stop: Sequence[str] = ()) -> Iterator[GenerationChunk]:
+    """Text chunks as they are complete (never a broken UTF-8 sequence, never a partial stop
+    string); the last chunk has the finish_reason and the timings."""
+    if max_tokens is not None and max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    stop = [s for s in ([stop] if isinstance(stop, str) else stop) if s]
+    timings = Timings()
+    start = time.perf_counter()
+    detok = StreamingDetokenizer(tokenizer, render_special=False)  # control tokens are not text
+    pending = ""  # text held back because it may be the start of a stop string
+    tokens: list[int] = []
+    finish = None
+    if max_tokens == 0:
+        yield GenerationChunk("", [], "length", timings)
+        return
+    if len(prompt) >= ctx.n_ctx:
+        raise ContextFullError(f"the prompt has {len(prompt)} tokens, but the context holds {ctx.n_ctx} "
+                               f"and at least one more is needed to generate (raise n_ctx / --ctx-size)")
+    steps = generate_step(ctx, prompt, sampler, processors, timings)
+    try:
+        for token in steps:
+            now = time.perf_counter()
+            if not tokens:
+                timings.ttft_s = now - start
+            tokens.append(token)
+            timings.generated_tokens = len(tokens)
+            timings.decode_s = now - start - timings.ttft_s
+            if tokenizer.is_eog(token):
+                finish = "stop"
+                break
+            pending += detok.feed(token)
+            emit, pending, hit = _split_stop(pending, stop)
+            if hit:
+                finish = "stop"
+            elif max_tokens is not None and len(tokens) >= max_tokens:
+                finish = "length"
+            elif len(ctx.tokens) + 1 >= ctx.n_ctx:  # the sampled token would not fit
+                finish = "context_full"
+            if finish:
+                if not hit:
+                    emit += pending + detok.flush()
+                yield GenerationChunk(emit, [token], finish, timings)
+                return
+            yield GenerationChunk(emit, [token])
+        # end of generation token: flush what was held back (it cannot start a stop string any more)
+        yield GenerationChunk(pending + detok.flush(), [tokens[-1]], finish, timings)
+    finally:
+        steps.close()
+
+
+def _split_stop(text: str, stop: Sequence[str]) -> tuple[str, str, bool]:
+    """-> (text safe to emit, text to hold back, whether a stop string was found)."""
+    if not stop:
+        return text, "", False
+    first = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+    if first >= 0:
+        return text[:first], "", True
+    hold = 0  # longest suffix of text that is a prefix of some stop string
+    for s in stop:
+        for n in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:n]):
+                hold = max(hold, n)
+                break
+    return text[:len(text) - hold], text[len(text) - hold:], False

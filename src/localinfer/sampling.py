@@ -1,0 +1,100 @@
+"""Samplers and logits processors, built from small `apply_*` steps.
+
+`make_sampler(...)` returns a plain callable logits (n_vocab,) -> token id;
+`make_logits_processors(...)` returns callables (history, logits) -> logits that run first.
+Order as llama.cpp's default chain: penalties -> top-k -> top-p -> min-p -> temperature -> draw.
+temperature <= 0 is greedy (argmax), as in llama.cpp.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+Sampler = Callable[[np.ndarray], int]
+LogitsProcessor = Callable[[Sequence[int], np.ndarray], np.ndarray]
+
+
+def apply_top_k(logits: np.ndarray, k: int) -> np.ndarray:
+    """Keep the k largest logits (k <= 0: keep all)."""
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = np.partition(logits, -k)[-k]
+    return np.where(logits >= kth, logits, -np.inf)
+
+
+def _probs(logits: np.ndarray) -> np.ndarray:
+    finite = logits[np.isfinite(logits)]
+    z = np.exp((logits - finite.max()).astype(np.float64))
+    return z / z.sum()
+
+
+def apply_top_p(logits: np.ndarray, p: float) -> np.ndarray:
+    """Keep the smallest set of most likely tokens whose probability reaches p."""
+    if p >= 1.0:
+        return logits
+    probs = _probs(logits)
+    order = np.argsort(-probs, kind="stable")
+    cumulative = np.cumsum(probs[order])
+    n_keep = int(np.searchsorted(cumulative, p) + 1)  # include the token that crosses p
+    out = np.full_like(logits, -np.inf)
+    keep = order[:max(1, n_keep)]
+    out[keep] = logits[keep]
+    return out
+
+
+def apply_min_p(logits: np.ndarray, min_p: float) -> np.ndarray:
+    """Drop tokens whose probability is below min_p times the top token's."""
+    if min_p <= 0.0:
+        return logits
+    threshold = logits.max() + np.log(min_p)
+    return np.where(logits >= threshold, logits, -np.inf)
+
+
+def make_sampler(temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
+                 seed: int | None = None) -> Sampler:
+    if temperature <= 0.0:
+        return lambda logits: int(np.argmax(logits))
+    rng = np.random.default_rng(seed)
+
+    def sample(logits: np.ndarray) -> int:
+        x = apply_top_k(np.asarray(logits, dtype=np.float32), top_k)
+        x = apply_top_p(x, top_p)
+        x = apply_min_p(x, min_p)
+        probs = _probs(x / temperature)
+        return int(rng.choice(probs.shape[0], p=probs))
+
+    return sample
+
+
+def apply_penalties(history: Sequence[int], logits: np.ndarray, repeat_penalty: float,
+                    presence_penalty: float, frequency_penalty: float) -> np.ndarray:
+    """llama.cpp's penalties over the recent tokens: a repeated token's logit is divided by
+    repeat_penalty when positive (multiplied when negative), then lowered by
+    count * frequency_penalty + presence_penalty."""
+    if not len(history):
+        return logits
+    ids, counts = np.unique(np.asarray(history, dtype=np.int64), return_counts=True)
+    valid = (ids >= 0) & (ids < logits.shape[0])
+    ids, counts = ids[valid], counts[valid]
+    out = np.array(logits, dtype=np.float32, copy=True)
+    sel = out[ids]
+    if repeat_penalty != 1.0:
+        sel = np.where(sel > 0, sel / repeat_penalty, sel * repeat_penalty)
+    sel = sel - counts * frequency_penalty - presence_penalty
+    out[ids] = sel
+    return out
+
+
+def make_logits_processors(repeat_penalty: float = 1.0, presence_penalty: float = 0.0,
+                           frequency_penalty: float = 0.0, repeat_last_n: int = 64) -> list[LogitsProcessor]:
+    if repeat_penalty == 1.0 and presence_penalty == 0.0 and frequency_penalty == 0.0:
+        return []
+    if repeat_penalty <= 0:
+        raise ValueError(f"repeat_penalty must be > 0, got {repeat_penalty}")
+
+    def penalize(history: Sequence[int], logits: np.ndarray) -> np.ndarray:
+        recent = history[-repeat_last_n:] if repeat_last_n > 0 else history
+        return apply_penalties(recent, logits, repeat_penalty, presence_penalty, frequency_penalty)
+
+    return [penalize]

@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+from localinfer.sampling import (apply_min_p, apply_penalties, apply_top_k, apply_top_p,
+                                 make_logits_processors, make_sampler)
+
+
+def _logits(seed=0, n=1000):
+    return np.random.default_rng(seed).normal(size=n).astype(np.float32) * 3
+
+
+def test_greedy_is_argmax():
+    x = _logits()
+    assert make_sampler(temperature=0)(x) == int(np.argmax(x))
+    assert make_sampler(temperature=-1)(x) == int(np.argmax(x))
+
+
+def test_top_k_keeps_k():
+    x = _logits()
+    kept = np.isfinite(apply_top_k(x, 5))
+    assert kept.sum() == 5
+    assert set(np.flatnonzero(kept)) == set(np.argsort(-x)[:5])
+    assert np.isfinite(apply_top_k(x, 0)).all()
+
+
+def test_top_p_keeps_smallest_set_reaching_p():
+    x = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
+    assert np.isfinite(apply_top_p(x, 0.7)).tolist() == [True, True, False, False]
+    assert np.isfinite(apply_top_p(x, 0.8)).tolist() == [True, True, False, False]
+    assert np.isfinite(apply_top_p(x, 0.81)).tolist() == [True, True, True, False]
+    assert np.isfinite(apply_top_p(x, 0.01)).tolist() == [True, False, False, False]
+
+
+def test_min_p_relative_to_top():
+    x = np.log(np.array([0.5, 0.3, 0.04, 0.16], dtype=np.float32))
+    assert np.isfinite(apply_min_p(x, 0.1)).tolist() == [True, True, False, True]
+
+
+def test_same_seed_same_tokens_and_different_seed_differs():
+    x = _logits(1)
+    a = [make_sampler(1.0, 0, 1.0, 0.0, seed=7)(x) for _ in range(1)]
+    s1, s2 = make_sampler(1.0, 0, 1.0, 0.0, seed=7), make_sampler(1.0, 0, 1.0, 0.0, seed=7)
+    seq1 = [s1(x) for _ in range(50)]
+    seq2 = [s2(x) for _ in range(50)]
+    assert seq1 == seq2 and seq1[0] == a[0]
+    s3 = make_sampler(1.0, 0, 1.0, 0.0, seed=8)
+    assert [s3(x) for _ in range(50)] != seq1
+
+
+def test_sampling_follows_the_distribution():
+    p = np.array([0.6, 0.3, 0.1])
+    s = make_sampler(1.0, 0, 1.0, 0.0, seed=0)
+    draws = np.bincount([s(np.log(p).astype(np.float32)) for _ in range(4000)], minlength=3) / 4000
+    np.testing.assert_allclose(draws, p, atol=0.03)
+
+
+def test_top_k_one_is_greedy_at_any_temperature():
+    x = _logits(2)
+    s = make_sampler(5.0, 1, 1.0, 0.0, seed=0)
+    assert all(s(x) == int(np.argmax(x)) for _ in range(20))
+
+
+def test_repeat_penalty_like_llama_cpp():
+    x = np.array([2.0, -2.0, 1.0, 0.5], dtype=np.float32)
+    out = apply_penalties([0, 1, 1], x, repeat_penalty=2.0, presence_penalty=0.0, frequency_penalty=0.0)
+    np.testing.assert_allclose(out, [1.0, -4.0, 1.0, 0.5])
+    out = apply_penalties([0, 1, 1], x, 1.0, presence_penalty=0.5, frequency_penalty=0.25)
+    np.testing.assert_allclose(out, [2.0 - 0.25 - 0.5, -2.0 - 0.5 - 0.5, 1.0, 0.5])
+
+
+def test_processors_only_look_at_recent_tokens():
+    (p,) = make_logits_processors(repeat_penalty=2.0, repeat_last_n=2)
+    x = np.array([2.0, 2.0, 2.0], dtype=np.float32)
+    np.testing.assert_allclose(p([0, 1, 2], x), [2.0, 1.0, 1.0])
+    assert make_logits_processors() == []
+    with pytest.raises(ValueError):
+        make_logits_processors(repeat_penalty=0)
