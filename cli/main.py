@@ -1,0 +1,141 @@
+"""The `localinfer` command: run (chat), pull, list, info."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .progress import ByteProgress
+
+
+def _set_threads(n: int | None) -> None:
+    """BLAS reads its thread count when numpy is first imported, which happens after this."""
+    if n:
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(n)
+
+
+def _load(model_name, ctx_size=None, threads=None):
+    from localinfer import load
+    from localinfer.fetch import resolve_model
+    path = resolve_model(model_name, progress=ByteProgress(f"pulling {model_name or 'default model'}"))
+    return load(str(path), n_ctx=ctx_size, n_threads=threads)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="localinfer")
+def main():
+    """localinfer: run GGUF language models locally on the CPU."""
+
+
+@main.command()
+@click.argument("model", required=False)
+@click.option("-p", "--prompt", help="Answer this one message and exit.")
+@click.option("-n", "--max-tokens", type=int, default=-1, show_default=True,
+              help="Most tokens per answer (-1: until the model stops or the context is full).")
+@click.option("--temp", "temperature", type=float, default=0.8, show_default=True, help="0 is greedy.")
+@click.option("--top-k", type=int, default=40, show_default=True)
+@click.option("--top-p", type=float, default=0.95, show_default=True)
+@click.option("--min-p", type=float, default=0.05, show_default=True)
+@click.option("--repeat-penalty", type=float, default=1.0, show_default=True)
+@click.option("--seed", type=int, default=None, help="Same seed, same answer.")
+@click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads.")
+@click.option("-c", "--ctx-size", type=click.IntRange(16), default=None, help="Context length in tokens.")
+@click.option("--system", default=None, help="System prompt.")
+@click.option("--raw", is_flag=True, help="Plain text completion of the prompt, no chat template.")
+@click.option("-v", "--verbose", is_flag=True, help="Print time to first token and tokens/s.")
+def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, threads, ctx_size,
+        system, raw, verbose):
+    """Chat with MODEL (a catalog name or a .gguf path; default: the catalog default).
+
+    Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
+    With -p, or with text piped on stdin, answers once and exits."""
+    _set_threads(threads)
+    from localinfer import ContextFullError
+    from .chat_loop import answer, interactive
+
+    try:
+        llm = _load(model, ctx_size, threads)
+    except (OSError, ValueError, LookupError, RuntimeError) as e:
+        raise click.ClickException(str(e))
+    options = dict(max_tokens=None if max_tokens < 0 else max_tokens, temperature=temperature, top_k=top_k,
+                   top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
+    if prompt is None and not sys.stdin.isatty():
+        prompt = sys.stdin.read()
+    try:
+        if prompt is not None:
+            if not prompt.strip():
+                raise click.ClickException("the prompt is empty")
+            answer(llm, prompt, system=system, raw=raw, verbose=verbose, **options)
+        else:
+            interactive(llm, system=system, verbose=verbose, **options)
+    except ContextFullError as e:
+        raise click.ClickException(str(e))
+
+
+@main.command()
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Fetch again even if cached.")
+def pull(name, force):
+    """Fetch catalog model NAME into the cache (checksum verified)."""
+    from localinfer.fetch import FetchError, ModelNotFoundError, pull as do_pull
+    try:
+        path = do_pull(name, progress=ByteProgress(f"pulling {name}"), force=force)
+    except (ModelNotFoundError, FetchError, OSError) as e:
+        raise click.ClickException(str(e))
+    click.echo(str(path))
+
+
+@main.command(name="list")
+def list_models():
+    """Known models, and which are in the cache."""
+    from localinfer.fetch import cache_dir, cached_path, is_cached, load_catalog
+    default, entries = load_catalog()
+    click.echo(f"{'NAME':<12} {'SIZE':>9}  {'CACHED':<6}  DESCRIPTION")
+    for name, e in entries.items():
+        mark = "*" if name == default else " "
+        click.echo(f"{name + mark:<12} {e.size / 2**20:>7.1f}Mi  {'yes' if is_cached(e) else 'no':<6}  {e.description}")
+    click.echo(f"\n* default model; cache: {cache_dir()}")
+
+
+@main.command()
+@click.argument("model", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--template", is_flag=True, help="Print the whole chat template.")
+def info(model, as_json, template):
+    """Architecture, quant types, sizes and chat template of MODEL."""
+    from localinfer.describe import describe
+    from localinfer.fetch import resolve_model
+    from localinfer.gguf_file import GGUFFile
+    try:
+        with GGUFFile(resolve_model(model, progress=ByteProgress(f"pulling {model}"))) as f:
+            d = describe(f)
+    except (OSError, ValueError, LookupError, RuntimeError) as e:
+        raise click.ClickException(str(e))
+    if as_json:
+        click.echo(json.dumps(d, indent=2))
+        return
+    click.echo(f"file          {d['path']} ({d['file_size'] / 2**20:.1f} MiB, GGUF v{d['gguf_version']})")
+    click.echo(f"name          {d['name']}")
+    click.echo(f"architecture  {d['architecture']}  ({d['n_params'] / 1e6:.1f}M parameters, {d['n_tensors']} tensors)")
+    for k, v in d["hyperparameters"].items():
+        click.echo(f"  {k:<34} {v}")
+    click.echo("tensor types")
+    for t, n in d["tensor_types"].items():
+        click.echo(f"  {t:<8} {n:>4} tensors  {d['tensor_bytes'][t] / 2**20:8.2f} MiB")
+    tok = d["tokenizer"]
+    click.echo(f"tokenizer     {tok['model']} (pre {tok['pre']}), {tok['n_vocab']} tokens, "
+               f"bos {tok['bos_id']}, eos {tok['eos_id']}")
+    t = d["chat_template"]
+    if not t:
+        click.echo("chat template (none in the file: the architecture's built-in format is used)")
+    elif template:
+        click.echo("chat template\n" + t)
+    else:
+        click.echo(f"chat template {len(t)} characters (--template prints it)")
+
+
+if __name__ == "__main__":
+    main()
