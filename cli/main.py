@@ -137,5 +137,9 @@ def info(model, as_json, template):
         click.echo(f"chat template {len(t)} characters (--template prints it)")
 
 
+from .bench import bench  # noqa: E402  (registered on the group here)
+
+main.add_command(bench)
+
 if __name__ == "__main__":
     main()

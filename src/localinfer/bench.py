@@ -1,0 +1,148 @@
+"""Measure like llama-bench: ppN (prompt processing) and tgN (generation) in tokens/s.
+
+One model x thread count is measured in its own process (`python -m localinfer.bench ...`),
+so the thread setting, load time and peak RSS are those of a fresh start. Test names and
+meaning follow llama-bench: ppN evaluates N random tokens in one batch on an empty context;
+tgN generates N tokens one at a time from an empty context. Each is repeated after one
+warm-up run; the rows carry every sample.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+
+def _set_threads(n: int) -> None:
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)
+
+
+def weight_bytes_per_token(gguf) -> int:
+    """Bytes of the file's weights a decode step reads: every tensor once, except that the
+    token embedding contributes one row (unless it doubles as the output matrix)."""
+    total = sum(t.nbytes for t in gguf.tensors.values())
+    emb = gguf.tensors.get("token_embd.weight")
+    if emb is not None and "output.weight" in gguf.tensors:
+        total -= emb.nbytes - emb.nbytes // emb.shape[0]
+    return total
+
+
+def _stats(name: str, n_prompt: int, n_gen: int, samples_ns: list[int], n_tokens: int) -> dict:
+    ts = [n_tokens / (ns / 1e9) for ns in samples_ns]
+    return {
+        "test": name, "n_prompt": n_prompt, "n_gen": n_gen,
+        "avg_ns": int(statistics.mean(samples_ns)),
+        "stddev_ns": int(statistics.stdev(samples_ns)) if len(samples_ns) > 1 else 0,
+        "avg_ts": statistics.mean(ts), "stddev_ts": statistics.stdev(ts) if len(ts) > 1 else 0.0,
+        "samples_ns": samples_ns, "samples_ts": ts,
+    }
+
+
+def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], reps: int, seed: int = 0,
+              progress=None) -> list[dict]:
+    """All tests for one model at one thread count, in this process. Returns llama-bench-like rows."""
+    import numpy as np
+
+    from .model import Model
+
+    t0 = time.perf_counter()
+    model = Model(path, n_ctx=max(prompts + gens + [16]) + 8, n_threads=n_threads)
+    load_s = time.perf_counter() - t0
+    rng = np.random.default_rng(seed)
+    n_vocab = model.n_vocab
+
+    def random_tokens(n):
+        return rng.integers(0, n_vocab, size=n).tolist()
+
+    def time_pp(n):
+        ctx = model.new_context(n + 1)
+        tokens = random_tokens(n)
+        start = time.perf_counter_ns()
+        logits = ctx.append(tokens)
+        int(np.argmax(logits[-1]))  # the first token is ready here: this is the TTFT of an n-token prompt
+        return time.perf_counter_ns() - start
+
+    def time_tg(n):
+        ctx = model.new_context(n + 1)
+        token = model.tokenizer.bos_id if model.tokenizer.bos_id is not None else 0
+        start = time.perf_counter_ns()
+        for _ in range(n):
+            token = int(np.argmax(ctx.append([token])[-1]))
+        return time.perf_counter_ns() - start
+
+    rows = []
+    tests = [("pp", n) for n in prompts if n > 0] + [("tg", n) for n in gens if n > 0]
+    for kind, n in tests:
+        fn = time_pp if kind == "pp" else time_tg
+        fn(min(n, 16))  # warm-up (caches, allocator, BLAS threads)
+        samples = []
+        for r in range(reps):
+            samples.append(fn(n))
+            if progress:
+                progress(f"{kind}{n} rep {r + 1}/{reps}: {n / (samples[-1] / 1e9):.1f} t/s")
+        rows.append(_stats(f"{kind}{n}", n if kind == "pp" else 0, n if kind == "tg" else 0, samples, n))
+
+    info = describe_run(model, path, n_threads, load_s)
+    for row in rows:
+        row.update(info)
+        if row["n_gen"]:
+            row["weight_gbps"] = row["avg_ts"] * info["weight_bytes_per_token"] / 1e9
+        if row["n_prompt"]:
+            row["ttft_ms"] = row["avg_ns"] / 1e6
+    return rows
+
+
+def describe_run(model, path: str, n_threads: int, load_s: float) -> dict:
+    from collections import Counter
+    types = Counter(t.ggml_type.name for t in model.gguf.tensors.values() if len(t.shape) > 1)
+    return {
+        "model": os.path.basename(path),
+        "model_type": f"{model.architecture} {model.gguf.metadata.get('general.size_label', '')}".strip(),
+        "quant": "+".join(t for t, _ in types.most_common()),
+        "model_size": os.path.getsize(path),
+        "model_n_params": sum(t.n_elements for t in model.gguf.tensors.values()),
+        "n_threads": n_threads,
+        "backend": backend_name(),
+        "load_s": load_s,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "weight_bytes_per_token": weight_bytes_per_token(model.gguf),
+        "runtime": "localinfer",
+    }
+
+
+def backend_name() -> str:
+    try:
+        from . import kernels
+        if kernels.available():
+            return f"C {kernels.isa()}"
+    except ImportError:
+        pass
+    return "numpy reference"
+
+
+def main(argv=None) -> None:
+    """Worker entry: measure one model at one thread count, print JSON rows."""
+    ap = argparse.ArgumentParser(prog="python -m localinfer.bench")
+    ap.add_argument("model")
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--prompts", default="512")
+    ap.add_argument("--gens", default="128")
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args(argv)
+    _set_threads(args.threads)
+
+    def progress(msg):
+        print(f"  {msg}", file=sys.stderr, flush=True)
+
+    ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
+    rows = run_model(args.model, args.threads, ints(args.prompts), ints(args.gens), args.reps, progress=progress)
+    json.dump(rows, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Run benchmark suites: ours per (model, threads) in a fresh process, optionally llama.cpp's
+llama-bench with the same parameters interleaved in the same run, plus a memory-bandwidth probe."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Suite:
+    models: list[str]  # resolved paths
+    threads: list[int]
+    prompts: list[int]
+    gens: list[int]
+    reps: int = 3
+    llama_bench: str | None = None  # path to a llama-bench binary, for side-by-side rows
+    llama_bench_args: list[str] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)  # filled as results arrive
+    interrupted: bool = False
+
+
+def run_localinfer(path: str, n_threads: int, s: Suite) -> list[dict]:
+    cmd = [sys.executable, "-m", "localinfer.bench", path, "--threads", str(n_threads),
+           "--prompts", ",".join(map(str, s.prompts)), "--gens", ",".join(map(str, s.gens)),
+           "--reps", str(s.reps)]
+    env = dict(os.environ)
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"benchmark worker failed for {path} (exit {result.returncode})")
+    return json.loads(result.stdout)
+
+
+def run_llama_bench(binary: str, path: str, n_threads: int, s: Suite) -> list[dict]:
+    cmd = [binary, "-m", path, "-t", str(n_threads), "-r", str(s.reps), "-o", "json",
+           "-p", ",".join(map(str, s.prompts)) or "0", "-n", ",".join(map(str, s.gens)) or "0",
+           *s.llama_bench_args]
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"llama-bench failed (exit {result.returncode}): {result.stderr.strip()[-1500:]}")
+    rows = []
+    for r in json.loads(result.stdout):
+        if r.get("n_prompt", 0) and r.get("n_gen", 0):
+            continue  # pg tests are not part of our suite
+        test = f"pp{r['n_prompt']}" if r.get("n_prompt") else f"tg{r['n_gen']}"
+        rows.append({"runtime": "llama.cpp", "test": test, "model": os.path.basename(path),
+                     "model_type": r.get("model_type"), "model_size": r.get("model_size"),
+                     "n_threads": r.get("n_threads"), "n_prompt": r.get("n_prompt"), "n_gen": r.get("n_gen"),
+                     "avg_ts": r["avg_ts"], "stddev_ts": r["stddev_ts"], "samples_ts": r.get("samples_ts", []),
+                     "avg_ns": r.get("avg_ns"), "samples_ns": r.get("samples_ns", []),
+                     "backend": f"llama.cpp {r.get('backends', '')} {r.get('build_commit', '')}".strip(),
+                     "flash_attn": r.get("flash_attn")})
+    return rows
+
+
+def run_suite(s: Suite, log: Callable[[str], None]) -> Suite:
+    """Interleaves ours and llama.cpp per (model, threads); Ctrl-C keeps what is done."""
+    try:
+        for path in s.models:
+            for t in s.threads:
+                log(f"localinfer: {os.path.basename(path)}, {t} thread(s)")
+                s.rows.extend(run_localinfer(path, t, s))
+                if s.llama_bench:
+                    log(f"llama-bench: {os.path.basename(path)}, {t} thread(s)")
+                    s.rows.extend(run_llama_bench(s.llama_bench, path, t, s))
+    except KeyboardInterrupt:
+        s.interrupted = True
+        log("interrupted: reporting the results so far")
+    return s
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    """localinfer / llama.cpp per (model, threads, test), from rows of the same run."""
+    theirs = {(r["model"], r["n_threads"], r["test"]): r for r in rows if r["runtime"] == "llama.cpp"}
+    out = []
+    for r in rows:
+        key = (r["model"], r["n_threads"], r["test"])
+        if r["runtime"] == "localinfer" and key in theirs:
+            out.append({"model": r["model"], "n_threads": r["n_threads"], "test": r["test"],
+                        "localinfer_ts": r["avg_ts"], "llama_cpp_ts": theirs[key]["avg_ts"],
+                        "ratio": r["avg_ts"] / theirs[key]["avg_ts"]})
+    return out
+
+
+def memory_bandwidth(size_mib: int = 512, reps: int = 5) -> dict:
+    """Best-of-reps read and copy bandwidth with numpy (one thread), in GB/s."""
+    import numpy as np
+    n = size_mib * 2**20 // 8
+    a = np.ones(n, dtype=np.float64)
+    b = np.empty_like(a)
+    read, copy = [], []
+    for _ in range(reps):
+        t = time.perf_counter()
+        a.sum()
+        read.append(a.nbytes / (time.perf_counter() - t) / 1e9)
+        t = time.perf_counter()
+        np.copyto(b, a)
+        copy.append(2 * a.nbytes / (time.perf_counter() - t) / 1e9)  # read + write
+    return {"size_mib": size_mib, "read_gbps": max(read), "copy_gbps": max(copy), "threads": 1, "tool": "numpy"}
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu, "n_cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
+            "system": f"{platform.system()} {platform.release()}"}

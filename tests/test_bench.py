@@ -1,0 +1,137 @@
+"""`localinfer bench`: the arithmetic of its rows, its formats and the llama-bench plumbing.
+No test here asserts a speed."""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from localinfer.bench import run_model, weight_bytes_per_token
+from localinfer.bench_report import markdown, table
+from localinfer.bench_suite import Suite, ratios, run_llama_bench
+from localinfer.context import Context
+from localinfer.gguf_file import GGUFFile
+
+
+@pytest.fixture(scope="module")
+def short_run(smollm2_path):
+    """A short bench run, with every model call timed independently from outside."""
+    calls = []  # (n_tokens, ns) of each Context.append, timed around the call
+    original = Context.append
+
+    def timed_append(self, tokens):
+        t = time.perf_counter_ns()
+        try:
+            return original(self, tokens)
+        finally:
+            calls.append((len(tokens), time.perf_counter_ns() - t))
+
+    Context.append = timed_append
+    try:
+        start = time.perf_counter_ns()
+        rows = run_model(str(smollm2_path), 1, prompts=[8], gens=[3], reps=2)
+        wall = time.perf_counter_ns() - start
+    finally:
+        Context.append = original
+    return rows, wall, calls
+
+
+def test_rows_are_llama_bench_shaped(short_run):
+    rows, _, _ = short_run
+    assert [r["test"] for r in rows] == ["pp8", "tg3"]
+    pp, tg = rows
+    assert (pp["n_prompt"], pp["n_gen"], tg["n_prompt"], tg["n_gen"]) == (8, 0, 0, 3)
+    for r in rows:
+        for key in ("model", "model_type", "quant", "n_threads", "avg_ts", "stddev_ts", "samples_ts", "samples_ns",
+                    "load_s", "peak_rss_mib", "model_size", "weight_bytes_per_token", "backend"):
+            assert key in r, key
+        assert r["n_threads"] == 1 and r["quant"].startswith("Q4_1")
+
+
+def test_arithmetic_of_the_rows(short_run):
+    rows, wall_ns, _ = short_run
+    for r in rows:
+        n = r["n_prompt"] or r["n_gen"]
+        assert len(r["samples_ns"]) == len(r["samples_ts"]) == 2
+        for ns, ts in zip(r["samples_ns"], r["samples_ts"]):
+            assert ts == pytest.approx(n / (ns / 1e9))
+        assert r["avg_ts"] == pytest.approx(statistics.mean(r["samples_ts"]))
+        assert r["stddev_ts"] == pytest.approx(statistics.stdev(r["samples_ts"]))
+    # the timed samples are part of the whole call's wall-clock time
+    assert sum(sum(r["samples_ns"]) for r in rows) < wall_ns
+    tg = rows[1]
+    assert tg["weight_gbps"] == pytest.approx(tg["avg_ts"] * tg["weight_bytes_per_token"] / 1e9)
+
+
+def test_agrees_with_an_independent_measurement(short_run):
+    """Each sample's time is the model work it measures: the sum of the same calls timed from
+    outside, plus a little loop overhead (argmax)."""
+    rows, _, calls = short_run
+    pp, tg = rows
+    # call order: pp warm-up (8), pp x2 reps (8 each), tg warm-up (3 x 1), tg x2 reps (3 x 1 each)
+    assert [n for n, _ in calls] == [8] * 3 + [1] * 9
+    pp_calls = [ns for _, ns in calls[1:3]]
+    tg_calls = [sum(ns for _, ns in calls[6 + 3 * i:9 + 3 * i]) for i in range(2)]
+    for sample, outside in zip(pp["samples_ns"] + tg["samples_ns"], pp_calls + tg_calls):
+        assert outside <= sample <= outside * 1.2 + 5_000_000
+
+
+def test_weight_bytes_per_token(smollm2_path):
+    with GGUFFile(smollm2_path) as f:
+        total = sum(t.nbytes for t in f.tensors.values())
+        assert "output.weight" not in f.tensors  # tied: the embedding is read whole as the output
+        assert weight_bytes_per_token(f) == total
+
+
+def test_cli_json_output(smollm2_path):
+    r = subprocess.run([sys.executable, "-m", "localinfer.cli.main", "bench", str(smollm2_path), "-p", "4", "-n", "2",
+                        "-r", "1", "-t", "1", "-o", "json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert [row["test"] for row in data["rows"]] == ["pp4", "tg2"]
+    assert data["machine"]["n_cpus"] >= 1
+
+
+FAKE_LLAMA_BENCH = textwrap.dedent("""\
+    import json, sys
+    args = sys.argv[1:]
+    get = lambda flag: args[args.index(flag) + 1]
+    rows = []
+    for p in get("-p").split(","):
+        rows.append(dict(n_prompt=int(p), n_gen=0, n_threads=int(get("-t")), avg_ts=100.0, stddev_ts=1.0,
+                         samples_ts=[99.0, 101.0], model_type="llama ?B Q4_1", model_size=1, backends="CPU"))
+    for n in get("-n").split(","):
+        rows.append(dict(n_prompt=0, n_gen=int(n), n_threads=int(get("-t")), avg_ts=50.0, stddev_ts=0.5,
+                         samples_ts=[50.0], model_type="llama ?B Q4_1", model_size=1, backends="CPU"))
+    print(json.dumps(rows))
+""")
+
+
+def test_llama_bench_rows_and_ratios(tmp_path):
+    fake = tmp_path / "llama-bench"
+    fake.write_text(f"#!{sys.executable}\n" + FAKE_LLAMA_BENCH)
+    fake.chmod(0o755)
+    suite = Suite(["/models/m.gguf"], [2], [128, 512], [64], reps=2)
+    theirs = run_llama_bench(str(fake), "/models/m.gguf", 2, suite)
+    assert [r["test"] for r in theirs] == ["pp128", "pp512", "tg64"]
+    ours = [dict(r, runtime="localinfer", avg_ts=r["avg_ts"] * 1.5, stddev_ts=0.0, quant="Q4_1", backend="x")
+            for r in theirs]
+    rat = ratios(ours + theirs)
+    assert [x["ratio"] for x in rat] == pytest.approx([1.5, 1.5, 1.5])
+    assert "1.50" in markdown(ours + theirs)
+    assert "localinfer/llama.cpp = 1.50" in table(theirs + [dict(r, load_s=0, peak_rss_mib=0, model_size=1,
+                                                                   weight_bytes_per_token=1, ttft_ms=1,
+                                                                   weight_gbps=1) for r in ours])
+
+
+def test_bad_arguments():
+    r = subprocess.run([sys.executable, "-m", "localinfer.cli.main", "bench", "smollm2", "-p", "x"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "comma-separated integers" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "localinfer.cli.main", "bench"], capture_output=True, text=True)
+    assert r.returncode != 0 and "at least one model" in r.stderr
