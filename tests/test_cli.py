@@ -1,0 +1,143 @@
+"""The `localinfer` command as a user runs it: one-shot, piped, and in a real terminal (a pty)."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from localinfer.cli.main import main
+
+CMD = [sys.executable, "-m", "localinfer.cli.main"]
+
+
+def _run(args, stdin_text=None, timeout=120):
+    return subprocess.run(CMD + args, input=stdin_text, capture_output=True, text=True, timeout=timeout,
+                          stdin=None if stdin_text is not None else subprocess.DEVNULL)
+
+
+def test_one_shot_prompt(smollm2_model):
+    want = smollm2_model.chat([{"role": "user", "content": "What is 2+2?"}], max_tokens=12, temperature=0).text
+    r = _run(["run", "smollm2", "-p", "What is 2+2?", "-n", "12", "--temp", "0", "--verbose"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == want.strip()
+    assert "TTFT" in r.stderr and "decode" in r.stderr
+
+
+def test_piped_stdin(smollm2_model):
+    want = smollm2_model.chat([{"role": "user", "content": "Name a color."}], max_tokens=10, temperature=0).text
+    r = _run(["run", "-n", "10", "--temp", "0"], stdin_text="Name a color.\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == want.strip()
+
+
+def test_raw_completion(smollm2_model):
+    want = smollm2_model.generate("The capital of France is", max_tokens=6, temperature=0).text
+    r = _run(["run", "smollm2", "--raw", "-p", "The capital of France is", "-n", "6", "--temp", "0"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == want + "\n"
+
+
+def test_errors_are_messages_not_tracebacks(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a model at all")
+    r = _run(["run", str(bad), "-p", "hi"])
+    assert r.returncode != 0 and "not a GGUF file" in r.stderr and "Traceback" not in r.stderr
+    r = _run(["run", "no-such-model", "-p", "hi"])
+    assert r.returncode != 0 and "known" in r.stderr and "Traceback" not in r.stderr
+    r = _run(["run", "smollm2", "-c", "16", "-p", "word " * 40])
+    assert r.returncode != 0 and "context" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_list_and_info(smollm2_path):
+    runner = CliRunner()
+    r = runner.invoke(main, ["list"])
+    assert r.exit_code == 0 and "smollm2*" in r.output and "gemma3" in r.output
+    r = runner.invoke(main, ["info", "smollm2"])
+    assert r.exit_code == 0, r.output
+    assert "llama" in r.output and "Q4_1" in r.output and "chat template" in r.output
+    d = json.loads(runner.invoke(main, ["info", str(smollm2_path), "--json"]).output)
+    assert d["architecture"] == "llama" and d["tensor_types"]["Q4_1"] == 210
+    assert d["hyperparameters"]["block_count"] == 30
+
+
+def test_pull_cached_model_is_instant(smollm2_path):
+    r = CliRunner().invoke(main, ["pull", "smollm2"])
+    assert r.exit_code == 0 and r.output.strip() == str(smollm2_path)
+
+
+class Terminal:
+    """The command in a pseudo-terminal, as a person at a keyboard would run it."""
+
+    def __init__(self, args):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # child
+            os.execv(sys.executable, CMD + args)
+        self.out = b""
+
+    def send(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def expect(self, needle: str, timeout: float = 60) -> str:
+        deadline = time.time() + timeout
+        while needle.encode() not in self.out:
+            if time.time() > deadline:
+                raise AssertionError(f"did not see {needle!r} in:\n{self.out.decode(errors='replace')}")
+            ready, _, _ = select.select([self.fd], [], [], 0.5)
+            if ready:
+                try:
+                    self.out += os.read(self.fd, 4096)
+                except OSError:
+                    break
+        return self.out.decode(errors="replace")
+
+    def wait(self, timeout: float = 30) -> int:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+            try:
+                if select.select([self.fd], [], [], 0.2)[0]:
+                    self.out += os.read(self.fd, 4096)
+            except OSError:
+                pass
+        os.kill(self.pid, 9)
+        raise AssertionError("the program did not exit")
+
+
+def test_interactive_chat_in_a_terminal(smollm2_path):
+    term = Terminal(["run", "smollm2", "--temp", "0", "-n", "48", "--verbose"])
+    term.expect(">>> ")
+    term.send("What is the capital of France?\r")
+    term.expect("decode")  # the verbose timings after the answer
+    term.expect(">>> ")
+    term.out = b""
+    term.send("And of Germany?\r")
+    screen = term.expect("decode")
+    cached = int(screen.split(" cached")[0].rsplit("(", 1)[1])
+    assert cached > 20  # the second turn reused the first turn's tokens
+    term.expect(">>> ")
+    term.send("/clear\r")
+    term.expect("cleared")
+    term.send("Write a very long story about a dragon.\r")
+    time.sleep(1.5)
+    term.send("\x03")  # Ctrl-C stops the answer, not the program
+    term.expect(">>> ")
+    term.out = b""
+    term.send("/bye\r")
+    assert term.wait() == 0
+
+
+def test_ctrl_d_exits(smollm2_path):
+    term = Terminal(["run", "smollm2"])
+    term.expect(">>> ")
+    term.send("\x04")
+    assert term.wait() == 0
