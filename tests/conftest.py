@@ -57,6 +57,12 @@ def smollm2_metadata(smollm2_path) -> dict:
 
 
 @pytest.fixture(scope="session")
+def gemma3_metadata(gemma3_path) -> dict:
+    with GGUFFile(gemma3_path) as f:
+        return dict(f.metadata)
+
+
+@pytest.fixture(scope="session")
 def smollm2_model(smollm2_path):
     import localinfer
     return localinfer.load(str(smollm2_path))

@@ -174,8 +174,8 @@ def _tiny_bpe_metadata(**overrides) -> dict:
 
 
 @pytest.mark.parametrize("name, message", [
-    ("llama", r"'llama' \(SentencePiece \(SPM\)\) is not supported yet; supported: gpt2"),
-    ("bogus", r"unknown tokenizer model tokenizer\.ggml\.model='bogus'; supported: gpt2"),
+    ("bert", r"'bert' \(WordPiece \(WPM\)\) is not supported yet; supported: gpt2, llama"),
+    ("bogus", r"unknown tokenizer model tokenizer\.ggml\.model='bogus'; supported: gpt2, llama"),
 ])
 def test_unsupported_tokenizer_model(name, message):
     with pytest.raises(ValueError, match=message):

@@ -66,22 +66,33 @@ class StreamingDetokenizer:
     """Incremental detokenizer for generation: feed one token id at a time, get text.
 
     `feed` returns only complete UTF-8 text; the bytes of a character split across
-    tokens are held back until a later token completes them.  `flush` returns the
-    remainder, invalid or incomplete bytes replaced by U+FFFD.  The concatenated
-    output equals decoding all token bytes at once with errors="replace".
+    tokens (byte-level BPE pieces, SPM "<0xXX>" byte-fallback tokens) are held back
+    until a later token completes them.  `flush` returns the remainder, invalid or
+    incomplete bytes replaced by U+FFFD.
 
-    Like llama.cpp's per-token `token_to_piece` streaming, this does not apply the
-    whole-text passes of `Tokenizer.detokenize` (leading-space strip for vocabs with
-    add_space_prefix, and `clean_spaces`); for vocabs without those the two agree.
+    By default this is llama.cpp's per-token `token_to_piece(lstrip=0)` streaming, as
+    for generated tokens that continue a prompt: an SPM piece "▁Paris" comes out as
+    " Paris".  With `strip_leading_space=True` the stream is taken to be a whole text
+    from its start, and the first token loses one leading space when the vocab has
+    add_space_prefix -- `Tokenizer.detokenize`'s rule.  The output then equals
+    `detokenize(ids, render_special)` for vocabs without `clean_spaces` (SPM, and most
+    BPE pre-tokenizers); that whole-text pass is never applied while streaming.
     """
 
-    def __init__(self, tokenizer: "Tokenizer", render_special: bool = True):
+    def __init__(self, tokenizer: "Tokenizer", render_special: bool = True,
+                 strip_leading_space: bool = False):
         self.tokenizer = tokenizer
         self.render_special = render_special
+        self._strip_first = strip_leading_space and tokenizer.vocab.add_space_prefix
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, token_id: int) -> str:
         data = self.tokenizer.token_to_bytes(token_id, render_special=self.render_special)
+        if self._strip_first:
+            # as in detokenize: only the first token, even when its piece is empty
+            self._strip_first = False
+            if data.startswith(b" "):
+                data = data[1:]
         return self._decoder.decode(data, final=False)
 
     def flush(self) -> str:

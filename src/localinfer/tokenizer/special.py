@@ -10,6 +10,7 @@ tokens).  LSTRIP/RSTRIP attributes eat C-locale whitespace next to a match.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, Mapping, Union
 
@@ -19,7 +20,15 @@ Fragment = Union[str, int]   # raw text still to tokenize, or a token id
 
 _C_SPACE = " \t\n\v\f\r"     # what C isspace() accepts in the "C" locale
 
-_SPECIAL_ATTRS = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
+# plain ints: tested against every token's attributes
+_SPECIAL_ATTRS = int(TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN)
+_NOT_ALWAYS = int(TokenAttr.CONTROL | TokenAttr.UNKNOWN)
+_LSTRIP, _RSTRIP = int(TokenAttr.LSTRIP), int(TokenAttr.RSTRIP)
+
+# From this text length on, `partition` first rules special tokens out by their
+# 2-character pieces; gemma-3 has 6,414 special tokens and scanning a long text
+# once for each of them costs more than the tokenization itself.
+_FILTER_MIN_LEN = 256
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,12 @@ class SpecialToken:
     parse_always: bool   # USER_DEFINED: matched even with parse_special=False
     lstrip: bool
     rstrip: bool
+    ngrams: frozenset[str]   # `text_ngrams(text)`: all of them occur in any text containing it
+
+
+def text_ngrams(text: str) -> set[str]:
+    """The characters and 2-character substrings of `text`."""
+    return set(text) | set(map(operator.add, text, text[1:]))
 
 
 def special_tokens(vocab: Vocab, metadata: Mapping[str, Any]) -> list[SpecialToken]:
@@ -41,12 +56,14 @@ def special_tokens(vocab: Vocab, metadata: Mapping[str, Any]) -> list[SpecialTok
     out = []
     for i in ids:
         attr = vocab.attrs[i] | strip.get(i, 0)
+        text = vocab.tokens[i]
         out.append(SpecialToken(
             id=i,
-            text=vocab.tokens[i],
-            parse_always=not attr & (TokenAttr.CONTROL | TokenAttr.UNKNOWN),
-            lstrip=bool(attr & TokenAttr.LSTRIP),
-            rstrip=bool(attr & TokenAttr.RSTRIP),
+            text=text,
+            parse_always=not attr & _NOT_ALWAYS,
+            lstrip=bool(attr & _LSTRIP),
+            rstrip=bool(attr & _RSTRIP),
+            ngrams=frozenset(text_ngrams(text)),
         ))
     return out
 
@@ -85,11 +102,14 @@ def _strip_attrs(vocab: Vocab, special_ids: list[int], metadata: Mapping[str, An
 def partition(text: str, specials: list[SpecialToken], parse_special: bool) -> list[Fragment]:
     """Split `text` into raw-text fragments and special token ids."""
     fragments: list[Fragment] = [text] if text else []
+    present = text_ngrams(text) if len(text) >= _FILTER_MIN_LEN else None
     for tok in specials:
         if not (parse_special or tok.parse_always):
             continue
+        if present is not None and not tok.ngrams <= present:
+            continue  # cheap filters: vocabularies can hold thousands of special tokens
         if tok.text not in text:
-            continue  # cheap filter: vocabularies can hold thousands of special tokens
+            continue
         out: list[Fragment] = []
         for frag in fragments:
             if isinstance(frag, int) or tok.text not in frag:

@@ -12,10 +12,13 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
+import numpy as np
+
 from .bpe import BpeEncoder, decode_token_text, parse_merges
 from .detokenizer import clean_up_spaces
 from .pretokenize import resolve_pre_tokenizer
 from .special import SpecialToken, partition, special_tokens
+from .spm import SpmEncoder, unescape_piece
 from .vocab import K, TokenAttr, Vocab, load_vocab
 
 
@@ -27,7 +30,7 @@ class FragmentEncoder(Protocol):
 class VocabModel:
     """What one `tokenizer.ggml.model` contributes (llama.cpp LLAMA_VOCAB_TYPE_*)."""
 
-    kind: str                                   # "BPE", later "SPM", ...
+    kind: str                                   # "BPE", "SPM"
     default_ids: Mapping[str, int | None]       # special ids before the GGUF keys apply
     add_bos: bool
     add_eos: bool
@@ -35,6 +38,9 @@ class VocabModel:
     clean_spaces: bool
     make_encoder: Callable[[Vocab], FragmentEncoder]
     normal_piece: Callable[[str], bytes]        # NORMAL token text -> bytes
+    # SPM: with add_space_prefix, a text fragment at the start or right after a
+    # special token gets a " " in front (llama.cpp `is_prev_special`); BPE never does.
+    space_prefix_after_special: bool = False
 
 
 def _bpe_model(metadata: Mapping[str, Any]) -> VocabModel:
@@ -56,14 +62,38 @@ def _bpe_model(metadata: Mapping[str, Any]) -> VocabModel:
     )
 
 
-# tokenizer.ggml.model -> VocabModel builder.  SentencePiece ("llama") slots in here.
+def _spm_model(metadata: Mapping[str, Any]) -> VocabModel:
+    n_tokens = len(metadata.get(K.LIST) or ())
+    raw_scores = metadata.get(K.SCORES)
+    if raw_scores is None:
+        scores = [0.0] * n_tokens            # llama.cpp: score 0 for every token
+    else:
+        # float32 as llama.cpp holds them (int32 scores are cast to float too)
+        try:
+            scores = np.asarray(raw_scores, dtype=np.float32).reshape(-1).tolist()
+        except (TypeError, ValueError):
+            raise ValueError(f"{K.SCORES} must be a list of numbers") from None
+    return VocabModel(
+        kind="SPM",
+        default_ids={"bos": 1, "eos": 2, "unk": 0},
+        add_bos=True,
+        add_eos=False,
+        add_space_prefix=True,
+        clean_spaces=False,
+        make_encoder=lambda vocab: SpmEncoder(vocab.tokens, vocab.token_to_id, scores),
+        normal_piece=unescape_piece,
+        space_prefix_after_special=True,
+    )
+
+
+# tokenizer.ggml.model -> VocabModel builder
 TOKENIZER_MODELS: dict[str, Callable[[Mapping[str, Any]], VocabModel]] = {
     "gpt2": _bpe_model,
+    "llama": _spm_model,
 }
 
 # Models llama.cpp knows that we do not implement yet, for a precise error.
 _NOT_YET = {
-    "llama": "SentencePiece (SPM)",
     "bert": "WordPiece (WPM)",
     "t5": "Unigram (UGM)",
     "rwkv": "RWKV",
@@ -75,7 +105,10 @@ _NOT_YET = {
     "none": "no vocabulary",
 }
 
-_HIDDEN_UNLESS_RENDERED = TokenAttr.CONTROL | TokenAttr.UNKNOWN
+# plain ints: these are tested against 262k attributes
+_HIDDEN_UNLESS_RENDERED = int(TokenAttr.CONTROL | TokenAttr.UNKNOWN)
+_RENDERED_AS_TEXT = int(TokenAttr.CONTROL | TokenAttr.UNKNOWN | TokenAttr.USER_DEFINED)
+_NORMAL, _BYTE = int(TokenAttr.NORMAL), int(TokenAttr.BYTE)
 
 
 class Tokenizer:
@@ -84,8 +117,9 @@ class Tokenizer:
         self.model = model
         self._encoder = model.make_encoder(vocab)
         self._specials = specials
-        self._pieces = [self._piece(i) for i in range(vocab.n_tokens)]
-        self._hidden = [bool(a & _HIDDEN_UNLESS_RENDERED) for a in vocab.attrs]
+        # token_to_piece cache, filled on first use: building all 262k pieces of a
+        # large vocab up front would dominate the tokenizer's load time
+        self._pieces: list[bytes | None] = [None] * vocab.n_tokens
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> "Tokenizer":
@@ -155,11 +189,17 @@ class Tokenizer:
         out: list[int] = []
         if add_special and self.vocab.add_bos:
             out.append(self.vocab.special["bos"])
+        space_prefix = self.model.space_prefix_after_special and self.vocab.add_space_prefix
+        prev_special = True   # the start of the text counts as "after a special token"
         for frag in partition(text, self._specials, parse_special):
             if isinstance(frag, int):
                 out.append(frag)
+                prev_special = True
             else:
+                if space_prefix and prev_special:
+                    frag = " " + frag
                 out.extend(self._encoder.encode(frag))
+                prev_special = False
         if add_special and self.vocab.add_eos:
             out.append(self.vocab.special["eos"])
         return out
@@ -169,9 +209,12 @@ class Tokenizer:
     def token_to_bytes(self, token_id: int, render_special: bool = True) -> bytes:
         """llama_token_to_piece(lstrip=0): CONTROL/UNKNOWN tokens are empty unless rendered."""
         tid = self._check_id(token_id)
-        if not render_special and self._hidden[tid]:
+        if not render_special and self.vocab.attrs[tid] & _HIDDEN_UNLESS_RENDERED:
             return b""
-        return self._pieces[tid]
+        piece = self._pieces[tid]
+        if piece is None:
+            piece = self._pieces[tid] = self._piece(tid)
+        return piece
 
     def detokenize_bytes(
         self, ids: Iterable[int], render_special: bool = True, remove_special: bool = False
@@ -218,11 +261,11 @@ class Tokenizer:
         """llama.cpp token_to_piece(special=True) for one token, by attribute."""
         attr = self.vocab.attrs[tid]
         text = self.vocab.tokens[tid]
-        if attr & (TokenAttr.CONTROL | TokenAttr.UNKNOWN | TokenAttr.USER_DEFINED):
+        if attr & _RENDERED_AS_TEXT:
             return text.encode("utf-8")
-        if attr & TokenAttr.NORMAL:
+        if attr & _NORMAL:
             return self.model.normal_piece(text)
-        if attr & TokenAttr.BYTE:
+        if attr & _BYTE:
             # "<0xAB>" -> 0xAB; llama.cpp strtol()s characters 3..4 whatever they are
             try:
                 return bytes([int(text[3:5], 16)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Mapping
 
 import gguf
@@ -42,6 +43,8 @@ _TYPE_TO_ATTR = {
     gguf.TokenType.UNUSED: TokenAttr.UNUSED,
     gguf.TokenType.BYTE: TokenAttr.BYTE,
 }
+
+_TYPE_TO_ATTR_INT = {int(t): int(a) for t, a in _TYPE_TO_ATTR.items()}
 
 # Special-id slots in the order llama.cpp reads their keys (the deprecated
 # prefix/suffix/middle keys come last and override the fim_* ones).
@@ -119,18 +122,7 @@ def load_vocab(
     raw_tokens = metadata.get(K.LIST)
     if not raw_tokens:
         raise ValueError(f"GGUF metadata has no token list ({K.LIST})")
-    tokens: list[str] = []
-    token_to_id: dict[str, int] = {}
-    for i, text in enumerate(raw_tokens):
-        if not isinstance(text, str):
-            raise ValueError(f"{K.LIST}[{i}] is {type(text).__name__}, expected str")
-        if not text:
-            text = f"[EMPTY_{i}]"  # llama.cpp renames empty tokens the same way
-        if text in token_to_id:
-            raise ValueError(
-                f"duplicate token in vocabulary: {text!r} has ids {token_to_id[text]} and {i}")
-        token_to_id[text] = i
-        tokens.append(text)
+    tokens, token_to_id = _read_tokens(raw_tokens)
     n = len(tokens)
 
     types = metadata.get(K.TOKEN_TYPE)
@@ -139,7 +131,7 @@ def load_vocab(
     else:
         if len(types) < n:
             raise ValueError(f"{K.TOKEN_TYPE} has {len(types)} entries for {n} tokens")
-        attrs = [int(_TYPE_TO_ATTR.get(t, TokenAttr.UNDEFINED)) for t in types[:n]]
+        attrs = list(map(_TYPE_TO_ATTR_INT.get, types[:n], repeat(int(TokenAttr.UNDEFINED))))
 
     special = _special_ids(metadata, default_ids, n)
 
@@ -155,6 +147,26 @@ def load_vocab(
     _detect_special_by_text(vocab)
     vocab.eog_ids = frozenset(_eog_ids(vocab))
     return vocab
+
+
+def _read_tokens(raw_tokens: Any) -> tuple[list[str], dict[str, int]]:
+    """Token texts and the text -> id map.  Vocabularies reach 262k tokens, so the
+    common case runs at C speed; the slow loop only runs to name what is wrong."""
+    tokens = list(raw_tokens)
+    token_to_id = dict(zip(tokens, range(len(tokens))))
+    if set(map(type, tokens)) == {str} and "" not in token_to_id and len(token_to_id) == len(tokens):
+        return tokens, token_to_id
+    token_to_id = {}
+    for i, text in enumerate(tokens):
+        if not isinstance(text, str):
+            raise ValueError(f"{K.LIST}[{i}] is {type(text).__name__}, expected str")
+        if not text:
+            text = tokens[i] = f"[EMPTY_{i}]"  # llama.cpp renames empty tokens the same way
+        if text in token_to_id:
+            raise ValueError(
+                f"duplicate token in vocabulary: {text!r} has ids {token_to_id[text]} and {i}")
+        token_to_id[text] = i
+    return tokens, token_to_id
 
 
 def _special_ids(metadata: Mapping[str, Any], defaults: Mapping[str, int | None], n: int) -> dict[str, int | None]:
@@ -174,7 +186,7 @@ def _special_ids(metadata: Mapping[str, Any], defaults: Mapping[str, int | None]
 
 def _add_control(vocab: Vocab, tid: int) -> None:
     # llama.cpp: "control-looking token ... was not control-type; its type will be overridden"
-    vocab.attrs[tid] |= TokenAttr.CONTROL
+    vocab.attrs[tid] = int(vocab.attrs[tid] | TokenAttr.CONTROL)
 
 
 def _detect_special_by_text(vocab: Vocab) -> None:
@@ -183,22 +195,24 @@ def _detect_special_by_text(vocab: Vocab) -> None:
     llama.cpp walks an unordered_map, so with several candidates the winner is
     unspecified; we take the lowest id (for SmolLM2 that gives eot=0
     "<|endoftext|>", matching llama.cpp's reported eot_id)."""
-    for tid, text in enumerate(vocab.tokens):
-        for slot, texts in _DETECT_BY_TEXT.items():
-            if vocab.special[slot] is None and text in texts:
-                vocab.special[slot] = tid
-                _add_control(vocab, tid)
+    t2i = vocab.token_to_id
+    for slot, texts in _DETECT_BY_TEXT.items():
+        if vocab.special[slot] is not None:
+            continue
+        found = [t2i[t] for t in texts if t in t2i]
+        if found:
+            vocab.special[slot] = min(found)
+            _add_control(vocab, min(found))
 
 
 def _eog_ids(vocab: Vocab) -> set[int]:
+    t2i = vocab.token_to_id
     eog = {vocab.special[s] for s in ("fim_pad", "fim_rep", "fim_sep")} - {None}
-    for tid, text in enumerate(vocab.tokens):
-        if text in _EOG_TEXTS:
-            eog.add(tid)
-            _add_control(vocab, tid)
-    for tid, text in enumerate(vocab.tokens):
-        if text in _FORCE_USER_DEFINED:
-            vocab.attrs[tid] = int(TokenAttr.USER_DEFINED)
+    for text in _EOG_TEXTS & t2i.keys():
+        eog.add(t2i[text])
+        _add_control(vocab, t2i[text])
+    for text in _FORCE_USER_DEFINED & t2i.keys():
+        vocab.attrs[t2i[text]] = int(TokenAttr.USER_DEFINED)
     for slot in ("eos", "eot", "eom"):
         if vocab.special[slot] is not None:
             eog.add(vocab.special[slot])

@@ -1,0 +1,180 @@
+"""SentencePiece-style tokenizer (llama.cpp LLAMA_VOCAB_TYPE_SPM, `tokenizer.ggml.model == "llama"`).
+
+llama.cpp does not run SentencePiece itself; it re-implements the BPE flavour of it
+from the GGUF vocab (`llm_tokenizer_spm_session` in src/llama-vocab.cpp):
+
+  raw-text fragment (special tokens already cut out) -> " " becomes U+2581 "▁"
+  -> one symbol per Unicode code point -> repeatedly join the adjacent pair whose
+  concatenation is a vocab token with the highest *score* (leftmost on ties)
+  -> each final symbol is a token, or else its UTF-8 bytes as "<0xXX>" tokens.
+
+Notes on the llama.cpp version (checked against its reference output):
+
+* Any token text can be formed by a merge, whatever its type (CONTROL, BYTE,
+  UNUSED ...): llama.cpp looks candidates up in the full text -> id map.
+* Its "resegment" step maps a symbol that is not a token back through the
+  merges that built it.  Every merged symbol *is* a token (a pair is only
+  queued when its concatenation is one), so only single code points ever miss;
+  they go straight to byte fallback, which is all we implement.
+* The byte token for byte b is "<0xXX>" (upper-case hex, llama_vocab::byte_to_token);
+  a character that needs a missing byte token is an error, as in llama.cpp.
+* Merging runs over the whole fragment at once.  We cut the fragment into words
+  before each "▁" that no vocab token can span (`_word_split_pattern`), which gives the
+  same result and lets each word's ids be cached.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from typing import Mapping, Sequence
+
+SPACE = "\u2581"   # "▁", SentencePiece's visible space
+
+
+def escape_whitespace(text: str) -> str:
+    """llama.cpp `llama_escape_whitespace`: only U+0020 is replaced."""
+    return text.replace(" ", SPACE)
+
+
+def unescape_piece(text: str) -> bytes:
+    """NORMAL token text -> bytes (llama.cpp `llama_unescape_whitespace`)."""
+    return text.replace(SPACE, " ").encode("utf-8")
+
+
+def spm_merge_ref(text: str, token_to_id: Mapping[str, int], scores: Sequence[float]) -> list[str]:
+    """Readable reference: join the adjacent pair that forms the highest-scoring token,
+    leftmost on ties, until no adjacent pair forms a token."""
+    parts = list(text)
+    while len(parts) > 1:
+        best_score, best_i = None, -1
+        for i in range(len(parts) - 1):
+            tid = token_to_id.get(parts[i] + parts[i + 1])
+            if tid is not None and (best_score is None or scores[tid] > best_score):
+                best_score, best_i = scores[tid], i
+        if best_score is None:
+            break
+        parts[best_i:best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+    return parts
+
+
+def spm_merge(text: str, token_to_id: Mapping[str, int], scores: Sequence[float]) -> list[str]:
+    """Same result as `spm_merge_ref` in O(n log n): llama.cpp's `llm_bigram_spm` work
+    queue -- a heap of candidate pairs keyed by (-score, left position) over a linked
+    list of symbols.  A queued pair is stale once either side changed; symbols only
+    grow, so a length check finds that (llama.cpp compares byte sizes the same way)."""
+    n = len(text)
+    if n < 2:
+        return [text] if text else []
+    sym = list(text)                       # sym[i] == "" once symbol i was merged away
+    prev = list(range(-1, n - 1))
+    nxt = list(range(1, n + 1))
+    nxt[-1] = -1
+    get = token_to_id.get
+    heap: list[tuple[float, int, int, int]] = []   # (-score, left, right, joined length)
+    for i in range(n - 1):
+        tid = get(text[i:i + 2])
+        if tid is not None:
+            heap.append((-scores[tid], i, i + 1, 2))
+    heapq.heapify(heap)
+
+    def push(left: int, right: int) -> None:
+        joined = sym[left] + sym[right]
+        tid = get(joined)
+        if tid is not None:
+            heapq.heappush(heap, (-scores[tid], left, right, len(joined)))
+
+    while heap:
+        _, left, right, size = heapq.heappop(heap)
+        lt, rt = sym[left], sym[right]
+        if not lt or not rt or len(lt) + len(rt) != size:
+            continue
+        sym[left], sym[right] = lt + rt, ""
+        after = nxt[right]
+        nxt[left] = after
+        if after >= 0:
+            prev[after] = left
+        if prev[left] >= 0:
+            push(prev[left], left)
+        if after >= 0:
+            push(left, after)
+    return [s for s in sym if s]
+
+
+def byte_token_ids(token_to_id: Mapping[str, int]) -> list[int | None]:
+    """byte -> its "<0xXX>" token id (None when the vocab lacks it).
+
+    llama.cpp `byte_to_token` would also accept a one-character token chr(b), but
+    only single code points reach byte fallback, and one that is a one-byte (ASCII)
+    string was already looked up whole -- so that second chance never finds anything."""
+    return [token_to_id.get(f"<0x{b:02X}>") for b in range(256)]
+
+
+def _word_split_pattern(tokens: Sequence[str]) -> re.Pattern[str]:
+    """Where a fragment can be cut without changing the merge result.
+
+    A cut at position p is safe when no vocab token equals text[i:j] with i < p < j:
+    then no pair across p is ever queued and the merges on either side run
+    independently of each other.  We cut before a "▁" whose left neighbour c is not
+    "▁" and no token contains c + "▁" (for gemma-3 only ">▁</" has such a pair), so
+    words look like "▁▁word"."""
+    # One regex pass over all texts joined by NUL.  The joints add NUL to `glued`
+    # (NUL before a token that starts with "▁"); an extra entry only removes cuts.
+    glued = set(re.findall(f"([^{SPACE}]){SPACE}", "\0".join(tokens)))
+    blocked = SPACE + "".join(re.escape(c) for c in sorted(glued))
+    return re.compile(f"(?<=[^{blocked}])(?={SPACE})")
+
+
+class SpmEncoder:
+    """Encodes one raw-text fragment (no special tokens inside) into token ids.
+
+    The caller adds llama.cpp's space prefix (`add_space_prefix`) before calling."""
+
+    _CACHE_LIMIT = 1 << 16
+    _CACHE_MAX_WORD = 64       # longer words (CJK runs, long code lines) are not cached
+
+    def __init__(self, tokens: Sequence[str], token_to_id: Mapping[str, int], scores: Sequence[float]):
+        if len(scores) < len(tokens):
+            raise ValueError(f"SPM vocabulary has {len(scores)} scores for {len(tokens)} tokens")
+        self.token_to_id = token_to_id
+        self.scores = scores
+        self._byte_ids = byte_token_ids(token_to_id)
+        self._split = _word_split_pattern(tokens).split
+        self._cache: dict[str, tuple[int, ...]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        cache = self._cache
+        for word in self._split(escape_whitespace(text)):
+            ids = cache.get(word)
+            if ids is None:
+                ids = self.encode_word(word)
+                if len(word) <= self._CACHE_MAX_WORD:
+                    if len(cache) >= self._CACHE_LIMIT:
+                        cache.clear()
+                    cache[word] = ids
+            out.extend(ids)
+        return out
+
+    def encode_word(self, word: str) -> tuple[int, ...]:
+        """Merge one already-escaped piece of text and map its symbols to ids."""
+        get = self.token_to_id.get
+        ids: list[int] = []
+        for symbol in spm_merge(word, self.token_to_id, self.scores):
+            tid = get(symbol)
+            if tid is not None:
+                ids.append(tid)
+            else:   # a single code point outside the vocab: byte fallback
+                ids.extend(self._byte_fallback(symbol))
+        return tuple(ids)
+
+    def _byte_fallback(self, symbol: str) -> list[int]:
+        out = []
+        for b in symbol.encode("utf-8"):
+            tid = self._byte_ids[b]
+            if tid is None:
+                raise ValueError(
+                    f"cannot tokenize {symbol!r}: it is not in the SPM vocabulary and the "
+                    f"vocabulary has no byte token <0x{b:02X}> to spell it with")
+            out.append(tid)
+        return out
