@@ -40,12 +40,15 @@ class Context:
             raise ContextFullError(f"the prompt has {len(tokens)} tokens, but the context holds "
                                    f"{self.n_ctx} (raise n_ctx / --ctx-size, or shorten the prompt)")
         keep = min(self.common_prefix(tokens), len(tokens) - 1)  # the last token must be computed
+        if not self.cache.can_trim_to(keep):
+            keep = 0  # a sliding-window cache no longer holds the keys the token after `keep` needs
         self.truncate(keep)
-        return self.append(tokens[keep:])[-1]
+        return self.append(tokens[keep:], last_only=True)[-1]
 
-    def append(self, tokens: Sequence[int]) -> np.ndarray:
-        """Run `tokens` after what is cached; returns their logits (n, n_vocab)."""
-        logits = self.model.forward(np.asarray(tokens, dtype=np.int64), self.cache)
+    def append(self, tokens: Sequence[int], last_only: bool = False) -> np.ndarray:
+        """Run `tokens` after what is cached; returns their logits (n, n_vocab), or (1, n_vocab)
+        for the last token only (all a prompt needs: the output matmul is skipped for the rest)."""
+        logits = self.model.forward(np.asarray(tokens, dtype=np.int64), self.cache, last_only=last_only)
         self.tokens.extend(int(t) for t in tokens)
         self.last_n_computed = len(tokens)
         return logits

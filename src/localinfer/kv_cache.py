@@ -1,7 +1,14 @@
 """The KV cache: keys and values of every layer for the tokens already processed.
 
-One interface (`update_and_fetch`, `offset`, `trim`, `reset`) so that variants (sliding
-window, quantized) can replace it without touching the model code.
+One interface (`update_and_fetch`, `offset`, `trim`, `can_trim_to`, `reset`) so that variants
+(sliding window, quantized) can replace it without touching the model code.
+`update_and_fetch` stores the new keys/values and returns the most recent ones in position
+order, ending with the new ones: the first returned key is at position offset + n - len(keys).
+
+- KVCache: every position of every layer.
+- RotatingKVCache: only the last positions, for sliding-window attention layers.
+- InterleavedKVCache: one of each for models that mix global and sliding-window layers
+  (gemma3; llama.cpp's llama_kv_cache_iswa).
 """
 from __future__ import annotations
 
@@ -43,6 +50,10 @@ class KVCache:
     def advance(self, n: int) -> None:
         self.offset += n
 
+    def can_trim_to(self, n_keep: int) -> bool:
+        """Whether trim(n_keep) leaves what the token at position n_keep needs."""
+        return 0 <= n_keep <= self.offset
+
     def trim(self, n_keep: int) -> None:
         """Forget every token past the first `n_keep` (used to reuse a common prefix)."""
         if not 0 <= n_keep <= self.offset:
@@ -55,3 +66,125 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes
+
+
+class RotatingKVCache:
+    """Keys and values of the last positions only, for sliding-window attention layers.
+
+    A query at position p sees keys p-window+1..p, so after `offset` tokens the next one needs
+    the last window-1 positions. The ring holds `window + trim_margin` slots (position p in slot
+    p % n_slots): the margin lets a context trim back a few tokens (regenerate, the next chat
+    turn) without recomputing. Memory stays bounded whatever the sequence length.
+    """
+
+    def __init__(self, n_layers: int, n_ctx: int, n_head_kv: int, head_dim: int, window: int,
+                 dtype=np.float16, trim_margin: int = 64):
+        if window < 1:
+            raise ValueError(f"sliding window must be >= 1, got {window}")
+        self.n_layers, self.n_ctx, self.window = n_layers, n_ctx, window
+        self.n_slots = min(n_ctx, window + trim_margin)
+        self.k = np.zeros((n_layers, self.n_slots, n_head_kv, head_dim), dtype)  # (layer, slot, kv_head, head_dim)
+        self.v = np.zeros((n_layers, self.n_slots, n_head_kv, head_dim), dtype)  # (layer, slot, kv_head, head_dim)
+        self.offset = 0
+        self.held_start = 0  # oldest position still in the ring (older slots were overwritten)
+
+    @property
+    def dtype(self):
+        return self.k.dtype
+
+    def reserve(self, n_new: int) -> None:
+        if self.offset + n_new > self.n_ctx:
+            raise ContextFullError(
+                f"context is full: {self.offset} tokens cached + {n_new} new > n_ctx {self.n_ctx}")
+
+    def update_and_fetch(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Returns the keys/values of positions max(0, offset-window+1) .. offset+n-1: what the
+        first new query needs, and every new one. Then stores the newest (at most n_slots)."""
+        n = k.shape[0]
+        if self.offset + n > self.n_ctx:
+            raise ContextFullError(f"context is full: {self.offset + n} > n_ctx {self.n_ctx}")
+        start = max(0, self.offset - self.window + 1)
+        assert start >= self.held_start, "needed keys were overwritten (trim checks this)"
+        old = np.arange(start, self.offset) % self.n_slots
+        keys = np.concatenate([self.k[layer, old], k.astype(self.dtype)])
+        values = np.concatenate([self.v[layer, old], v.astype(self.dtype)])
+        n_store = min(n, self.n_slots)
+        slots = np.arange(self.offset + n - n_store, self.offset + n) % self.n_slots
+        self.k[layer, slots] = k[n - n_store:]
+        self.v[layer, slots] = v[n - n_store:]
+        return keys, values
+
+    def advance(self, n: int) -> None:
+        self.offset += n
+        self.held_start = max(self.held_start, self.offset - self.n_slots)
+
+    def can_trim_to(self, n_keep: int) -> bool:
+        """Back to 0 always; otherwise the window before n_keep must still be in the ring."""
+        if not 0 <= n_keep <= self.offset:
+            return False
+        return n_keep == 0 or max(0, n_keep - self.window + 1) >= self.held_start
+
+    def trim(self, n_keep: int) -> None:
+        if not self.can_trim_to(n_keep):
+            raise ValueError(f"cannot keep {n_keep} tokens of {self.offset}: positions before "
+                             f"{self.held_start} left the sliding window (recompute from 0)")
+        self.offset = n_keep
+        if n_keep == 0:
+            self.held_start = 0
+
+    def reset(self) -> None:
+        self.trim(0)
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+
+class InterleavedKVCache:
+    """A KVCache for the global-attention layers and a RotatingKVCache for the sliding-window
+    ones, behind the one interface, with model layer numbers (llama.cpp's llama_kv_cache_iswa)."""
+
+    def __init__(self, is_swa: list[bool], n_ctx: int, n_head_kv: int, head_dim: int, window: int,
+                 dtype=np.float16, trim_margin: int = 64):
+        self.n_layers, self.n_ctx = len(is_swa), n_ctx
+        n_swa = sum(is_swa)
+        self.full = KVCache(len(is_swa) - n_swa, n_ctx, n_head_kv, head_dim, dtype)
+        self.swa = RotatingKVCache(n_swa, n_ctx, n_head_kv, head_dim, window, dtype, trim_margin)
+        self.route = []  # model layer -> (cache, layer index inside it)
+        counts = {False: 0, True: 0}
+        for swa in is_swa:
+            self.route.append((self.swa if swa else self.full, counts[swa]))
+            counts[swa] += 1
+
+    @property
+    def offset(self) -> int:
+        return self.full.offset
+
+    @property
+    def dtype(self):
+        return self.full.dtype
+
+    def reserve(self, n_new: int) -> None:
+        self.full.reserve(n_new)
+
+    def update_and_fetch(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cache, index = self.route[layer]
+        return cache.update_and_fetch(index, k, v)
+
+    def advance(self, n: int) -> None:
+        self.full.advance(n)
+        self.swa.advance(n)
+
+    def can_trim_to(self, n_keep: int) -> bool:
+        return self.full.can_trim_to(n_keep) and self.swa.can_trim_to(n_keep)
+
+    def trim(self, n_keep: int) -> None:
+        self.swa.trim(n_keep)  # the one that can refuse: nothing changes when it does
+        self.full.trim(n_keep)
+
+    def reset(self) -> None:
+        self.trim(0)
+
+    @property
+    def nbytes(self) -> int:
+        return self.full.nbytes + self.swa.nbytes

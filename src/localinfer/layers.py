@@ -60,11 +60,14 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray,
               scale: float, kv_dtype=np.float16, sliding_window: int | None = None,
-              softcap: float | None = None) -> np.ndarray:
+              softcap: float | None = None, key_start: int = 0) -> np.ndarray:
     """Causal multi-head attention with grouped K/V heads.
 
     q: (n, n_head, head_dim) at absolute positions q_positions (n,);
-    k, v: (n_kv, n_head_kv, head_dim), key j at position j. Returns (n, n_head, head_dim).
+    k, v: (n_kv, n_head_kv, head_dim), key j at position key_start + j (a sliding-window cache
+    returns only the most recent keys). Returns (n, n_head, head_dim).
+    With `sliding_window` w, a query at position p sees keys p-w+1..p (llama.cpp's
+    LLAMA_SWA_TYPE_STANDARD: masked when p - key_pos >= w).
 
     llama.cpp (flash attention off, f16 KV cache) multiplies f16 K with Q rounded to f16, and
     the softmax weights rounded to f16 with f16 V; rounding to `kv_dtype` here reproduces that.
@@ -81,7 +84,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     scores = np.matmul(qg, k32.transpose(1, 2, 0)[:, None]) * np.float32(scale)
     if softcap is not None:
         scores = np.tanh(scores / softcap) * softcap
-    key_pos = np.arange(n_kv)
+    key_pos = key_start + np.arange(n_kv)
     mask = key_pos[None, :] > q_positions[:, None]  # (n, n_kv): future keys
     if sliding_window is not None:
         mask |= key_pos[None, :] <= q_positions[:, None] - sliding_window
@@ -104,3 +107,13 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return silu(gate) * up
+
+
+def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """gelu_tanh(gate) * up as ggml_geglu computes it on the CPU: GELU read from a table indexed
+    by the input rounded to f16 and holding f16 results (GGML_GELU_FP16 in ggml-cpu/vec.h);
+    the input itself above 10, and 0 below -10."""
+    table_in = np.clip(gate, -10, 10).astype(np.float16).astype(np.float32)
+    act = gelu_tanh(table_in).astype(np.float16).astype(np.float32)
+    act = np.where(gate >= 10, gate, np.where(gate <= -10, np.float32(0), act))
+    return act * up

@@ -5,10 +5,12 @@ Adding an architecture = one new module here + one line in ARCHITECTURES.
 from __future__ import annotations
 
 from ..gguf_file import GGUFFile
+from .gemma3 import Gemma3Model
 from .llama import LlamaModel
 
 ARCHITECTURES = {
     "llama": LlamaModel,
+    "gemma3": Gemma3Model,
 }
 ALIASES = {
     "mistral": "llama",

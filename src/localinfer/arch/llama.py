@@ -126,8 +126,9 @@ class LlamaModel:
         c = self.config
         return KVCache(c.n_layer, n_ctx, c.n_head_kv, c.head_dim, dtype)
 
-    def forward(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
-        """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32."""
+    def forward(self, tokens: np.ndarray, cache: KVCache, last_only: bool = False) -> np.ndarray:
+        """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32,
+        or (1, n_vocab) for the last token only with `last_only`."""
         c, w = self.config, self.weights
         tokens = np.asarray(tokens, dtype=np.int64)
         n = tokens.shape[0]
@@ -147,6 +148,8 @@ class LlamaModel:
             h = rms_norm(x, layer.ffn_norm, c.rms_eps)
             x = x + swiglu(h @ layer.w_gate.T, h @ layer.w_up.T) @ layer.w_down.T
         cache.advance(n)
+        if last_only:
+            x = x[-1:]
         x = rms_norm(x, w.output_norm, c.rms_eps)
         return x @ w.output.T
 

@@ -1,0 +1,212 @@
+"""The gemma3 architecture: readable numpy reference forward pass.
+
+    x = token_embd[tokens] * sqrt(n_embd)
+    per layer:  q, k, v = wq(norm(x)), wk(norm(x)), wv(norm(x))
+                q, k = rope(q_norm(q)), rope(k_norm(k))           # RMSNorm per head, NeoX rope
+                h = x + post_attn_norm( attn_output( attention(q * attn_scale, k, v) ) )
+                x = h + post_ffw_norm( ffn_down( gelu(ffn_gate(norm(h))) * ffn_up(norm(h)) ) )
+    logits = token_embd( norm(x) )     # tied output, unless the file has output.weight
+
+Interleaved attention: five sliding-window layers (window 512, rope base 10000) per global
+layer (rope base `rope.freq_base`, 1e6). The sliding-window layers get a RotatingKVCache, so
+their memory does not grow with the context.
+
+Quirks, checked against llama.cpp's src/models/gemma3.cpp (the version behind the reference data):
+- HF Gemma norms compute x * (1 + w); the HF->GGUF converter already stores 1 + w, so the norms
+  here are plain RMSNorm with the stored weight.
+- There is no query_pre_attn_scalar key in the GGUF: llama.cpp scales queries by 1/sqrt(head_dim),
+  except for the 62-layer 27B model, which uses 1/sqrt(n_embd/n_head).
+- The query is scaled before the attention (then rounded to f16 with the KV cache), not the scores.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..gguf_file import GGUFError, GGUFFile
+from ..kv_cache import InterleavedKVCache
+from ..layers import apply_rope, attention, geglu, rms_norm, rope_freqs
+from .weights import load_matrix, load_optional
+
+SWA_PATTERN_DEFAULT = 6  # llama.cpp's load_swa_pattern(ml, 6) for gemma3: every 6th layer is global
+ROPE_BASE_SWA_DEFAULT = 10000.0  # llama_hparams::rope_freq_base_train_swa
+N_LAYER_27B = 62  # the one gemma3 size whose query scale is 1/sqrt(n_embd/n_head)
+
+
+@dataclass(frozen=True)
+class Gemma3Config:
+    n_vocab: int
+    n_embd: int  # model width
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int  # key_length == value_length
+    n_ff: int
+    n_ctx_train: int
+    rms_eps: float
+    n_rot: int
+    rope_base: float  # global layers
+    rope_scale: float  # global layers: linear scaling, positions are multiplied by this
+    rope_base_swa: float  # sliding-window layers (not scaled)
+    sliding_window: int | None  # None: every layer is global
+    is_swa: tuple[bool, ...]  # (n_layer,) True for a sliding-window layer
+    attn_scale: float  # queries are multiplied by this
+    final_logit_softcap: float | None
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> "Gemma3Config":
+        n_embd, n_layer = f.arch_value("embedding_length"), f.arch_value("block_count")
+        n_head = f.arch_value("attention.head_count")
+        head_dim = f.arch_value("attention.key_length", n_embd // n_head)
+        if f.arch_value("attention.value_length", head_dim) != head_dim:
+            raise GGUFError(f"{f.path}: gemma3 with key_length != value_length is not supported")
+        tokens = f.metadata.get("tokenizer.ggml.tokens")
+        n_vocab = f.arch_value("vocab_size", len(tokens) if tokens else None)
+        if n_vocab is None:
+            raise GGUFError(f"{f.path}: cannot tell the vocabulary size")
+        window = f.arch_value("attention.sliding_window", 0) or None
+        softcap = f.arch_value("final_logit_softcapping", 0.0) or None
+        scaling = f.arch_value("rope.scaling.type", "linear")
+        if scaling not in ("linear", "none"):
+            raise GGUFError(f"{f.path}: gemma3 rope scaling {scaling!r} is not supported")
+        factor = f.arch_value("rope.scaling.factor", 0.0) or f.arch_value("rope.scale_linear", 0.0)
+        head_dim_for_scale = n_embd // n_head if n_layer == N_LAYER_27B else head_dim
+        return cls(
+            n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+            n_head_kv=f.arch_value("attention.head_count_kv", n_head), head_dim=head_dim,
+            n_ff=f.arch_value("feed_forward_length"), n_ctx_train=f.arch_value("context_length", 8192),
+            rms_eps=f.arch_value("attention.layer_norm_rms_epsilon", 1e-6),
+            n_rot=f.arch_value("rope.dimension_count", head_dim),
+            rope_base=f.arch_value("rope.freq_base", 10000.0),
+            rope_scale=1.0 / factor if factor else 1.0,
+            rope_base_swa=f.arch_value("rope.freq_base_swa", ROPE_BASE_SWA_DEFAULT),
+            sliding_window=window, is_swa=_swa_layers(f, n_layer, window),
+            attn_scale=1.0 / float(np.sqrt(head_dim_for_scale)), final_logit_softcap=softcap,
+        )
+
+
+def _swa_layers(f: GGUFFile, n_layer: int, window: int | None) -> tuple[bool, ...]:
+    """Which layers use the sliding window: an explicit per-layer array, or a period n where
+    layer i is global when i % n == n - 1 (llama_hparams::set_swa_pattern; 0: all sliding)."""
+    if window is None:
+        return (False,) * n_layer
+    pattern = f.arch_value("attention.sliding_window_pattern", SWA_PATTERN_DEFAULT)
+    if isinstance(pattern, (list, tuple)):
+        if len(pattern) != n_layer:
+            raise GGUFError(f"{f.path}: sliding_window_pattern has {len(pattern)} entries for {n_layer} layers")
+        return tuple(bool(p) for p in pattern)
+    return tuple(pattern == 0 or i % pattern < pattern - 1 for i in range(n_layer))
+
+
+@dataclass
+class Gemma3Layer:
+    attn_norm: np.ndarray  # (n_embd,)
+    wq: np.ndarray  # (n_head*head_dim, n_embd)
+    wk: np.ndarray  # (n_head_kv*head_dim, n_embd)
+    wv: np.ndarray  # (n_head_kv*head_dim, n_embd)
+    q_norm: np.ndarray  # (head_dim,) RMSNorm of each query head
+    k_norm: np.ndarray  # (head_dim,) RMSNorm of each key head
+    wo: np.ndarray  # (n_embd, n_head*head_dim)
+    attn_post_norm: np.ndarray  # (n_embd,) on the attention output, before the residual add
+    ffn_norm: np.ndarray  # (n_embd,)
+    w_gate: np.ndarray  # (n_ff, n_embd)
+    w_up: np.ndarray  # (n_ff, n_embd)
+    w_down: np.ndarray  # (n_embd, n_ff)
+    ffn_post_norm: np.ndarray  # (n_embd,) on the FFN output, before the residual add
+
+
+@dataclass
+class Gemma3Weights:
+    token_embd: np.ndarray  # (n_vocab, n_embd)
+    layers: list[Gemma3Layer]
+    output_norm: np.ndarray  # (n_embd,)
+    output: np.ndarray  # (n_vocab, n_embd), token_embd itself when tied
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile, c: Gemma3Config) -> "Gemma3Weights":
+        def m(name, shape):
+            return load_matrix(f, name, shape)
+
+        q_dim, kv_dim = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+        layers = []
+        for i in range(c.n_layer):
+            p = f"blk.{i}."
+            layers.append(Gemma3Layer(
+                attn_norm=m(p + "attn_norm.weight", (c.n_embd,)),
+                wq=m(p + "attn_q.weight", (q_dim, c.n_embd)),
+                wk=m(p + "attn_k.weight", (kv_dim, c.n_embd)),
+                wv=m(p + "attn_v.weight", (kv_dim, c.n_embd)),
+                q_norm=m(p + "attn_q_norm.weight", (c.head_dim,)),
+                k_norm=m(p + "attn_k_norm.weight", (c.head_dim,)),
+                wo=m(p + "attn_output.weight", (c.n_embd, q_dim)),
+                attn_post_norm=m(p + "post_attention_norm.weight", (c.n_embd,)),
+                ffn_norm=m(p + "ffn_norm.weight", (c.n_embd,)),
+                w_gate=m(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
+                w_up=m(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
+                w_down=m(p + "ffn_down.weight", (c.n_embd, c.n_ff)),
+                ffn_post_norm=m(p + "post_ffw_norm.weight", (c.n_embd,)),
+            ))
+        token_embd = m("token_embd.weight", (c.n_vocab, c.n_embd))
+        output = load_optional(f, "output.weight", (c.n_vocab, c.n_embd))
+        return cls(token_embd=token_embd, layers=layers,
+                   output_norm=m("output_norm.weight", (c.n_embd,)),
+                   output=token_embd if output is None else output)
+
+
+class Gemma3Model:
+    """forward(tokens, cache) -> logits; the cache holds everything that depends on the past."""
+
+    def __init__(self, config: Gemma3Config, weights: Gemma3Weights):
+        self.config, self.weights = config, weights
+        c = config
+        # linear rope scaling multiplies positions by rope_scale, i.e. the frequencies
+        self.inv_freq_global = rope_freqs(c.head_dim, c.rope_base, c.n_rot) * c.rope_scale
+        self.inv_freq_swa = rope_freqs(c.head_dim, c.rope_base_swa, c.n_rot)
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> "Gemma3Model":
+        config = Gemma3Config.from_gguf(f)
+        return cls(config, Gemma3Weights.from_gguf(f, config))
+
+    def new_cache(self, n_ctx: int, dtype=np.float16) -> InterleavedKVCache:
+        c = self.config
+        return InterleavedKVCache(list(c.is_swa), n_ctx, c.n_head_kv, c.head_dim,
+                                  c.sliding_window or n_ctx, dtype)
+
+    def forward(self, tokens: np.ndarray, cache: InterleavedKVCache, last_only: bool = False) -> np.ndarray:
+        """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32,
+        or (1, n_vocab) for the last token only with `last_only`."""
+        c, w = self.config, self.weights
+        tokens = np.asarray(tokens, dtype=np.int64)
+        n = tokens.shape[0]
+        cache.reserve(n)
+        positions = np.arange(cache.offset, cache.offset + n)
+        x = w.token_embd[tokens].astype(np.float32) * np.float32(np.sqrt(c.n_embd))  # (n, n_embd)
+        for li, layer in enumerate(w.layers):
+            swa = c.is_swa[li]
+            inv_freq = self.inv_freq_swa if swa else self.inv_freq_global
+            h = rms_norm(x, layer.attn_norm, c.rms_eps)
+            q = (h @ layer.wq.T).reshape(n, c.n_head, c.head_dim)
+            k = (h @ layer.wk.T).reshape(n, c.n_head_kv, c.head_dim)
+            v = (h @ layer.wv.T).reshape(n, c.n_head_kv, c.head_dim)
+            q = apply_rope(rms_norm(q, layer.q_norm, c.rms_eps), positions, inv_freq, neox=True)
+            k = apply_rope(rms_norm(k, layer.k_norm, c.rms_eps), positions, inv_freq, neox=True)
+            q = q * np.float32(c.attn_scale)
+            keys, values = cache.update_and_fetch(li, k, v)
+            a = attention(q, keys, values, positions, 1.0, kv_dtype=cache.dtype,
+                          sliding_window=c.sliding_window if swa else None,
+                          key_start=cache.offset + n - keys.shape[0])
+            x = x + rms_norm(a.reshape(n, -1) @ layer.wo.T, layer.attn_post_norm, c.rms_eps)
+            h = rms_norm(x, layer.ffn_norm, c.rms_eps)
+            ffn = geglu(h @ layer.w_gate.T, h @ layer.w_up.T) @ layer.w_down.T
+            x = x + rms_norm(ffn, layer.ffn_post_norm, c.rms_eps)
+        cache.advance(n)
+        if last_only:
+            x = x[-1:]
+        x = rms_norm(x, w.output_norm, c.rms_eps)
+        logits = x @ w.output.T
+        if c.final_logit_softcap is not None:
+            cap = np.float32(c.final_logit_softcap)
+            logits = np.tanh(logits / cap) * cap
+        return logits
