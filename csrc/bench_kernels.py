@@ -1,0 +1,88 @@
+"""Kernel timings (a measurement, not a test): GEMV and GEMM per ISA and thread count,
+against numpy's float32 matmul of the dequantized matrix in the same run.
+
+    python csrc/bench_kernels.py [--isa avx512] [--threads 1 2] [--quick]
+
+Shapes are the SmolLM2 / Gemma-3 ones: ffn_down 576x1536 (Q4_1), the output matrix
+49152x576 (Q8_0), and the prefill GEMM of 512 tokens. Random blocks with finite scales.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+from localinfer import kernels
+from localinfer.quant import FORMATS, dequantize
+
+
+def random_weights(qtype: T, n_out: int, k: int, seed: int = 0) -> np.ndarray:
+    fmt = FORMATS[qtype]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=(n_out * k // fmt.block_size, fmt.type_size), dtype=np.uint8)
+    # small finite fp16 scales where ggml puts them (first field of legacy blocks, last for Q6_K)
+    offsets = {T.Q6_K: (208,), T.Q4_K: (0, 2), T.Q4_1: (0, 2), T.Q8_0: (0,), T.Q4_0: (0,), T.Q5_0: (0,)}
+    for off in offsets.get(qtype, ()):
+        raw[:, off : off + 2] = (rng.random(raw.shape[0]) * 0.01).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return raw.reshape(n_out, -1)
+
+
+def best_time(fn, min_time: float = 0.3, min_reps: int = 5) -> float:
+    fn()
+    times, start = [], time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < min_time:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--isa", nargs="*", default=None)
+    ap.add_argument("--threads", nargs="*", type=int, default=[1, 2])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    isas = args.isa or kernels.supported_isas()
+    rng = np.random.default_rng(1)
+    cases = [
+        ("GEMV", T.Q4_1, 576, 1536, 1),
+        ("GEMV", T.Q8_0, 49152, 576, 1),
+        ("GEMV", T.Q4_K, 640, 2048, 1),
+        ("GEMV", T.Q6_K, 640, 2048, 1),
+        ("GEMV", T.Q5_0, 2048, 640, 1),
+        ("GEMM", T.Q4_1, 576, 1536, 512),
+        ("GEMM", T.Q4_K, 640, 2048, 512),
+        ("GEMM", T.Q8_0, 576, 1536, 512),
+        ("GEMM", T.Q5_0, 2048, 640, 512),
+        ("GEMM", T.Q6_K, 640, 2048, 512),
+        ("GEMM", T.Q4_1, 1536, 576, 64),
+    ]
+    if args.quick:
+        cases = cases[:2] + cases[5:7]
+    print(f"isa available: {kernels.supported_isas()}, default threads {kernels.get_threads()}")
+    for kind, qtype, n_out, k, m in cases:
+        w = random_weights(qtype, n_out, k)
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        wf = dequantize(w, qtype, (n_out, k))
+        t_np = best_time(lambda: x @ wf.T)
+        flops = 2.0 * m * n_out * k
+        print(f"\n{kind} {qtype.name} {n_out}x{k} m={m}: W {w.nbytes / 1e6:.2f} MB quantized, "
+              f"numpy f32 (dequantized, {wf.nbytes / 1e6:.1f} MB) {t_np * 1e6:9.1f} us "
+              f"{flops / t_np / 1e9:7.1f} GFLOP/s {wf.nbytes / t_np / 1e9:6.1f} GB/s")
+        for isa in isas:
+            with kernels._isa(isa):
+                for nt in args.threads:
+                    kernels.set_threads(nt)
+                    mat = kernels.prepare(w, qtype)
+                    out = np.empty((m, n_out), np.float32)
+                    t = best_time(lambda: mat.matmul(x, out))
+                    print(f"  {isa:8s} {nt} thr {t * 1e6:9.1f} us  {flops / t / 1e9:7.1f} GFLOP/s  "
+                          f"{w.nbytes / t / 1e9:6.1f} GB/s  x{t_np / t:5.2f} vs numpy")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+/* blocks.h -- ggml's block formats as C structs (ggml/src/ggml-common.h).
+ *
+ * One struct per tensor type, laid out byte for byte as in a GGUF file
+ * (little-endian, no padding: every member is a byte array or a 2-byte half,
+ * so sizeof == the ggml type size, checked below). Type ids are ggml's
+ * (gguf.GGMLQuantizationType). `ggml_half` is IEEE fp16 stored as its bits.
+ *
+ * Element order inside a block matters for the kernels and follows ggml:
+ * 4-bit quants keep element j in the low nibble of qs[j] and element j+16 in
+ * its high nibble; the k-quants are described beside each struct.
+ */
+#ifndef LI_BLOCKS_H
+#define LI_BLOCKS_H
+
+#include <stdint.h>
+
+typedef uint16_t ggml_half;   /* IEEE fp16 bits */
+typedef uint16_t ggml_bf16;   /* bfloat16 bits: the top half of an f32 */
+
+/* ggml type ids (gguf.GGMLQuantizationType) */
+enum li_type {
+    LI_TYPE_F32  = 0,
+    LI_TYPE_F16  = 1,
+    LI_TYPE_Q4_0 = 2,
+    LI_TYPE_Q4_1 = 3,
+    LI_TYPE_Q5_0 = 6,
+    LI_TYPE_Q5_1 = 7,
+    LI_TYPE_Q8_0 = 8,
+    LI_TYPE_Q8_1 = 9,
+    LI_TYPE_Q2_K = 10,
+    LI_TYPE_Q3_K = 11,
+    LI_TYPE_Q4_K = 12,
+    LI_TYPE_Q5_K = 13,
+    LI_TYPE_Q6_K = 14,
+    LI_TYPE_Q8_K = 15,
+    LI_TYPE_BF16 = 30,
+    LI_TYPE_COUNT = 40        /* size of the tables indexed by type id */
+};
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+/* --- 32-element "legacy" quants ------------------------------------------------------ */
+
+/* Q4_0: y = (q - 8) * d, q = 4-bit; qs[j] = q[j] | q[j+16] << 4. 18 bytes. */
+typedef struct {
+    ggml_half d;
+    uint8_t qs[QK4_0 / 2];
+} block_q4_0;
+_Static_assert(sizeof(block_q4_0) == 2 + QK4_0 / 2, "wrong q4_0 block size");
+
+/* Q4_1: y = q * d + m, q = 4-bit, nibbles as Q4_0. 20 bytes. */
+typedef struct {
+    ggml_half d;
+    ggml_half m;
+    uint8_t qs[QK4_1 / 2];
+} block_q4_1;
+_Static_assert(sizeof(block_q4_1) == 4 + QK4_1 / 2, "wrong q4_1 block size");
+
+/* Q5_0: y = (q - 16) * d, q = nibble | (bit j of the little-endian u32 qh) << 4. 22 bytes. */
+typedef struct {
+    ggml_half d;
+    uint8_t qh[4];
+    uint8_t qs[QK5_0 / 2];
+} block_q5_0;
+_Static_assert(sizeof(block_q5_0) == 2 + 4 + QK5_0 / 2, "wrong q5_0 block size");
+
+/* Q5_1: y = q * d + m, q 5-bit as Q5_0. 24 bytes. */
+typedef struct {
+    ggml_half d;
+    ggml_half m;
+    uint8_t qh[4];
+    uint8_t qs[QK5_1 / 2];
+} block_q5_1;
+_Static_assert(sizeof(block_q5_1) == 4 + 4 + QK5_1 / 2, "wrong q5_1 block size");
+
+/* Q8_0: y = q * d, q int8. 34 bytes. Also the activation type for Q4_0/Q5_0/Q8_0. */
+typedef struct {
+    ggml_half d;
+    int8_t qs[QK8_0];
+} block_q8_0;
+_Static_assert(sizeof(block_q8_0) == 2 + QK8_0, "wrong q8_0 block size");
+
+/* Q8_1 (activations for Q4_1/Q5_1): as Q8_0 plus s = fp16(d * sum(qs)). 36 bytes.
+ * localinfer's dot products recompute sum(qs) exactly instead of reading the
+ * rounded s; s is kept so the block stays ggml's. */
+typedef struct {
+    ggml_half d;
+    ggml_half s;
+    int8_t qs[QK8_1];
+} block_q8_1;
+_Static_assert(sizeof(block_q8_1) == 4 + QK8_1, "wrong q8_1 block size");
+
+/* --- 256-element k-quants (super-blocks) -------------------------------------------- */
+
+/* Q2_K: 16 sub-blocks of 16; scales[i] = min << 4 | scale (4 bits each);
+ * y = (d * scale) * q - (dmin * min), q 2-bit: in half h (128 elements),
+ * element 32*j + l is bits 2j..2j+1 of qs[32*h + l]. 84 bytes. */
+typedef struct {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    ggml_half d;
+    ggml_half dmin;
+} block_q2_K;
+_Static_assert(sizeof(block_q2_K) == QK_K / 16 + QK_K / 4 + 4, "wrong q2_K block size");
+
+/* Q3_K: 16 sub-blocks of 16, 6-bit scales stored +32 (packed in 12 bytes);
+ * q = (2 low bits as Q2_K) - (bit s of hmask[l] ? 0 : 4) for element 32*s + l;
+ * y = (d * (scale - 32)) * q. 110 bytes. */
+typedef struct {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    ggml_half d;
+} block_q3_K;
+_Static_assert(sizeof(block_q3_K) == QK_K / 8 + QK_K / 4 + 12 + 2, "wrong q3_K block size");
+
+/* Q4_K: 8 sub-blocks of 32, 6-bit scale and min each (get_scale_min_k4);
+ * y = (d * scale) * q - (dmin * min), q 4-bit: each 32 bytes of qs hold 64
+ * elements, low nibbles first. 144 bytes. */
+typedef struct {
+    ggml_half d;
+    ggml_half dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+_Static_assert(sizeof(block_q4_K) == 4 + K_SCALE_SIZE + QK_K / 2, "wrong q4_K block size");
+
+/* Q5_K: as Q4_K with a 5th bit: bit s of qh[l] for element 32*s + l. 176 bytes. */
+typedef struct {
+    ggml_half d;
+    ggml_half dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+_Static_assert(sizeof(block_q5_K) == 4 + K_SCALE_SIZE + QK_K / 8 + QK_K / 2, "wrong q5_K block size");
+
+/* Q6_K: 16 sub-blocks of 16 with int8 scales; q = (4 low bits | 2 high bits << 4) - 32;
+ * in half h, quarter k (32 elements l): low bits from ql[64h + 32(k%2) + l]
+ * (low nibble for k < 2), high bits = bits 2k.. of qh[32h + l]; y = (d * scale) * q. 210 bytes. */
+typedef struct {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    ggml_half d;
+} block_q6_K;
+_Static_assert(sizeof(block_q6_K) == QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, "wrong q6_K block size");
+
+/* Q8_K (activations for the k-quants): f32 scale, int8 quants, and the sum of
+ * each 16 quants (bsums) for the min terms. 292 bytes. */
+typedef struct {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} block_q8_K;
+_Static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "wrong q8_K block size");
+
+#endif /* LI_BLOCKS_H */

@@ -1,0 +1,91 @@
+"""cffi build script for ``localinfer._kernels`` (referenced from setup.py's cffi_modules).
+
+Every ``csrc/*.c`` is compiled with baseline flags -- never ``-march=native`` --
+because each SIMD file enables its own ISA per function (``#pragma GCC target``),
+so one binary holds every variant and ``dispatch.c`` picks one at load time.
+``-ffp-contract=off`` keeps the compiler from fusing ``d * q + m`` into an fma:
+the generic dequantizers must be bit-identical to the numpy oracle.
+
+Run directly (``python csrc/build_kernels.py``) to compile the module in place.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# The public API, the same declarations as csrc/localinfer.h (cffi's cdef has no preprocessor).
+CDEF = """
+int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t k,
+              const float *x, int64_t m, float *y);
+int li_dequantize_row(int type, const void *src, float *dst, int64_t n);
+int li_quantize_row(int act_type, const float *src, void *dst, int64_t n);
+int li_vec_dot(int wtype, int64_t n, const void *w, const void *a, float *out);
+int li_type_info(int type, int *block_size, int *type_size, int *vec_dot_type);
+const char *li_isa_name(void);
+const char *li_isa_built(void);
+int li_isa_supported(const char *name);
+int li_force_isa(const char *name);
+int li_set_threads(int n);
+int li_get_threads(void);
+int li_default_threads(void);
+"""
+
+
+def _rel(path: str) -> str:
+    """Sources relative to the project root when building from it (what setuptools expects)."""
+    rel = os.path.relpath(path, ROOT)
+    return rel if os.path.abspath(os.getcwd()) == ROOT else path
+
+
+def _extra_cdefs() -> str:
+    """Declarations of other parts of the C core: every csrc/*.cdef file (plain C declarations,
+    no preprocessor), so that adding ops does not mean editing this script."""
+    parts = []
+    for path in sorted(glob.glob(os.path.join(HERE, "*.cdef"))):
+        with open(path, encoding="utf-8") as f:
+            parts.append(f.read())
+    return "\n".join(parts)
+
+
+SOURCES = [_rel(p) for p in sorted(glob.glob(os.path.join(HERE, "*.c")))]
+HEADERS = [_rel(p) for p in sorted(glob.glob(os.path.join(HERE, "*.h")) + glob.glob(os.path.join(HERE, "*.cdef")))]
+
+if sys.platform == "win32":
+    EXTRA_COMPILE_ARGS = ["/O2", "/fp:precise"]
+    EXTRA_LINK_ARGS: list[str] = []
+else:
+    EXTRA_COMPILE_ARGS = [
+        "-O3",
+        "-ffp-contract=off",
+        "-std=gnu11",
+        "-fvisibility=hidden",
+        "-pthread",
+        "-Wall",
+        "-Wextra",
+        "-Wno-unused-parameter",
+    ]
+    EXTRA_LINK_ARGS = ["-pthread"]
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF + _extra_cdefs())
+ffibuilder.set_source(
+    "localinfer._kernels",
+    '#include "localinfer.h"',
+    sources=SOURCES,
+    depends=HEADERS,
+    include_dirs=[_rel(HERE)],
+    extra_compile_args=EXTRA_COMPILE_ARGS,
+    extra_link_args=EXTRA_LINK_ARGS,
+    libraries=[] if sys.platform == "win32" else ["m"],
+)
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    ffibuilder.compile(tmpdir=os.path.join(ROOT, "build", "cffi"), verbose=True)

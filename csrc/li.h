@@ -1,0 +1,180 @@
+/* li.h -- internal header of the localinfer kernels: fp16/bf16 conversions, the
+ * per-type traits table (ggml's type_traits_cpu), the per-ISA kernel tables and
+ * the GEMM panel layout. The public C API is localinfer.h.
+ */
+#ifndef LI_INTERNAL_H
+#define LI_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "blocks.h"
+#include "localinfer.h"
+
+/* --- fp16 / bf16 <-> f32, portable and exact ------------------------------------------ */
+
+static inline float li_bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t li_f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* Widening is exact; NaN payloads are kept as numpy does (no quieting). */
+static inline float li_fp16_to_fp32(ggml_half h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1f) return li_bits_to_f32(sign | 0x7f800000u | (man << 13));     /* inf, NaN */
+    if (exp == 0) {                                                                 /* 0, subnormal */
+        const float v = (float)man * 0x1p-24f;                                      /* exact */
+        return li_bits_to_f32(sign | li_f32_to_bits(v));
+    }
+    return li_bits_to_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/* Round to nearest even, as F16C and numpy (ggml_compute_fp32_to_fp16; Maratyszcza's FP16). */
+static inline ggml_half li_fp32_to_fp16(float f) {
+    const float scale_to_inf = 0x1.0p+112f, scale_to_zero = 0x1.0p-110f;
+    float af = li_bits_to_f32(li_f32_to_bits(f) & 0x7fffffffu);
+    float base = (af * scale_to_inf) * scale_to_zero;
+    const uint32_t w = li_f32_to_bits(f), shl1_w = w + w, sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xff000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = li_bits_to_f32((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = li_f32_to_bits(base);
+    const uint32_t nonsign = ((bits >> 13) & 0x7c00u) + (bits & 0x0fffu);
+    return (ggml_half)((sign >> 16) | (shl1_w > 0xff000000u ? 0x7e00u : nonsign));
+}
+
+static inline float li_bf16_to_fp32(ggml_bf16 h) { return li_bits_to_f32((uint32_t)h << 16); }
+
+/* ggml_compute_fp32_to_bf16: round to nearest even, NaN forced quiet. */
+static inline ggml_bf16 li_fp32_to_bf16(float f) {
+    const uint32_t u = li_f32_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (ggml_bf16)((u >> 16) | 64);
+    return (ggml_bf16)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+/* Q4_K / Q5_K: the 8 six-bit scales and 8 mins from 12 packed bytes (ggml's get_scale_min_k4 for
+ * j = 0..7 at once, with its kmask trick): out[0..7] = scales, out[8..15] = mins. */
+static inline void li_scales_mins_k4(const uint8_t *packed, uint8_t out[16]) {
+    const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+    uint32_t u[4];
+    memcpy(u, packed, 12);
+    u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);   /* mins 4..7 */
+    const uint32_t mins_lo = u[1] & kmask1;                          /* mins 0..3 */
+    u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);          /* scales 4..7 */
+    u[2] = mins_lo;
+    u[0] &= kmask1;                                                  /* scales 0..3 */
+    memcpy(out, u, 16);
+}
+
+/* --- function types ------------------------------------------------------------------ */
+
+/* n elements of one row */
+typedef void (*li_dequantize_fn)(const void *src, float *dst, int64_t n);
+typedef void (*li_quantize_fn)(const float *src, void *dst, int64_t n);
+/* *s = dot(w row, a row), n elements; w in the weight type, a in its vec_dot_type.
+ * a_sums: for Q8_0 / Q8_1 activations, per block {d, d * sum(qs)} as f32 (both exact; see
+ * li_act_sums), computed once per activation row so that the SIMD dots need neither a
+ * per-row fp16 conversion of d nor a per-row sum of the quants; NULL for other types.
+ * (ggml keeps a rounded d * sum in Q8_1's s field for the same purpose.) */
+typedef void (*li_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+/* One weight row -> integer form for the GEMM panel: element e = dw[e/G] * (u[e] - offset)
+ * + mw[e/G] (mw only for has_min types). u: n bytes, dw/mw: n/G floats. */
+typedef void (*li_unpack_fn)(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+
+/* --- the GEMM panel (see panel.c) ------------------------------------------------------
+ * A row of k elements in groups of G (one scale each) is stored as super-groups of 16
+ * int32 lanes: full super-groups hold 16 groups (lane l = group l, G/4 steps of 64 bytes),
+ * tail super-groups hold c < 16 groups with 16/c lanes each, so every lane only ever
+ * accumulates one group and the scales are applied once per super-group, not per block. */
+#define LI_LANES 16
+#define LI_MAX_TAIL 4
+typedef struct {
+    int group;                     /* G: 16 or 32 elements per scale */
+    int64_t n_groups;              /* k / G */
+    int64_t n_full;                /* full super-groups (G/4 steps each) */
+    int n_tail;                    /* tail super-groups */
+    uint8_t tail_steps[LI_MAX_TAIL];
+    int64_t n_sg;                  /* n_full + n_tail */
+    size_t w_row_bytes;            /* per weight row: per super-group bytes + dw[16] + mw[16] */
+    size_t a_row_bytes;            /* per activation row: bytes + da[16] + corr[16] + sumf[16] */
+} li_panel_plan;
+
+#define LI_W_SIDE (2 * LI_LANES * 4)
+#define LI_A_SIDE (3 * LI_LANES * 4)
+
+/* nw x na tile over whole rows: y[i*ldy + j] = dot(w row j, a row i), j < nw_valid, i < na_valid.
+ * w: NW rows of w_row_bytes, a: NA rows of a_row_bytes. `offset` and `umax` are the weight type's. */
+typedef void (*li_gemm_q_fn)(const li_panel_plan *p, const uint8_t *w, const uint8_t *a,
+                             int has_min, int offset, int umax,
+                             float *y, int64_t ldy, int nw_valid, int na_valid);
+/* float tile: rows of kp floats (kp a multiple of 16, zero padded) */
+typedef void (*li_gemm_f_fn)(int64_t kp, const float *w, const float *a,
+                             float *y, int64_t ldy, int nw_valid, int na_valid);
+
+/* --- type traits ---------------------------------------------------------------------- */
+typedef struct {
+    const char *name;
+    int block_size, type_size;
+    int vec_dot_type;              /* activation format the dot product takes */
+    int group;                     /* G for the panel; 0 = float type (float GEMM) */
+    int offset;                    /* o in dw * (u - o) + mw */
+    int umax;                      /* largest u (picks the AVX2 int16 flush interval) */
+    int has_min;
+    li_dequantize_fn dequantize;   /* generic, bit-exact with the numpy oracle */
+    li_vec_dot_fn vec_dot;
+    li_unpack_fn unpack;
+    li_quantize_fn from_float;     /* for activation types */
+} li_type_traits;
+
+/* A SIMD variant overrides what it accelerates; NULL entries fall back to generic. */
+typedef struct {
+    const char *name;
+    li_vec_dot_fn vec_dot[LI_TYPE_COUNT];
+    li_quantize_fn from_float[LI_TYPE_COUNT];
+    li_unpack_fn unpack[LI_TYPE_COUNT];
+    void (*pack_w)(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
+                   uint8_t *dst);   /* NULL: li_panel_pack_w */
+    li_gemm_q_fn gemm_q; int q_nw, q_na;
+    li_gemm_f_fn gemm_f; int f_nw, f_na;
+} li_isa_kernels;
+
+#define LI_MAX_NW 8
+#define LI_MAX_NA 8
+
+/* generic.c / traits.c */
+extern const li_type_traits li_traits_generic[LI_TYPE_COUNT];
+extern const li_isa_kernels li_kernels_generic;
+#if defined(__x86_64__) || defined(_M_X64)
+extern const li_isa_kernels li_kernels_avx2;
+extern const li_isa_kernels li_kernels_avx512;
+#endif
+#if defined(__aarch64__)
+extern const li_isa_kernels li_kernels_neon;
+#endif
+
+/* dispatch.c: the traits of the chosen variant (function pointers resolved) */
+const li_type_traits *li_traits(int type);   /* NULL if unsupported */
+const li_isa_kernels *li_active_kernels(void);
+
+/* panel.c */
+void li_panel_make_plan(li_panel_plan *p, int64_t k, int group);
+void li_panel_pack_w(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw, uint8_t *dst);
+void li_panel_pack_a(const li_panel_plan *p, int act_type, const void *a_row, int offset, uint8_t *dst);
+int li_panel_steps(const li_panel_plan *p, int64_t sg);
+
+/* quantize_generic.c: a_sums for li_vec_dot_fn (2 floats per block of 32; nothing for other types) */
+void li_act_sums(int act_type, const void *row, int64_t n, float *sums);
+int li_act_sums_count(int act_type, int64_t n);
+
+/* threadpool.c */
+typedef void (*li_task_fn)(void *ctx, int ith, int nth);
+/* fn(ctx, ith, nth) on every pool thread (want > 1) or inline (want <= 1); returns the nth used */
+int li_pool_run(li_task_fn fn, void *ctx, int want);
+
+/* generic kernels used by the tables (quants_generic.c, vec_dot_generic.c, gemm_generic.c) */
+void li_gemm_q_generic(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min,
+                       int offset, int umax, float *y, int64_t ldy, int nw_valid, int na_valid);
+void li_gemm_f_generic(int64_t kp, const float *w, const float *a, float *y, int64_t ldy,
+                       int nw_valid, int na_valid);
+
+#endif /* LI_INTERNAL_H */

@@ -1,0 +1,50 @@
+/* localinfer.h -- the public C API of the kernels (mirrored by the cdef in build_kernels.py).
+ *
+ * Every function validates its integer arguments and returns LI_OK or a negative
+ * LI_E* code; pointers must be valid for the sizes implied (the Python wrapper,
+ * localinfer/kernels.py, checks buffers before calling). Type ids are ggml's.
+ */
+#ifndef LOCALINFER_H
+#define LOCALINFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LI_OK 0
+#define LI_EINVAL (-1)      /* bad size, count or pointer */
+#define LI_ETYPE (-2)       /* a type these kernels do not handle */
+#define LI_ENOMEM (-3)
+#define LI_EISA (-4)        /* an ISA this build lacks or this CPU cannot run */
+
+/* y[m][n_out] = x[m][k] . w[n_out][k]^T; w rows are raw GGUF rows of `row_bytes` bytes
+ * (k / block_size * type_size), x and y float32 row-major. */
+int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t k,
+              const float *x, int64_t m, float *y);
+
+/* n elements of one row of `type` -> float32 (bit-identical to localinfer.quant.dequantize) */
+int li_dequantize_row(int type, const void *src, float *dst, int64_t n);
+
+/* n floats -> one row of an activation type (Q8_0, Q8_1, Q8_K, F16, BF16, F32) */
+int li_quantize_row(int act_type, const float *src, void *dst, int64_t n);
+
+/* dot product of one weight row with one row already in the type's vec_dot_type */
+int li_vec_dot(int wtype, int64_t n, const void *w, const void *a, float *out);
+
+/* block size, bytes per block and activation (vec_dot) type of a weight type */
+int li_type_info(int type, int *block_size, int *type_size, int *vec_dot_type);
+
+/* ISA variants: the one in use, the ones this build contains (comma-separated), and
+ * whether one can run here (1: built and supported by this CPU, 0: built but the CPU
+ * lacks it, -1: not in this build). li_force_isa switches variants (LI_EISA if it
+ * cannot run here); the env var LOCALINFER_ISA does the same at load time. */
+const char *li_isa_name(void);
+const char *li_isa_built(void);
+int li_isa_supported(const char *name);
+int li_force_isa(const char *name);
+
+/* thread pool: n >= 1 threads (the caller counts as one) */
+int li_set_threads(int n);
+int li_get_threads(void);
+int li_default_threads(void);
+
+#endif /* LOCALINFER_H */

@@ -1,0 +1,205 @@
+/* matmul.c -- y[m][n_out] = x[m][k] . W[n_out][k]^T for W in any registry type.
+ *
+ * The activations are quantized once per call into the weight type's
+ * vec_dot_type (traits), then:
+ *   m < LI_GEMM_MIN_M (decode): GEMV -- each thread takes a range of output rows
+ *     and calls the type's vec_dot on the raw weight row, once per activation row
+ *     (the row stays in L1 across them);
+ *   otherwise (prefill): tiled GEMM -- the activations are laid out once as a
+ *     panel (panel.c); each thread unpacks NW weight rows at a time into a small
+ *     panel and runs the ISA's microkernel over all activation tiles, so every
+ *     weight block is read and unpacked once per call, not once per token.
+ * Work is split statically by output rows, in chunks aligned to what the kernel
+ * needs (NW-row tiles; 16 rows = one cache line of y for GEMV).
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "li.h"
+
+#define LI_GEMM_MIN_M 6          /* below this, unpacking weight tiles costs more than it saves */
+#define LI_GEMV_ROW_ALIGN 16
+#define LI_PARALLEL_MIN_WORK (1 << 16)   /* multiply-adds below which one thread is faster */
+
+typedef struct {
+    const li_type_traits *t;       /* weight type */
+    const li_type_traits *at;      /* its activation (vec_dot) type */
+    const li_isa_kernels *kern;
+    const uint8_t *w;              /* (n_out, row_bytes) raw rows */
+    size_t row_bytes;
+    int64_t n_out, k, m;
+    const float *x;                /* (m, k) */
+    float *y;                      /* (m, n_out) */
+    uint8_t *xq;                   /* GEMV: (m, xq_row_bytes) activations in the vec_dot type */
+    size_t xq_row_bytes;
+    float *xs;                     /* GEMV: (m, n_sums) their a_sums (see li_vec_dot_fn), or NULL */
+    int n_sums;
+    li_panel_plan plan;            /* GEMM, quant types */
+    uint8_t *apanel;               /* GEMM: (m_pad, a_row_bytes) or (m_pad, kp) floats */
+    int64_t m_pad, kp;
+    int nw, na;
+    atomic_int error;
+} li_job;
+
+static void *alloc64(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
+
+/* rows [lo, hi) of n for thread ith of nth, in chunks of `align` */
+static void split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
+    const int64_t units = (n + align - 1) / align, per = units / nth, rem = units % nth;
+    const int64_t u0 = ith * per + (ith < rem ? ith : rem), u1 = u0 + per + (ith < rem);
+    *lo = u0 * align < n ? u0 * align : n;
+    *hi = u1 * align < n ? u1 * align : n;
+}
+
+/* --- GEMV -------------------------------------------------------------------------------- */
+
+static void task_quantize(void *ctx, int ith, int nth) {
+    li_job *j = ctx;
+    int64_t lo, hi;
+    split(j->m, 1, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        j->at->from_float(j->x + i * j->k, j->xq + i * j->xq_row_bytes, j->k);
+        if (j->xs) li_act_sums(j->t->vec_dot_type, j->xq + i * j->xq_row_bytes, j->k, j->xs + i * j->n_sums);
+    }
+}
+
+static void task_gemv(void *ctx, int ith, int nth) {
+    li_job *j = ctx;
+    int64_t lo, hi;
+    split(j->n_out, LI_GEMV_ROW_ALIGN, ith, nth, &lo, &hi);
+    const li_vec_dot_fn dot = j->t->vec_dot;
+    for (int64_t r = lo; r < hi; r++)
+        for (int64_t i = 0; i < j->m; i++)
+            dot(j->k, &j->y[i * j->n_out + r], j->w + r * j->row_bytes, j->xq + i * j->xq_row_bytes,
+                j->xs ? j->xs + i * j->n_sums : NULL);
+}
+
+/* --- GEMM -------------------------------------------------------------------------------- */
+
+/* activation rows -> panel rows (zero rows up to m_pad) */
+static void task_pack_a(void *ctx, int ith, int nth) {
+    li_job *j = ctx;
+    int64_t lo, hi;
+    split(j->m_pad, 1, ith, nth, &lo, &hi);
+    const size_t act_bytes = (size_t)(j->k / j->at->block_size) * (size_t)j->at->type_size;
+    uint8_t *tmp = alloc64(act_bytes);
+    if (!tmp) { atomic_store(&j->error, LI_ENOMEM); return; }
+    for (int64_t i = lo; i < hi; i++) {
+        if (j->t->group) {
+            uint8_t *dst = j->apanel + i * j->plan.a_row_bytes;
+            if (i >= j->m) { memset(dst, 0, j->plan.a_row_bytes); continue; }
+            j->at->from_float(j->x + i * j->k, tmp, j->k);
+            li_panel_pack_a(&j->plan, j->t->vec_dot_type, tmp, j->t->offset, dst);
+        } else {   /* float types: the activation rounded to the vec_dot type, widened back (exact) */
+            float *dst = (float *)j->apanel + i * j->kp;
+            memset(dst, 0, (size_t)j->kp * sizeof(float));
+            if (i >= j->m) continue;
+            j->at->from_float(j->x + i * j->k, tmp, j->k);
+            j->at->dequantize(tmp, dst, j->k);
+        }
+    }
+    free(tmp);
+}
+
+static void task_gemm(void *ctx, int ith, int nth) {
+    li_job *j = ctx;
+    const li_type_traits *t = j->t;
+    const int nw = j->nw, na = j->na;
+    const int64_t n_wt = (j->n_out + nw - 1) / nw, n_at = j->m_pad / na;
+    int64_t w_lo = 0, w_hi = n_wt, a_lo = 0, a_hi = n_at;
+    if (n_wt >= nth) split(n_wt, 1, ith, nth, &w_lo, &w_hi);   /* by output rows */
+    else split(n_at, 1, ith, nth, &a_lo, &a_hi);               /* too few rows: by tokens */
+    if (w_lo >= w_hi || a_lo >= a_hi) return;
+
+    const int64_t k = j->k;
+    const size_t w_row = t->group ? j->plan.w_row_bytes : (size_t)j->kp * sizeof(float);
+    const size_t a_row = t->group ? j->plan.a_row_bytes : (size_t)j->kp * sizeof(float);
+    const int64_t n_groups = t->group ? k / t->group : 0;
+    uint8_t *wpanel = alloc64((size_t)nw * w_row);
+    uint8_t *u = t->group ? alloc64((size_t)k) : NULL;
+    float *dw = t->group ? alloc64((size_t)n_groups * 2 * sizeof(float)) : NULL;
+    if (!wpanel || (t->group && (!u || !dw))) {
+        atomic_store(&j->error, LI_ENOMEM);
+        free(wpanel), free(u), free(dw);
+        return;
+    }
+    float *mw = dw ? dw + n_groups : NULL;
+    void (*pack_w)(const li_panel_plan *, const uint8_t *, const float *, const float *, uint8_t *) =
+        j->kern->pack_w ? j->kern->pack_w : li_panel_pack_w;
+
+    for (int64_t wt = w_lo; wt < w_hi; wt++) {
+        const int64_t j0 = wt * nw;
+        const int nwv = (int)(j->n_out - j0 < nw ? j->n_out - j0 : nw);
+        for (int r = 0; r < nw; r++) {           /* unpack this tile's weight rows */
+            uint8_t *dst = wpanel + (size_t)r * w_row;
+            const uint8_t *src = j->w + (j0 + r) * j->row_bytes;
+            if (r >= nwv) {
+                memset(dst, 0, w_row);
+            } else if (t->group) {
+                t->unpack(src, k, u, dw, mw);
+                pack_w(&j->plan, u, dw, t->has_min ? mw : NULL, dst);
+            } else {
+                memset(dst, 0, w_row);
+                t->dequantize(src, (float *)dst, k);
+            }
+        }
+        for (int64_t at = a_lo; at < a_hi; at++) {
+            const int64_t i0 = at * na;
+            const int nav = (int)(j->m - i0 < na ? j->m - i0 : na);
+            if (nav <= 0) break;
+            float *y = j->y + i0 * j->n_out + j0;
+            if (t->group)
+                j->kern->gemm_q(&j->plan, wpanel, j->apanel + i0 * a_row, t->has_min, t->offset, t->umax,
+                                y, j->n_out, nwv, nav);
+            else
+                j->kern->gemm_f(j->kp, (const float *)wpanel, (const float *)(j->apanel + i0 * a_row), y,
+                                j->n_out, nwv, nav);
+        }
+    }
+    free(wpanel), free(u), free(dw);
+}
+
+int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t k, const float *x,
+              int64_t m, float *y) {
+    li_job j = {0};
+    j.t = li_traits(wtype);
+    if (!j.t || !j.t->vec_dot) return LI_ETYPE;
+    j.at = li_traits(j.t->vec_dot_type);
+    j.kern = li_active_kernels();
+    if (!w || !x || !y || n_out <= 0 || k <= 0 || m <= 0 || k % j.t->block_size != 0 ||
+        k % j.at->block_size != 0)
+        return LI_EINVAL;
+    if (row_bytes != (size_t)(k / j.t->block_size) * (size_t)j.t->type_size) return LI_EINVAL;
+    j.w = w, j.row_bytes = row_bytes, j.n_out = n_out, j.k = k, j.x = x, j.m = m, j.y = y;
+    const double work = (double)n_out * (double)k * (double)m;
+    const int want = work >= LI_PARALLEL_MIN_WORK ? li_get_threads() : 1;
+
+    if (m < LI_GEMM_MIN_M) {
+        j.xq_row_bytes = (size_t)(k / j.at->block_size) * (size_t)j.at->type_size;
+        j.n_sums = li_act_sums_count(j.t->vec_dot_type, k);
+        const size_t xq_bytes = ((size_t)m * j.xq_row_bytes + 63) / 64 * 64;
+        j.xq = alloc64(xq_bytes + (size_t)m * (size_t)j.n_sums * sizeof(float));
+        if (!j.xq) return LI_ENOMEM;
+        j.xs = j.n_sums ? (float *)(j.xq + xq_bytes) : NULL;
+        li_pool_run(task_quantize, &j, m > 1 ? want : 1);
+        li_pool_run(task_gemv, &j, want);
+        free(j.xq);
+        return LI_OK;
+    }
+
+    if (j.t->group) {
+        li_panel_make_plan(&j.plan, k, j.t->group);
+        j.nw = j.kern->q_nw, j.na = j.kern->q_na;
+    } else {
+        j.kp = (k + LI_LANES - 1) / LI_LANES * LI_LANES;
+        j.nw = j.kern->f_nw, j.na = j.kern->f_na;
+    }
+    j.m_pad = (m + j.na - 1) / j.na * j.na;
+    const size_t a_row = j.t->group ? j.plan.a_row_bytes : (size_t)j.kp * sizeof(float);
+    j.apanel = alloc64((size_t)j.m_pad * a_row);
+    if (!j.apanel) return LI_ENOMEM;
+    li_pool_run(task_pack_a, &j, want);
+    if (atomic_load(&j.error) == LI_OK) li_pool_run(task_gemm, &j, want);
+    free(j.apanel);
+    return atomic_load(&j.error);
+}

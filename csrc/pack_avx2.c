@@ -1,0 +1,179 @@
+/* pack_avx2.c -- AVX2 weight unpacking for the GEMM panels (used by the avx2 and avx512 tables).
+ *
+ * The GEMM reads every weight row once per call, so for a few tokens (m = 4..64) the
+ * unpack -- quants to bytes, fp16 scales to f32, and the interleave of panel.c --
+ * costs as much as the multiply. Here: the hot types' unpack_<type> with F16C and
+ * 32-byte nibble splits, and the interleave of full 16-group super-groups of G = 32
+ * as two 8x8 dword transposes (the tails and G = 16 take the generic code).
+ * Results are identical to unpack_generic.c / panel.c (tests compare the matmuls).
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+
+#include "li.h"
+
+static inline float fp16(ggml_half h) { return _cvtsh_ss(h); }
+
+static inline void store_nibbles(const uint8_t *qs, uint8_t *u) {   /* 16 bytes -> 32 elements */
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    _mm256_storeu_si256((__m256i *)u, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F)));
+}
+
+void unpack_q4_0_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_q4_0 *x = src;
+    (void)mw;
+    for (int64_t i = 0; i < n / QK4_0; i++, u += QK4_0) {
+        dw[i] = fp16(x[i].d);
+        store_nibbles(x[i].qs, u);
+    }
+}
+
+void unpack_q4_1_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_q4_1 *x = src;
+    for (int64_t i = 0; i < n / QK4_1; i++, u += QK4_1) {
+        dw[i] = fp16(x[i].d);
+        mw[i] = fp16(x[i].m);
+        store_nibbles(x[i].qs, u);
+    }
+}
+
+void unpack_q5_0_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_q5_0 *x = src;
+    (void)mw;
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    for (int64_t i = 0; i < n / QK5_0; i++, u += QK5_0) {
+        dw[i] = fp16(x[i].d);
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        /* bit j of qh -> 0x10 in byte j */
+        const __m256i b = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf), bit),
+                                            _mm256_set1_epi64x(-1));
+        store_nibbles(x[i].qs, u);
+        _mm256_storeu_si256((__m256i *)u, _mm256_or_si256(_mm256_loadu_si256((const __m256i *)u),
+                                                          _mm256_and_si256(b, _mm256_set1_epi8(0x10))));
+    }
+}
+
+void unpack_q8_0_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_q8_0 *x = src;
+    (void)mw;
+    for (int64_t i = 0; i < n / QK8_0; i++, u += QK8_0) {
+        dw[i] = fp16(x[i].d);
+        _mm256_storeu_si256((__m256i *)u, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[i].qs),
+                                                           _mm256_set1_epi8((char)0x80)));
+    }
+}
+
+void unpack_q4_K_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_q4_K *x = src;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t i = 0; i < n / QK_K; i++, dw += 8, mw += 8) {
+        const float d = fp16(x[i].d), dmin = fp16(x[i].dmin);
+        uint8_t sm[16];
+        li_scales_mins_k4(x[i].scales, sm);
+        for (int s = 0; s < 8; s++) {
+            dw[s] = d * sm[s];
+            mw[s] = -(dmin * sm[8 + s]);
+        }
+        for (int c = 0; c < 4; c++, u += 64) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
+            _mm256_storeu_si256((__m256i *)u, _mm256_and_si256(q, m4));
+            _mm256_storeu_si256((__m256i *)(u + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+        }
+    }
+}
+
+void unpack_q6_K_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_q6_K *x = src;
+    (void)mw;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    for (int64_t i = 0; i < n / QK_K; i++, dw += 16) {
+        const float d = fp16(x[i].d);
+        for (int s = 0; s < 16; s++) dw[s] = d * x[i].scales[s];
+        for (int h = 0; h < 2; h++, u += 128) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            _mm256_storeu_si256((__m256i *)u, _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                                              _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)));
+            _mm256_storeu_si256((__m256i *)(u + 32), _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                                                     _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)));
+            _mm256_storeu_si256((__m256i *)(u + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                                                     _mm256_and_si256(hb, m30)));
+            _mm256_storeu_si256((__m256i *)(u + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                                                     _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+        }
+    }
+}
+
+/* 8 rows of 8 dwords (row r at src + r * 32) -> column c at dst + c * 64 */
+static inline void transpose_8x8(const uint8_t *src, uint8_t *dst) {
+    __m256i r[8], t[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(src + 32 * i));
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* r[0..3]: columns 0, 1, 2, 3 (low lane) and 4, 5, 6, 7 (high lane) of rows 0..3; r[4..7] of rows 4..7 */
+    for (int c = 0; c < 4; c++) {
+        _mm256_storeu_si256((__m256i *)(dst + 64 * c), _mm256_permute2x128_si256(r[c], r[c + 4], 0x20));
+        _mm256_storeu_si256((__m256i *)(dst + 64 * (c + 4)), _mm256_permute2x128_si256(r[c], r[c + 4], 0x31));
+    }
+}
+
+/* 16 groups of 4 dwords (G = 16) -> dword s of every group at dst + s * 64: as 8 rows of two
+ * groups, transposed, then the even and odd groups' columns interleaved */
+static inline void transpose_16x4(const uint8_t *src, uint8_t *dst) {
+    uint8_t cols[8 * 64];   /* column c (c < 4: dword c of groups 0, 2, ..; c >= 4: dword c-4 of 1, 3, ..) */
+    transpose_8x8(src, cols);
+    for (int s = 0; s < 4; s++) {
+        const __m256i even = _mm256_loadu_si256((const __m256i *)(cols + 64 * s));
+        const __m256i odd = _mm256_loadu_si256((const __m256i *)(cols + 64 * (s + 4)));
+        const __m256i lo = _mm256_unpacklo_epi32(even, odd), hi = _mm256_unpackhi_epi32(even, odd);
+        _mm256_storeu_si256((__m256i *)(dst + 64 * s), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)(dst + 64 * s + 32), _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+}
+
+/* li_panel_pack_w with the full super-groups done as 8x8 dword transposes */
+void li_panel_pack_w_avx2(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
+                          uint8_t *dst) {
+    const int G = p->group, steps = G / 4;
+    const size_t sg_bytes = (size_t)steps * 64 + LI_W_SIDE;
+    for (int64_t sg = 0; sg < p->n_full; sg++, dst += sg_bytes, u += 16 * G) {
+        if (G == 32) {
+            transpose_8x8(u, dst);               /* groups 0..7 -> lanes 0..7 */
+            transpose_8x8(u + 8 * 32, dst + 32); /* groups 8..15 -> lanes 8..15 */
+        } else {
+            transpose_16x4(u, dst);
+        }
+        memcpy(dst + steps * 64, dw + 16 * sg, 16 * sizeof(float));
+        if (mw) memcpy(dst + steps * 64 + 64, mw + 16 * sg, 16 * sizeof(float));
+        else memset(dst + steps * 64 + 64, 0, 16 * sizeof(float));
+    }
+    if (p->n_tail) {   /* the rest as its own plan: the tail super-groups only */
+        li_panel_plan tail = *p;
+        tail.n_groups = p->n_groups - 16 * p->n_full;
+        tail.n_full = 0;
+        tail.n_sg = p->n_tail;
+        li_panel_pack_w(&tail, u, dw + 16 * p->n_full, mw ? mw + 16 * p->n_full : NULL, dst);
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#endif /* x86_64 */

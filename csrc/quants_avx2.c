@@ -1,0 +1,320 @@
+/* quants_avx2.c -- AVX2 (+FMA, F16C) activation quantizers and dot products.
+ *
+ * Compiled with baseline flags like every file; the target pragma enables AVX2
+ * for the functions here only, and dispatch.c calls them only on CPUs that have
+ * it. Same signatures and results as the _generic versions: the quantizers are
+ * bit-identical (same f32 operations, roundf done as trunc + carry), the dot
+ * products equal up to float summation order (integer parts are exact).
+ * Plain AVX2 has no u8 x s8 -> s32 instruction: maddubs gives s16 pair sums,
+ * safe from saturation while u <= 127 (Q8_0 uses abs/sign instead).
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+
+#include "li.h"
+
+static inline float hsum_ps(__m256 x) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline int hsum_epi32(__m256i x) {
+    __m128i r = _mm_add_epi32(_mm256_extracti128_si256(x, 1), _mm256_castsi256_si128(x));
+    r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
+    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 1));
+    return _mm_cvtsi128_si32(r);
+}
+
+static inline float hmax_ps(__m256 x) {
+    __m128 r = _mm_max_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline float fp16(ggml_half h) { return _cvtsh_ss(h); }
+
+/* roundf: half away from zero. v - trunc(v) is exact, so the carry decision is too. */
+static inline __m256i round_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 half = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    return _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_and_ps(half, one)));
+}
+
+/* 4 x 8 int32 in -127..127 -> 32 int8 in order */
+static inline __m256i pack_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* one block of 32: quants stored at qs, the int sum returned; d from amax / 127 */
+static inline int quantize_32(const float *x, int8_t *qs, float *d_out) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                   _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+    const float d = hmax_ps(m) / 127;
+    const __m256 id = _mm256_set1_ps(d ? 1.0f / d : 0.0f);
+    const __m256i q0 = round_away(_mm256_mul_ps(v0, id)), q1 = round_away(_mm256_mul_ps(v1, id));
+    const __m256i q2 = round_away(_mm256_mul_ps(v2, id)), q3 = round_away(_mm256_mul_ps(v3, id));
+    _mm256_storeu_si256((__m256i *)qs, pack_i8(q0, q1, q2, q3));
+    *d_out = d;
+    return hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3)));
+}
+
+void quantize_row_q8_0_avx2(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        float d;
+        quantize_32(x + i * QK8_0, y[i].qs, &d);
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+void quantize_row_q8_1_avx2(const float *x, void *dst, int64_t n) {
+    block_q8_1 *y = dst;
+    for (int64_t i = 0; i < n / QK8_1; i++) {
+        float d;
+        const int sum = quantize_32(x + i * QK8_1, y[i].qs, &d);
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        const float s = sum * d;
+        y[i].s = _cvtss_sh(s > 65504.0f ? 65504.0f : s < -65504.0f ? -65504.0f : s, _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+void quantize_row_q8_K_avx2(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        const float amax = hmax_ps(m);
+        if (!amax) {
+            memset(&y[i], 0, sizeof(y[i]));
+            continue;
+        }
+        int first = 0;   /* the first value of largest magnitude, with its sign (as the reference) */
+        for (int j = 0; j < QK_K; j += 8) {
+            const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j));
+            const int mask = _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (mask) { first = j + __builtin_ctz((unsigned)mask); break; }
+        }
+        const float iscale = -127.f / x[first];
+        const __m256 vs = _mm256_set1_ps(iscale), top = _mm256_set1_ps(127.0f);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q[4];
+            for (int h = 0; h < 4; h++) {
+                const __m256 v = _mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 8 * h));
+                q[h] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), top));
+            }
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), pack_i8(q[0], q[1], q[2], q[3]));
+            y[i].bsums[j / 16] = (int16_t)hsum_epi32(_mm256_add_epi32(q[0], q[1]));
+            y[i].bsums[j / 16 + 1] = (int16_t)hsum_epi32(_mm256_add_epi32(q[2], q[3]));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+/* --- dot products ---------------------------------------------------------------------- */
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31) */
+static inline __m256i nibbles_32(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+
+/* bit j of a little-endian u32 -> 0x10 in byte j (the 5th bit of Q5_0 / Q5_1) */
+static inline __m256i fifth_bits_32(const uint8_t *qh) {
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
+
+static inline __m256i dot_u8(__m256i u, __m256i q) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+}
+
+/* Scales of two 32-element blocks in one conversion: the weight's fp16 scale word of each
+ * block (d twice for the offset types, d and m for the "_1" types) times the activation's
+ * {d, d * sum(q)} (a_sums) -> [dw0 * da0, x0 * sa0, dw1 * da1, x1 * sa1]. Lanes 0, 2 scale
+ * the integer dots; lanes 1, 3 are the offset / min terms, summed once at the end. */
+static inline __m128 pair_scales(uint32_t w0, uint32_t w1, const float *as) {
+    const __m128i h = _mm_cvtsi64_si128((long long)(((uint64_t)w1 << 32) | w0));
+    return _mm_mul_ps(_mm_cvtph_ps(h), _mm_loadu_ps(as));
+}
+static inline uint32_t dup16(ggml_half d) { return (uint32_t)d * 0x10001u; }   /* {d, d} */
+static inline uint32_t word32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }   /* {d, m} */
+
+static inline float side_total(__m128 side, int offset) {   /* lanes 1 + 3, times -offset if any */
+    const float t = _mm_cvtss_f32(_mm_shuffle_ps(side, side, 1)) + _mm_cvtss_f32(_mm_shuffle_ps(side, side, 3));
+    return offset ? -(float)offset * t : t;
+}
+
+/* sum over blocks of dw * da * dot(u, q) + (min types) m * da * sum(q) - (offset types) o * dw * da * sum(q);
+ * u <= 31 here, so maddubs cannot saturate. */
+#define VEC_DOT_PAIRS(NAME, WBLOCK, ABLOCK, UNPACK, SCALE_WORD, OFFSET)                            \
+    void NAME(int64_t n, float *s, const void *vw, const void *va, const float *as) {             \
+        const WBLOCK *w = vw;                                                                      \
+        const ABLOCK *a = va;                                                                      \
+        const __m256i two = _mm256_set1_epi32(2);                                                  \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
+        __m128 side = _mm_setzero_ps();                                                            \
+        const int64_t nb = n / 32;                                                                 \
+        int64_t i = 0;                                                                             \
+        for (; i + 1 < nb; i += 2) {                                                               \
+            const __m128 p = pair_scales(SCALE_WORD(w[i]), SCALE_WORD(w[i + 1]), as + 2 * i);      \
+            side = _mm_add_ps(side, p);                                                            \
+            const __m256i d0 = dot_u8(UNPACK(w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs)); \
+            const __m256i d1 = dot_u8(UNPACK(w[i + 1]), _mm256_loadu_si256((const __m256i *)a[i + 1].qs)); \
+            acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), _mm256_cvtepi32_ps(d0), acc0);        \
+            acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), two),       \
+                                   _mm256_cvtepi32_ps(d1), acc1);                                  \
+        }                                                                                          \
+        if (i < nb) {                                                                              \
+            const float last[4] = {as[2 * i], as[2 * i + 1], 0.0f, 0.0f};                          \
+            const __m128 p = pair_scales(SCALE_WORD(w[i]), 0, last);                               \
+            side = _mm_add_ps(side, p);                                                            \
+            const __m256i d0 = dot_u8(UNPACK(w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs)); \
+            acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), _mm256_cvtepi32_ps(d0), acc0);        \
+        }                                                                                          \
+        *s = hsum_ps(_mm256_add_ps(acc0, acc1)) + side_total(side, OFFSET);                        \
+    }
+
+#define NIBBLES(b) nibbles_32((b).qs)
+#define FIVE_BITS(b) _mm256_or_si256(nibbles_32((b).qs), fifth_bits_32((b).qh))
+#define D_TWICE(b) dup16((b).d)
+#define D_AND_M(b) word32(&(b).d)
+
+VEC_DOT_PAIRS(vec_dot_q4_0_q8_0_avx2, block_q4_0, block_q8_0, NIBBLES, D_TWICE, 8)
+VEC_DOT_PAIRS(vec_dot_q5_0_q8_0_avx2, block_q5_0, block_q8_0, FIVE_BITS, D_TWICE, 16)
+VEC_DOT_PAIRS(vec_dot_q4_1_q8_1_avx2, block_q4_1, block_q8_1, NIBBLES, D_AND_M, 0)
+VEC_DOT_PAIRS(vec_dot_q5_1_q8_1_avx2, block_q5_1, block_q8_1, FIVE_BITS, D_AND_M, 0)
+
+/* Q8_0: signed x signed via |x| and y with x's sign (pair sums <= 2 * 128 * 127 < 2^15) */
+void vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
+    const block_q8_0 *w = vw;
+    const block_q8_0 *a = va;
+    const __m256i two = _mm256_set1_epi32(2);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / QK8_0;
+    for (int64_t i = 0; i < nb; i += 2) {
+        const int pair = i + 1 < nb;
+        const float last[4] = {as[2 * i], 0.0f, pair ? as[2 * i + 2] : 0.0f, 0.0f};
+        const __m128 p = pair_scales(dup16(w[i].d), pair ? dup16(w[i + 1].d) : 0, last);
+        for (int h = 0; h <= pair; h++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)w[i + h].qs);
+            const __m256i y = _mm256_loadu_si256((const __m256i *)a[i + h].qs);
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+            const __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+            if (h) acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), two), d, acc1);
+            else acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), d, acc0);
+        }
+    }
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
+    (void)as;
+    const block_q4_K *w = vw;
+    const block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    float sum_mins = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[16];   /* scales, then mins */
+        li_scales_mins_k4(w[i].scales, sc);
+        int32_t mins = 0;
+        for (int j = 0; j < 8; j++) mins += sc[8 + j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {   /* 32 bytes = sub-blocks 2j (low nibbles), 2j+1 (high) */
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
+            const __m256i ql = _mm256_and_si256(bits, m4), qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            const __m256i p0 = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
+            const __m256i p1 = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+        }
+        const float da = a[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w[i].d) * da), _mm256_cvtepi32_ps(sumi), acc);
+        sum_mins += fp16(w[i].dmin) * da * (float)mins;
+    }
+    *s = hsum_ps(acc) - sum_mins;
+}
+
+void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
+    (void)as;
+    const block_q6_K *w = vw;
+    const block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), o = _mm256_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w[i].ql + 64 * h;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
+            __m256i u[4];   /* quarter k: low bits from l(k%2), high bits 2k..2k+1 of hb, to bits 4..5 */
+            u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+            u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
+            u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+            for (int k = 0; k < 4; k++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * k));
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u[k], q), _mm256_maddubs_epi16(o, q));
+                const int8_t *sc = w[i].scales + 8 * h + 2 * k;   /* two sub-blocks of 16 */
+                const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+void vec_dot_f16_f16_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
+    (void)as;
+    const ggml_half *x = vw, *y = va;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 4; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8 * j))),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8 * j))), acc[j]);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) sum += fp16(x[i]) * fp16(y[i]);
+    *s = sum;
+}
+
+void vec_dot_f32_f32_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
+    (void)as;
+    const float *x = vw, *y = va;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 4; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j), acc[j]);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#endif /* x86_64 */

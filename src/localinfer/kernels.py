@@ -1,0 +1,325 @@
+"""The C/SIMD kernels (``localinfer._kernels``, built by cffi from ``csrc/``) behind a checked API.
+
+Every argument is validated here, before C sees it -- dtype, contiguity,
+alignment, shapes, byte counts against the type's block size -- so bad input is
+a ``TypeError``/``ValueError`` naming the problem, never a crash. The C calls
+release the GIL (cffi does so for every call), and take numpy buffers without
+copying them: a raw GGUF tensor view (read-only uint8, shape ``(n_out,
+row_bytes)``, as ``GGUFFile.tensor_data`` returns it) goes to ``matmul`` as is.
+
+If the extension was not built (no C compiler at install time), importing this
+module still works: ``available()`` is False, ``unavailable_reason()`` says why,
+and every kernel call raises ``KernelsUnavailable``.
+
+    y = kernels.matmul(w_raw, GGMLQuantizationType.Q4_1, x)     # x (m, k) or (k,)
+    mat = kernels.prepare(w_raw, GGMLQuantizationType.Q4_1)      # check the weights once,
+    y = mat.matmul(x, out=y)                                     # then per call only x / out
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+from .quant.formats import UnsupportedQuantType
+
+try:
+    from . import _kernels
+
+    _ffi, _lib = _kernels.ffi, _kernels.lib
+    _REASON: str | None = None
+except ImportError as _err:  # not built: the numpy path is used instead
+    _ffi = _lib = None
+    _REASON = (
+        f"the C kernels (localinfer._kernels) are not built or cannot be loaded ({_err}); "
+        "reinstall localinfer with a C compiler available to get them"
+    )
+
+__all__ = [
+    "KernelsUnavailable", "available", "unavailable_reason", "isa", "supported_isas", "built_isas",
+    "set_threads", "get_threads", "matmul", "prepare", "PreparedMatrix", "dequantize_row",
+    "quantize_activations", "ACTIVATION_TYPES",
+]
+
+MAX_THREADS = 256
+# Activation (vec_dot) formats quantize_activations can produce.
+ACTIVATION_TYPES = (T.Q8_0, T.Q8_1, T.Q8_K, T.F32, T.F16, T.BF16)
+_ERRORS = {-1: "invalid argument", -2: "unsupported type", -3: "out of memory", -4: "ISA not available"}
+
+
+class KernelsUnavailable(RuntimeError):
+    """The C kernels were not built; use the numpy path (localinfer.quant / layers)."""
+
+
+def available() -> bool:
+    """Whether the C kernels are built and loaded."""
+    return _lib is not None
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernels are unavailable, or None when they are available."""
+    return _REASON
+
+
+def _need_lib():
+    if _lib is None:
+        raise KernelsUnavailable(_REASON)
+    return _lib
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:  # the wrapper checks first, so this is a bug or a malloc failure
+        if rc == -3:
+            raise MemoryError(f"{what}: the kernels could not allocate their scratch memory")
+        raise RuntimeError(f"{what} failed in C: {_ERRORS.get(rc, rc)}")
+
+
+# --- ISA and threads ------------------------------------------------------------------------
+
+
+def isa() -> str:
+    """The kernel variant in use: 'generic', 'avx2', 'avx512' or 'neon'."""
+    return _ffi.string(_need_lib().li_isa_name()).decode()
+
+
+def built_isas() -> list[str]:
+    """The variants this build contains, lowest first."""
+    return _ffi.string(_need_lib().li_isa_built()).decode().split(",")
+
+
+def supported_isas() -> list[str]:
+    """The variants this build contains and this CPU can run, lowest first."""
+    lib = _need_lib()
+    return [name for name in built_isas() if lib.li_isa_supported(name.encode()) == 1]
+
+
+def _force_isa(name: str) -> str:
+    """Switch the variant (tests and benchmarks); returns the previous one. Not for use while
+    other threads run kernels. The environment variable LOCALINFER_ISA does this at load time."""
+    lib = _need_lib()
+    if not isinstance(name, str):
+        raise TypeError(f"an ISA name is a str, got {type(name).__name__}")
+    status = lib.li_isa_supported(name.encode())
+    if status == -1:
+        raise ValueError(f"unknown ISA {name!r}; this build has {', '.join(built_isas())}")
+    if status == 0:
+        raise ValueError(f"this CPU cannot run the {name!r} kernels; it supports {', '.join(supported_isas())}")
+    previous = isa()
+    _check(lib.li_force_isa(name.encode()), "force_isa")
+    return previous
+
+
+@contextlib.contextmanager
+def _isa(name: str) -> Iterator[None]:
+    previous = _force_isa(name)
+    try:
+        yield
+    finally:
+        _force_isa(previous)
+
+
+def _check_threads(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"a thread count is an int, got {type(n).__name__} {n!r}")
+    if not 1 <= n <= MAX_THREADS:
+        raise ValueError(f"thread count must be between 1 and {MAX_THREADS}, got {n}")
+    return int(n)
+
+
+def set_threads(n: int) -> None:
+    """Threads used by matmul (the calling thread counts as one)."""
+    _check(_need_lib().li_set_threads(_check_threads(n)), "set_threads")
+
+
+def get_threads() -> int:
+    """Threads matmul uses; by default the physical cores this process may run on."""
+    return int(_need_lib().li_get_threads())
+
+
+# --- validation helpers ---------------------------------------------------------------------
+
+_F32 = np.dtype(np.float32)
+_TYPE_INFO: dict[int, tuple[T, int, int, int]] = {}
+
+
+def _type_info(qtype, what: str = "weight") -> tuple[T, int, int, int]:
+    """(type, block size, bytes per block, vec_dot type) from the C traits table."""
+    if isinstance(qtype, bool) or not isinstance(qtype, (int, np.integer)):
+        raise TypeError(f"a {what} type is a gguf.GGMLQuantizationType or int, got {type(qtype).__name__} {qtype!r}")
+    key = int(qtype)
+    info = _TYPE_INFO.get(key)
+    if info is not None:
+        return info
+    lib = _need_lib()
+    try:
+        qt = T(key)
+    except ValueError:
+        raise UnsupportedQuantType(f"{key} is not a GGML type known to gguf") from None
+    out = _ffi.new("int[3]")
+    if lib.li_type_info(key, out, out + 1, out + 2) != 0:
+        raise UnsupportedQuantType(f"the C kernels do not handle {what} type {qt.name}")
+    info = _TYPE_INFO[key] = (qt, int(out[0]), int(out[1]), int(out[2]))
+    return info
+
+
+def _check_array(a, name: str, dtypes: tuple, *, writable: bool = False) -> np.ndarray:
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
+    if not a.dtype.isnative and a.dtype.newbyteorder("=") in dtypes:
+        raise TypeError(f"{name} has non-native byte order {a.dtype}; use {name}.astype({a.dtype.newbyteorder('=')})")
+    if a.dtype not in dtypes:
+        want = " or ".join(str(np.dtype(d)) for d in dtypes)
+        raise TypeError(f"{name} must have dtype {want}, got {a.dtype}")
+    flags = a.flags
+    if not flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous; np.ascontiguousarray({name}) makes a contiguous copy")
+    if not flags.aligned:
+        raise ValueError(f"{name} is not aligned for its dtype; np.array({name}) makes an aligned copy")
+    if writable and not flags.writeable:
+        raise ValueError(f"{name} must be writable")
+    return a
+
+
+def _buffer(a: np.ndarray, name: str, align: int):
+    """cffi view of a checked array (no copy), its start address checked against `align`."""
+    buf = _ffi.from_buffer(a)
+    if a.size and int(_ffi.cast("uintptr_t", buf)) % align:
+        raise ValueError(
+            f"{name} starts at an address that is not a multiple of {align} bytes "
+            f"(GGUF tensor data always is); np.array({name}) makes an aligned copy"
+        )
+    return buf
+
+
+def _raw_alignment(qt: T) -> int:
+    """Raw rows are read in place through C structs: f32 values, or the fp16 fields of blocks
+    (all at even offsets of even-sized blocks). GGUF tensor data is 32-byte aligned."""
+    return 4 if qt == T.F32 else 2
+
+
+# --- matmul ---------------------------------------------------------------------------------
+
+
+class PreparedMatrix:
+    """A weight matrix checked once: W (n_out, k) as raw GGUF rows (uint8 (n_out, row_bytes)) of
+    any supported type, or float32 / float16 (n_out, k) for F32 / F16. Holds W without copying."""
+
+    def __init__(self, w: np.ndarray, wtype) -> None:
+        qt, block, type_size, vec_dot_type = _type_info(wtype)
+        if vec_dot_type < 0:
+            raise UnsupportedQuantType(f"{qt.name} is an activation format, not a weight type the kernels multiply")
+        if not isinstance(w, np.ndarray):
+            raise TypeError(f"w must be a numpy array, got {type(w).__name__}")
+        native = {T.F32: np.float32, T.F16: np.float16}.get(qt)
+        dtypes = (np.uint8,) if native is None else (np.uint8, native)
+        _check_array(w, "w", dtypes)
+        if w.ndim != 2:
+            raise ValueError(f"w must be 2-D (n_out, row_bytes) raw rows or (n_out, k) floats, got shape {w.shape}")
+        if w.dtype == np.uint8:
+            row_bytes = w.shape[1]
+            if row_bytes % type_size:
+                raise ValueError(
+                    f"{qt.name} rows must be whole blocks of {type_size} bytes, got rows of {row_bytes} bytes"
+                )
+            k = row_bytes // type_size * block
+        else:
+            k, row_bytes = w.shape[1], w.shape[1] * w.itemsize
+        self.w, self.wtype, self.n_out, self.k, self.row_bytes = w, qt, int(w.shape[0]), int(k), int(row_bytes)
+        self._wtype_id = int(qt)
+        self._wbuf = _buffer(w, "w", _raw_alignment(qt)) if w.size else None
+        self._w_start = int(_ffi.cast("uintptr_t", self._wbuf)) if w.size else 0
+        self._w_end = self._w_start + w.nbytes
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.n_out, self.k
+
+    def matmul(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """x (m, k) or (k,) float32 -> x @ W^T: float32 (m, n_out) or (n_out,)."""
+        # the common case in a few attribute reads; anything unusual gets the full check
+        if not (type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous and x.flags.aligned):
+            _check_array(x, "x", (np.float32,))
+        ndim = x.ndim
+        if ndim not in (1, 2) or x.shape[-1] != self.k:
+            raise ValueError(f"x must have shape (m, {self.k}) or ({self.k},) for W of shape {self.shape}, got {x.shape}")
+        m = 1 if ndim == 1 else x.shape[0]
+        out_shape = (self.n_out,) if ndim == 1 else (m, self.n_out)
+        out_given = out is not None
+        if out is None:
+            out = np.empty(out_shape, dtype=_F32)
+        elif not (type(out) is np.ndarray and out.dtype == _F32 and out.flags.c_contiguous
+                  and out.flags.aligned and out.flags.writeable):
+            _check_array(out, "out", (np.float32,), writable=True)
+        if out.shape != out_shape:
+            raise ValueError(f"out must have shape {out_shape}, got {out.shape}")
+        if out.size == 0:
+            return out
+        if self.k == 0:
+            out.fill(0.0)
+            return out
+        xb = _ffi.from_buffer("float[]", x)
+        ob = _ffi.from_buffer("float[]", out)   # writability checked above
+        if out_given:
+            o0, x0 = int(_ffi.cast("uintptr_t", ob)), int(_ffi.cast("uintptr_t", xb))
+            if (o0 < x0 + x.nbytes and x0 < o0 + out.nbytes) or (o0 < self._w_end and self._w_start < o0 + out.nbytes):
+                raise ValueError("out must not overlap x or w")
+        rc = _lib.li_matmul(self._wtype_id, self._wbuf, self.row_bytes, self.n_out, self.k, xb, m, ob)
+        if rc:
+            _check(rc, f"matmul of {self.wtype.name} {self.shape}")
+        return out
+
+
+def prepare(w: np.ndarray, wtype) -> PreparedMatrix:
+    """Check W once for repeated matmuls (the forward pass keeps one per linear layer)."""
+    return PreparedMatrix(w, wtype)
+
+
+def matmul(w: np.ndarray, wtype, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """y = x @ W^T with W quantized: see PreparedMatrix. x float32 (m, k) or (k,)."""
+    return PreparedMatrix(w, wtype).matmul(x, out)
+
+
+# --- rows -----------------------------------------------------------------------------------
+
+
+def dequantize_row(raw: np.ndarray, wtype, n: int) -> np.ndarray:
+    """n elements of `wtype` (raw bytes, or float32/float16 for F32/F16) -> float32 (n,)."""
+    qt, block, type_size, _ = _type_info(wtype, "tensor")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n is an int, got {type(n).__name__}")
+    if n < 0 or n % block:
+        raise ValueError(f"n = {n} is not a non-negative multiple of the {qt.name} block size {block}")
+    native = {T.F32: np.float32, T.F16: np.float16}.get(qt)
+    _check_array(raw, "raw", (np.uint8,) if native is None else (np.uint8, native))
+    need = n // block * type_size
+    if raw.nbytes != need:
+        raise ValueError(f"{n} {qt.name} elements take {need} bytes, got {raw.nbytes} bytes (shape {raw.shape})")
+    out = np.empty(n, dtype=np.float32)
+    if n:
+        src = _buffer(raw, "raw", _raw_alignment(qt))
+        _check(_lib.li_dequantize_row(int(qt), src, _ffi.from_buffer("float[]", out, require_writable=True), n), "dequantize_row")
+    return out
+
+
+def quantize_activations(x: np.ndarray, act_type) -> np.ndarray:
+    """float32 (k,) or (m, k) -> raw rows of an activation type (Q8_0, Q8_1, Q8_K, F32, F16, BF16):
+    uint8 (row_bytes,) or (m, row_bytes), exactly what matmul feeds the dot products."""
+    qt, block, type_size, _ = _type_info(act_type, "activation")
+    if qt not in ACTIVATION_TYPES:
+        raise UnsupportedQuantType(f"{qt.name} is not an activation type; use one of {', '.join(t.name for t in ACTIVATION_TYPES)}")
+    _check_array(x, "x", (np.float32,))
+    if x.ndim not in (1, 2):
+        raise ValueError(f"x must be 1-D or 2-D, got shape {x.shape}")
+    k = x.shape[-1]
+    if k % block:
+        raise ValueError(f"row length {k} is not a multiple of the {qt.name} block size {block}")
+    rows = x.reshape(-1, k)
+    row_bytes = k // block * type_size
+    out = np.empty((rows.shape[0], row_bytes), dtype=np.uint8)
+    for i in range(rows.shape[0]):
+        if k:
+            _check(_lib.li_quantize_row(int(qt), _ffi.from_buffer("float[]", rows[i]), _ffi.from_buffer(out[i], require_writable=True), k), "quantize_activations")
+    return out.reshape(row_bytes) if x.ndim == 1 else out
