@@ -70,6 +70,8 @@ else:
         "-Wall",
         "-Wextra",
         "-Wno-unused-parameter",
+        # a function called without a declaration gets its float arguments promoted to double
+        "-Werror=implicit-function-declaration",
     ]
     EXTRA_LINK_ARGS = ["-pthread"]
 

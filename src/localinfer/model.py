@@ -21,13 +21,15 @@ DEFAULT_N_CTX = 4096
 
 class Model:
     def __init__(self, path: str | os.PathLike, n_ctx: int | None = None, n_threads: int | None = None,
-                 kv_dtype: str = "f16"):
+                 kv_dtype: str = "f16", backend: str = "auto"):
+        """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built)."""
         self.path = str(path)
         self.gguf = GGUFFile(path)
         self.metadata: Mapping[str, Any] = self.gguf.metadata
         self.architecture = self.gguf.architecture
         self.tokenizer = Tokenizer.from_metadata(self.metadata)
-        self.runtime = build_model(self.gguf)
+        self.backend = _choose_backend(backend, n_threads)
+        self.runtime = build_model(self.gguf, self.backend)
         n_ctx_train = self.runtime.config.n_ctx_train
         self.n_ctx = int(n_ctx) if n_ctx else min(DEFAULT_N_CTX, n_ctx_train)
         if self.n_ctx <= 0:
@@ -141,6 +143,20 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model({self.path!r}, architecture={self.architecture!r}, n_ctx={self.n_ctx})"
+
+
+def _choose_backend(backend: str, n_threads: int | None) -> str:
+    if backend not in ("auto", "c", "reference"):
+        raise ValueError(f"backend must be 'auto', 'c' or 'reference', got {backend!r}")
+    from . import kernels
+    if backend == "auto":
+        backend = "c" if kernels.available() else "reference"
+    if backend == "c":
+        if not kernels.available():
+            raise RuntimeError(kernels.unavailable_reason())
+        if n_threads:
+            kernels.set_threads(n_threads)
+    return backend
 
 
 def collect(chunks: Iterator, prompt_tokens: list[int]) -> GenerationResult:

@@ -29,5 +29,6 @@ def model_class(arch: str):
     return ARCHITECTURES[name]
 
 
-def build_model(f: GGUFFile):
-    return model_class(f.architecture).from_gguf(f)
+def build_model(f: GGUFFile, backend: str = "reference"):
+    """The architecture's model for file `f`; `backend` is "reference" (numpy) or "c" (kernels)."""
+    return model_class(f.architecture).from_gguf(f, backend)

@@ -26,8 +26,9 @@ import numpy as np
 
 from ..gguf_file import GGUFError, GGUFFile
 from ..kv_cache import InterleavedKVCache
-from ..layers import apply_rope, attention, geglu, rms_norm, rope_freqs
-from .weights import load_matrix, load_optional
+from .. import layers
+from ..layers import rope_freqs
+from .weights import Embedding, Linear, WeightLoader
 
 SWA_PATTERN_DEFAULT = 6  # llama.cpp's load_swa_pattern(ml, 6) for gemma3: every 6th layer is global
 ROPE_BASE_SWA_DEFAULT = 10000.0  # llama_hparams::rope_freq_base_train_swa
@@ -102,72 +103,70 @@ def _swa_layers(f: GGUFFile, n_layer: int, window: int | None) -> tuple[bool, ..
 @dataclass
 class Gemma3Layer:
     attn_norm: np.ndarray  # (n_embd,)
-    wq: np.ndarray  # (n_head*head_dim, n_embd)
-    wk: np.ndarray  # (n_head_kv*head_dim, n_embd)
-    wv: np.ndarray  # (n_head_kv*head_dim, n_embd)
+    wq: Linear  # (n_head*head_dim, n_embd)
+    wk: Linear  # (n_head_kv*head_dim, n_embd)
+    wv: Linear  # (n_head_kv*head_dim, n_embd)
     q_norm: np.ndarray  # (head_dim,) RMSNorm of each query head
     k_norm: np.ndarray  # (head_dim,) RMSNorm of each key head
-    wo: np.ndarray  # (n_embd, n_head*head_dim)
+    wo: Linear  # (n_embd, n_head*head_dim)
     attn_post_norm: np.ndarray  # (n_embd,) on the attention output, before the residual add
     ffn_norm: np.ndarray  # (n_embd,)
-    w_gate: np.ndarray  # (n_ff, n_embd)
-    w_up: np.ndarray  # (n_ff, n_embd)
-    w_down: np.ndarray  # (n_embd, n_ff)
+    w_gate: Linear  # (n_ff, n_embd)
+    w_up: Linear  # (n_ff, n_embd)
+    w_down: Linear  # (n_embd, n_ff)
     ffn_post_norm: np.ndarray  # (n_embd,) on the FFN output, before the residual add
 
 
 @dataclass
 class Gemma3Weights:
-    token_embd: np.ndarray  # (n_vocab, n_embd)
+    token_embd: Embedding  # (n_vocab, n_embd)
     layers: list[Gemma3Layer]
     output_norm: np.ndarray  # (n_embd,)
-    output: np.ndarray  # (n_vocab, n_embd), token_embd itself when tied
+    output: Linear  # (n_vocab, n_embd), the token embedding matrix itself when tied
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile, c: Gemma3Config) -> "Gemma3Weights":
-        def m(name, shape):
-            return load_matrix(f, name, shape)
-
+    def from_gguf(cls, w: WeightLoader, c: Gemma3Config) -> "Gemma3Weights":
         q_dim, kv_dim = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
         layers = []
         for i in range(c.n_layer):
             p = f"blk.{i}."
             layers.append(Gemma3Layer(
-                attn_norm=m(p + "attn_norm.weight", (c.n_embd,)),
-                wq=m(p + "attn_q.weight", (q_dim, c.n_embd)),
-                wk=m(p + "attn_k.weight", (kv_dim, c.n_embd)),
-                wv=m(p + "attn_v.weight", (kv_dim, c.n_embd)),
-                q_norm=m(p + "attn_q_norm.weight", (c.head_dim,)),
-                k_norm=m(p + "attn_k_norm.weight", (c.head_dim,)),
-                wo=m(p + "attn_output.weight", (c.n_embd, q_dim)),
-                attn_post_norm=m(p + "post_attention_norm.weight", (c.n_embd,)),
-                ffn_norm=m(p + "ffn_norm.weight", (c.n_embd,)),
-                w_gate=m(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
-                w_up=m(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
-                w_down=m(p + "ffn_down.weight", (c.n_embd, c.n_ff)),
-                ffn_post_norm=m(p + "post_ffw_norm.weight", (c.n_embd,)),
+                attn_norm=w.vector(p + "attn_norm.weight", (c.n_embd,)),
+                wq=w.linear(p + "attn_q.weight", (q_dim, c.n_embd)),
+                wk=w.linear(p + "attn_k.weight", (kv_dim, c.n_embd)),
+                wv=w.linear(p + "attn_v.weight", (kv_dim, c.n_embd)),
+                q_norm=w.vector(p + "attn_q_norm.weight", (c.head_dim,)),
+                k_norm=w.vector(p + "attn_k_norm.weight", (c.head_dim,)),
+                wo=w.linear(p + "attn_output.weight", (c.n_embd, q_dim)),
+                attn_post_norm=w.vector(p + "post_attention_norm.weight", (c.n_embd,)),
+                ffn_norm=w.vector(p + "ffn_norm.weight", (c.n_embd,)),
+                w_gate=w.linear(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
+                w_up=w.linear(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
+                w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff)),
+                ffn_post_norm=w.vector(p + "post_ffw_norm.weight", (c.n_embd,)),
             ))
-        token_embd = m("token_embd.weight", (c.n_vocab, c.n_embd))
-        output = load_optional(f, "output.weight", (c.n_vocab, c.n_embd))
-        return cls(token_embd=token_embd, layers=layers,
-                   output_norm=m("output_norm.weight", (c.n_embd,)),
-                   output=token_embd if output is None else output)
+        output = w.optional_linear("output.weight", (c.n_vocab, c.n_embd))
+        return cls(token_embd=w.embedding("token_embd.weight", (c.n_vocab, c.n_embd)), layers=layers,
+                   output_norm=w.vector("output_norm.weight", (c.n_embd,)),
+                   output=output or w.linear("token_embd.weight", (c.n_vocab, c.n_embd)))
 
 
 class Gemma3Model:
     """forward(tokens, cache) -> logits; the cache holds everything that depends on the past."""
 
-    def __init__(self, config: Gemma3Config, weights: Gemma3Weights):
+    def __init__(self, config: Gemma3Config, weights: Gemma3Weights, ops=layers):
         self.config, self.weights = config, weights
+        self.ops = ops  # layers (numpy reference) or localinfer.ops (C): the same functions
         c = config
         # linear rope scaling multiplies positions by rope_scale, i.e. the frequencies
         self.inv_freq_global = rope_freqs(c.head_dim, c.rope_base, c.n_rot) * c.rope_scale
         self.inv_freq_swa = rope_freqs(c.head_dim, c.rope_base_swa, c.n_rot)
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile) -> "Gemma3Model":
+    def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "Gemma3Model":
         config = Gemma3Config.from_gguf(f)
-        return cls(config, Gemma3Weights.from_gguf(f, config))
+        loader = WeightLoader(f, backend)
+        return cls(config, Gemma3Weights.from_gguf(loader, config), loader.ops)
 
     def new_cache(self, n_ctx: int, dtype=np.float16) -> InterleavedKVCache:
         c = self.config
@@ -177,35 +176,35 @@ class Gemma3Model:
     def forward(self, tokens: np.ndarray, cache: InterleavedKVCache, last_only: bool = False) -> np.ndarray:
         """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32,
         or (1, n_vocab) for the last token only with `last_only`."""
-        c, w = self.config, self.weights
+        c, w, ops = self.config, self.weights, self.ops
         tokens = np.asarray(tokens, dtype=np.int64)
         n = tokens.shape[0]
         cache.reserve(n)
         positions = np.arange(cache.offset, cache.offset + n)
-        x = w.token_embd[tokens].astype(np.float32) * np.float32(np.sqrt(c.n_embd))  # (n, n_embd)
+        x = w.token_embd(tokens) * np.float32(np.sqrt(c.n_embd))  # (n, n_embd)
         for li, layer in enumerate(w.layers):
             swa = c.is_swa[li]
             inv_freq = self.inv_freq_swa if swa else self.inv_freq_global
-            h = rms_norm(x, layer.attn_norm, c.rms_eps)
-            q = (h @ layer.wq.T).reshape(n, c.n_head, c.head_dim)
-            k = (h @ layer.wk.T).reshape(n, c.n_head_kv, c.head_dim)
-            v = (h @ layer.wv.T).reshape(n, c.n_head_kv, c.head_dim)
-            q = apply_rope(rms_norm(q, layer.q_norm, c.rms_eps), positions, inv_freq, neox=True)
-            k = apply_rope(rms_norm(k, layer.k_norm, c.rms_eps), positions, inv_freq, neox=True)
+            h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
+            q = layer.wq(h).reshape(n, c.n_head, c.head_dim)
+            k = layer.wk(h).reshape(n, c.n_head_kv, c.head_dim)
+            v = layer.wv(h).reshape(n, c.n_head_kv, c.head_dim)
+            q = ops.apply_rope(ops.rms_norm(q, layer.q_norm, c.rms_eps), positions, inv_freq, neox=True)
+            k = ops.apply_rope(ops.rms_norm(k, layer.k_norm, c.rms_eps), positions, inv_freq, neox=True)
             q = q * np.float32(c.attn_scale)
             keys, values = cache.update_and_fetch(li, k, v)
-            a = attention(q, keys, values, positions, 1.0, kv_dtype=cache.dtype,
+            a = ops.attention(q, keys, values, positions, 1.0, kv_dtype=cache.dtype,
                           sliding_window=c.sliding_window if swa else None,
                           key_start=cache.offset + n - keys.shape[0])
-            x = x + rms_norm(a.reshape(n, -1) @ layer.wo.T, layer.attn_post_norm, c.rms_eps)
-            h = rms_norm(x, layer.ffn_norm, c.rms_eps)
-            ffn = geglu(h @ layer.w_gate.T, h @ layer.w_up.T) @ layer.w_down.T
-            x = x + rms_norm(ffn, layer.ffn_post_norm, c.rms_eps)
+            x = x + ops.rms_norm(layer.wo(a.reshape(n, -1)), layer.attn_post_norm, c.rms_eps)
+            h = ops.rms_norm(x, layer.ffn_norm, c.rms_eps)
+            ffn = layer.w_down(ops.geglu(layer.w_gate(h), layer.w_up(h)))
+            x = x + ops.rms_norm(ffn, layer.ffn_post_norm, c.rms_eps)
         cache.advance(n)
         if last_only:
             x = x[-1:]
-        x = rms_norm(x, w.output_norm, c.rms_eps)
-        logits = x @ w.output.T
+        x = ops.rms_norm(x, w.output_norm, c.rms_eps)
+        logits = w.output(x)
         if c.final_logit_softcap is not None:
             cap = np.float32(c.final_logit_softcap)
             logits = np.tanh(logits / cap) * cap

@@ -16,8 +16,9 @@ import numpy as np
 
 from ..gguf_file import GGUFFile, GGUFError
 from ..kv_cache import KVCache
-from ..layers import apply_rope, attention, rms_norm, rope_freqs, swiglu
-from .weights import load_matrix, load_optional
+from .. import layers
+from ..layers import rope_freqs
+from .weights import Embedding, Linear, WeightLoader
 
 
 @dataclass(frozen=True)
@@ -56,56 +57,46 @@ class LlamaConfig:
 @dataclass
 class LlamaLayer:
     attn_norm: np.ndarray  # (n_embd,)
-    wq: np.ndarray  # (n_head*head_dim, n_embd)
-    wk: np.ndarray  # (n_head_kv*head_dim, n_embd)
-    wv: np.ndarray  # (n_head_kv*head_dim, n_embd)
-    wo: np.ndarray  # (n_embd, n_head*head_dim)
-    bq: np.ndarray | None  # (n_head*head_dim,) optional biases
-    bk: np.ndarray | None
-    bv: np.ndarray | None
+    wq: Linear  # (n_head*head_dim, n_embd), bias optional (qwen2)
+    wk: Linear  # (n_head_kv*head_dim, n_embd)
+    wv: Linear  # (n_head_kv*head_dim, n_embd)
+    wo: Linear  # (n_embd, n_head*head_dim)
     ffn_norm: np.ndarray  # (n_embd,)
-    w_gate: np.ndarray  # (n_ff, n_embd)
-    w_up: np.ndarray  # (n_ff, n_embd)
-    w_down: np.ndarray  # (n_embd, n_ff)
+    w_gate: Linear  # (n_ff, n_embd)
+    w_up: Linear  # (n_ff, n_embd)
+    w_down: Linear  # (n_embd, n_ff)
 
 
 @dataclass
 class LlamaWeights:
-    token_embd: np.ndarray  # (n_vocab, n_embd)
+    token_embd: Embedding  # (n_vocab, n_embd)
     layers: list[LlamaLayer]
     output_norm: np.ndarray  # (n_embd,)
-    output: np.ndarray  # (n_vocab, n_embd), token_embd itself when tied
+    output: Linear  # (n_vocab, n_embd), the token embedding matrix itself when tied
     rope_freq_factors: np.ndarray | None  # (n_rot/2,) llama3-style long-context factors
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile, c: LlamaConfig) -> "LlamaWeights":
-        def m(name, shape):
-            return load_matrix(f, name, shape)
-
+    def from_gguf(cls, w: WeightLoader, c: LlamaConfig) -> "LlamaWeights":
         q_dim, kv_dim = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
         layers = []
         for i in range(c.n_layer):
             p = f"blk.{i}."
             layers.append(LlamaLayer(
-                attn_norm=m(p + "attn_norm.weight", (c.n_embd,)),
-                wq=m(p + "attn_q.weight", (q_dim, c.n_embd)),
-                wk=m(p + "attn_k.weight", (kv_dim, c.n_embd)),
-                wv=m(p + "attn_v.weight", (kv_dim, c.n_embd)),
-                wo=m(p + "attn_output.weight", (c.n_embd, q_dim)),
-                bq=load_optional(f, p + "attn_q.bias", (q_dim,)),
-                bk=load_optional(f, p + "attn_k.bias", (kv_dim,)),
-                bv=load_optional(f, p + "attn_v.bias", (kv_dim,)),
-                ffn_norm=m(p + "ffn_norm.weight", (c.n_embd,)),
-                w_gate=m(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
-                w_up=m(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
-                w_down=m(p + "ffn_down.weight", (c.n_embd, c.n_ff)),
+                attn_norm=w.vector(p + "attn_norm.weight", (c.n_embd,)),
+                wq=w.linear(p + "attn_q.weight", (q_dim, c.n_embd), bias=p + "attn_q.bias"),
+                wk=w.linear(p + "attn_k.weight", (kv_dim, c.n_embd), bias=p + "attn_k.bias"),
+                wv=w.linear(p + "attn_v.weight", (kv_dim, c.n_embd), bias=p + "attn_v.bias"),
+                wo=w.linear(p + "attn_output.weight", (c.n_embd, q_dim)),
+                ffn_norm=w.vector(p + "ffn_norm.weight", (c.n_embd,)),
+                w_gate=w.linear(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
+                w_up=w.linear(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
+                w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff)),
             ))
-        token_embd = m("token_embd.weight", (c.n_vocab, c.n_embd))
-        output = load_optional(f, "output.weight", (c.n_vocab, c.n_embd))
-        return cls(token_embd=token_embd, layers=layers,
-                   output_norm=m("output_norm.weight", (c.n_embd,)),
-                   output=token_embd if output is None else output,
-                   rope_freq_factors=load_optional(f, "rope_freqs.weight", (c.n_rot // 2,)))
+        output = w.optional_linear("output.weight", (c.n_vocab, c.n_embd))
+        return cls(token_embd=w.embedding("token_embd.weight", (c.n_vocab, c.n_embd)), layers=layers,
+                   output_norm=w.vector("output_norm.weight", (c.n_embd,)),
+                   output=output or w.linear("token_embd.weight", (c.n_vocab, c.n_embd)),
+                   rope_freq_factors=w.optional_vector("rope_freqs.weight", (c.n_rot // 2,)))
 
 
 class LlamaModel:
@@ -113,14 +104,16 @@ class LlamaModel:
 
     rope_neox = False
 
-    def __init__(self, config: LlamaConfig, weights: LlamaWeights):
+    def __init__(self, config: LlamaConfig, weights: LlamaWeights, ops=layers):
         self.config, self.weights = config, weights
+        self.ops = ops  # layers (numpy reference) or localinfer.ops (C): the same functions
         self.inv_freq = rope_freqs(config.head_dim, config.rope_base, config.n_rot, weights.rope_freq_factors)
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile) -> "LlamaModel":
+    def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "LlamaModel":
         config = LlamaConfig.from_gguf(f)
-        return cls(config, LlamaWeights.from_gguf(f, config))
+        loader = WeightLoader(f, backend)
+        return cls(config, LlamaWeights.from_gguf(loader, config), loader.ops)
 
     def new_cache(self, n_ctx: int, dtype=np.float16) -> KVCache:
         c = self.config
@@ -129,31 +122,25 @@ class LlamaModel:
     def forward(self, tokens: np.ndarray, cache: KVCache, last_only: bool = False) -> np.ndarray:
         """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32,
         or (1, n_vocab) for the last token only with `last_only`."""
-        c, w = self.config, self.weights
+        c, w, ops = self.config, self.weights, self.ops
         tokens = np.asarray(tokens, dtype=np.int64)
         n = tokens.shape[0]
         cache.reserve(n)
         positions = np.arange(cache.offset, cache.offset + n)
-        x = w.token_embd[tokens].astype(np.float32)  # (n, n_embd)
+        x = w.token_embd(tokens)  # (n, n_embd)
         for li, layer in enumerate(w.layers):
-            h = rms_norm(x, layer.attn_norm, c.rms_eps)
-            q = _linear(h, layer.wq, layer.bq).reshape(n, c.n_head, c.head_dim)
-            k = _linear(h, layer.wk, layer.bk).reshape(n, c.n_head_kv, c.head_dim)
-            v = _linear(h, layer.wv, layer.bv).reshape(n, c.n_head_kv, c.head_dim)
-            q = apply_rope(q, positions, self.inv_freq, self.rope_neox)
-            k = apply_rope(k, positions, self.inv_freq, self.rope_neox)
+            h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
+            q = layer.wq(h).reshape(n, c.n_head, c.head_dim)
+            k = layer.wk(h).reshape(n, c.n_head_kv, c.head_dim)
+            v = layer.wv(h).reshape(n, c.n_head_kv, c.head_dim)
+            q = ops.apply_rope(q, positions, self.inv_freq, self.rope_neox)
+            k = ops.apply_rope(k, positions, self.inv_freq, self.rope_neox)
             keys, values = cache.update_and_fetch(li, k, v)
-            a = attention(q, keys, values, positions, 1.0 / np.sqrt(c.head_dim), kv_dtype=cache.dtype)
-            x = x + a.reshape(n, -1) @ layer.wo.T
-            h = rms_norm(x, layer.ffn_norm, c.rms_eps)
-            x = x + swiglu(h @ layer.w_gate.T, h @ layer.w_up.T) @ layer.w_down.T
+            a = ops.attention(q, keys, values, positions, 1.0 / np.sqrt(c.head_dim), kv_dtype=cache.dtype)
+            x = x + layer.wo(a.reshape(n, -1))
+            h = ops.rms_norm(x, layer.ffn_norm, c.rms_eps)
+            x = x + layer.w_down(ops.swiglu(layer.w_gate(h), layer.w_up(h)))
         cache.advance(n)
         if last_only:
             x = x[-1:]
-        x = rms_norm(x, w.output_norm, c.rms_eps)
-        return x @ w.output.T
-
-
-def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    y = x @ w.T
-    return y if b is None else y + b
+        return w.output(ops.rms_norm(x, w.output_norm, c.rms_eps))

@@ -1,4 +1,12 @@
-"""Loading named tensors from a GGUF file as float32 arrays, with shape checks."""
+"""Weights as the architectures use them: linear layers, embeddings and vectors.
+
+A `WeightLoader` decides once, per backend, what a linear layer is:
+  - "reference": `DenseLinear`, the tensor dequantized to float32 at load and multiplied with
+    numpy (the readable oracle);
+  - "c": `KernelLinear`, the raw quantized rows straight from the mmap, multiplied by the C
+    kernels with activations quantized once per matmul.
+The architecture code only calls `layer.wq(x)`, so swapping the backend never touches it.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -6,16 +14,98 @@ import numpy as np
 from ..gguf_file import GGUFError, GGUFFile
 from ..quant import dequantize
 
-
-def load_matrix(f: GGUFFile, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """The tensor `name` dequantized to float32; its shape (numpy order) must be `shape`."""
-    info = f.tensors.get(name)
-    if info is None:
-        raise GGUFError(f"{f.path}: missing tensor {name!r}")
-    if tuple(info.shape) != tuple(shape):
-        raise GGUFError(f"{f.path}: tensor {name!r} has shape {info.shape}, expected {tuple(shape)}")
-    return dequantize(f.tensor_data(name), info.ggml_type, info.shape)
+BACKENDS = ("reference", "c")
 
 
-def load_optional(f: GGUFFile, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
-    return load_matrix(f, name, shape) if name in f.tensors else None
+class DenseLinear:
+    """y = x @ W.T (+ b), W float32 (n_out, n_in)."""
+
+    def __init__(self, w: np.ndarray, bias: np.ndarray | None = None):
+        self.w, self.bias = w, bias
+        self.shape = w.shape
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        y = x @ self.w.T
+        return y if self.bias is None else y + self.bias
+
+
+class KernelLinear:
+    """y = x @ W.T (+ b), W the GGUF's quantized rows (n_out, row_bytes), multiplied in C."""
+
+    def __init__(self, prepared, bias: np.ndarray | None = None):
+        self.mat, self.bias = prepared, bias
+        self.shape = prepared.shape
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        y = self.mat.matmul(np.ascontiguousarray(x, dtype=np.float32))
+        return y if self.bias is None else y + self.bias
+
+
+Linear = DenseLinear | KernelLinear  # both are callables x (m, n_in) -> x @ W.T (m, n_out)
+
+
+class Embedding:
+    """Rows of a (n_vocab, n_embd) table, dequantized only for the tokens asked for."""
+
+    def __init__(self, raw: np.ndarray, qtype, shape: tuple[int, int]):
+        self.raw, self.qtype, self.shape = raw, qtype, shape
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:
+        rows = self.raw[tokens]
+        return dequantize(rows, self.qtype, (len(tokens), self.shape[1]))
+
+
+class WeightLoader:
+    def __init__(self, f: GGUFFile, backend: str = "reference"):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+        if backend == "c":
+            from .. import kernels
+            if not kernels.available():
+                raise RuntimeError(kernels.unavailable_reason())
+        self.f, self.backend = f, backend
+        if backend == "c":
+            from .. import ops
+            self.ops = ops  # the layer ops in C, same signatures as the reference
+        else:
+            from .. import layers
+            self.ops = layers
+
+    def _info(self, name: str, shape: tuple[int, ...]):
+        info = self.f.tensors.get(name)
+        if info is None:
+            raise GGUFError(f"{self.f.path}: missing tensor {name!r}")
+        if tuple(info.shape) != tuple(shape):
+            raise GGUFError(f"{self.f.path}: tensor {name!r} has shape {info.shape}, expected {tuple(shape)}")
+        return info
+
+    def has(self, name: str) -> bool:
+        return name in self.f.tensors
+
+    def vector(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """A small tensor (norm weights, biases) as float32."""
+        info = self._info(name, shape)
+        return dequantize(self.f.tensor_data(name), info.ggml_type, info.shape)
+
+    def optional_vector(self, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
+        return self.vector(name, shape) if self.has(name) else None
+
+    def linear(self, name: str, shape: tuple[int, int], bias: str | None = None):
+        """The matrix `name` (n_out, n_in) as a callable x -> x @ W.T (+ the bias tensor `bias`)."""
+        info = self._info(name, shape)
+        b = self.optional_vector(bias, (shape[0],)) if bias else None
+        if self.backend == "c":
+            from .. import kernels
+            from ..quant import UnsupportedQuantType
+            try:
+                return KernelLinear(kernels.prepare(self.f.tensor_data(name), info.ggml_type), b)
+            except UnsupportedQuantType:
+                pass  # a type the C core lacks: this one layer runs on the reference path
+        return DenseLinear(dequantize(self.f.tensor_data(name), info.ggml_type, info.shape), b)
+
+    def optional_linear(self, name: str, shape: tuple[int, int], bias: str | None = None):
+        return self.linear(name, shape, bias) if self.has(name) else None
+
+    def embedding(self, name: str, shape: tuple[int, int]) -> Embedding:
+        info = self._info(name, shape)
+        return Embedding(self.f.tensor_data(name), info.ggml_type, info.shape)

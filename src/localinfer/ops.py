@@ -1,0 +1,81 @@
+"""The layer ops on the C core, with exactly the signatures of the numpy reference in
+`layers.py`, so a model swaps one namespace for the other (`model.ops`) and never branches.
+
+Arguments are checked here before C sees them (dtypes, shapes, contiguity); anything the C
+op does not cover (an f32 KV cache, say) goes to the reference.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import layers
+from .kernels import _ffi, _lib, available  # noqa: F401  (the same compiled module)
+
+rope_freqs = layers.rope_freqs
+geglu = layers.geglu  # gemma's ggml f16 GELU table stays in numpy for now
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _ptr(a: np.ndarray, ctype: str = "float *"):
+    return _ffi.cast(ctype, _ffi.from_buffer(a, require_writable=False))
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    x, w = _f32(x), _f32(weight)
+    dim = x.shape[-1]
+    if w.shape != (dim,):
+        raise ValueError(f"rms_norm: weight shape {w.shape} does not match rows of {dim}")
+    y = np.empty_like(x)
+    _lib.li_rms_norm(_ptr(x), _ptr(w), _ptr(y), x.size // dim if dim else 0, dim, float(eps))
+    return y
+
+
+def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, neox: bool) -> np.ndarray:
+    if x.ndim != 3:
+        raise ValueError(f"apply_rope: x must be (n_tokens, n_heads, head_dim), got {x.shape}")
+    n, n_head, head_dim = x.shape
+    n_rot = 2 * inv_freq.shape[0]
+    pos = np.ascontiguousarray(positions, dtype=np.int64)
+    if pos.shape != (n,) or n_rot > head_dim:
+        raise ValueError(f"apply_rope: {pos.shape} positions for {n} tokens, n_rot {n_rot} > head_dim {head_dim}?")
+    out = np.array(x, dtype=np.float32, order="C", copy=True)
+    freq = np.ascontiguousarray(inv_freq, dtype=np.float64)
+    if _lib.li_rope(_ptr(out), n, n_head, head_dim, n_rot, _ptr(pos, "int64_t *"), _ptr(freq, "double *"),
+                    int(bool(neox))):
+        raise MemoryError("li_rope: out of memory")
+    return out
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray, scale: float,
+              kv_dtype=np.float16, sliding_window: int | None = None, softcap: float | None = None,
+              key_start: int = 0) -> np.ndarray:
+    if k.dtype != np.float16 or v.dtype != np.float16 or kv_dtype != np.float16:
+        return layers.attention(q, k, v, q_positions, scale, kv_dtype, sliding_window, softcap, key_start)
+    n, n_head, head_dim = q.shape
+    n_kv, n_head_kv, kd = k.shape
+    if v.shape != k.shape or kd != head_dim or n_head % n_head_kv:
+        raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit together")
+    q = _f32(q)
+    k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
+    pos = np.ascontiguousarray(q_positions, dtype=np.int64)
+    if pos.shape != (n,):
+        raise ValueError(f"attention: {pos.shape} positions for {n} queries")
+    out = np.empty_like(q)
+    rc = _lib.li_attention_f16(_ptr(q), _ptr(k, "void *"), _ptr(v, "void *"), _ptr(out), n, n_head, n_head_kv,
+                               head_dim, n_kv, _ptr(pos, "int64_t *"), int(key_start), float(scale),
+                               int(sliding_window or 0), float(softcap or 0.0))
+    if rc:
+        raise ValueError("attention: invalid head grouping")
+    return out
+
+
+def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    g, u = _f32(gate), _f32(up)
+    if g.shape != u.shape:
+        raise ValueError(f"swiglu: gate {g.shape} and up {u.shape} differ")
+    y = np.empty_like(g)
+    _lib.li_silu_mul(_ptr(g), _ptr(u), _ptr(y), g.size)
+    return y

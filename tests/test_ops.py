@@ -1,0 +1,67 @@
+"""The C layer ops (localinfer.ops) against the numpy reference (localinfer.layers)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from localinfer import kernels, layers
+
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
+
+
+@pytest.fixture
+def ops():
+    from localinfer import ops
+    return ops
+
+
+@pytest.mark.parametrize("shape", [(1, 576), (7, 640), (3, 4, 256), (2, 1)])
+def test_rms_norm(ops, shape):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=shape).astype(np.float32) * 3
+    w = rng.normal(size=shape[-1]).astype(np.float32)
+    np.testing.assert_allclose(ops.rms_norm(x, w, 1e-6), layers.rms_norm(x, w, 1e-6), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError):
+        ops.rms_norm(x, w[:-1] if shape[-1] > 1 else np.ones(2, np.float32), 1e-6)
+
+
+@pytest.mark.parametrize("neox", [False, True])
+@pytest.mark.parametrize("n,heads,dim,n_rot", [(1, 9, 64, 64), (5, 4, 256, 256), (3, 2, 128, 64)])
+def test_rope(ops, neox, n, heads, dim, n_rot):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(n, heads, dim)).astype(np.float32)
+    pos = rng.integers(0, 5000, size=n)
+    f = layers.rope_freqs(dim, 10000.0, n_rot)
+    np.testing.assert_array_equal(ops.apply_rope(x, pos, f, neox), layers.apply_rope(x, pos, f, neox))
+
+
+def test_swiglu(ops):
+    rng = np.random.default_rng(3)
+    g, u = rng.normal(size=(2, 2, 1536)).astype(np.float32) * 4
+    np.testing.assert_allclose(ops.swiglu(g, u), layers.swiglu(g, u), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [{}, {"sliding_window": 5}, {"softcap": 3.0}, {"key_start": 7}])
+@pytest.mark.parametrize("n,n_kv,heads,kv_heads,dim", [(1, 1, 1, 1, 64), (1, 300, 9, 3, 64), (17, 17, 4, 1, 256),
+                                                      (64, 80, 8, 2, 96)])
+def test_attention(ops, kw, n, n_kv, heads, kv_heads, dim):
+    rng = np.random.default_rng(4)
+    q = rng.normal(size=(n, heads, dim)).astype(np.float32)
+    k = rng.normal(size=(n_kv, kv_heads, dim)).astype(np.float16)
+    v = rng.normal(size=(n_kv, kv_heads, dim)).astype(np.float16)
+    start = kw.get("key_start", 0)
+    pos = np.arange(start + n_kv - n, start + n_kv)
+    a = ops.attention(q, k, v, pos, dim ** -0.5, **kw)
+    b = layers.attention(q, k, v, pos, dim ** -0.5, **kw)
+    # both round the softmax weights to f16 (as llama.cpp does); a different summation order
+    # can land a weight one f16 step (~5e-4 relative) away
+    np.testing.assert_allclose(a, b, rtol=1e-3, atol=2e-3)
+
+
+def test_attention_bad_shapes(ops):
+    q = np.zeros((1, 3, 64), np.float32)
+    k = np.zeros((4, 2, 64), np.float16)
+    with pytest.raises(ValueError):
+        ops.attention(q, k, k, np.array([3]), 0.1)
+    with pytest.raises(ValueError):
+        ops.attention(np.zeros((2, 2, 64), np.float32), k, k, np.array([3]), 0.1)
