@@ -77,5 +77,7 @@ def interactive(llm, system: str | None, verbose: bool, **options) -> None:
             continue
         try:
             _print_stream(session.stream(text), verbose)
+        except KeyboardInterrupt:  # Ctrl-C before the answer started (templating, tokenizing)
+            click.echo("", err=True)
         except ContextFullError as e:  # the session has already dropped the message that did not fit
             click.echo(f"[{e}; /clear to start over]", err=True)

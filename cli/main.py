@@ -63,7 +63,7 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
     options = dict(max_tokens=None if max_tokens < 0 else max_tokens, temperature=temperature, top_k=top_k,
                    top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
     if prompt is None and not sys.stdin.isatty():
-        prompt = sys.stdin.read()
+        prompt = sys.stdin.read().strip()  # the newline that ends piped text is not part of the message
     try:
         if prompt is not None:
             if not prompt.strip():

@@ -84,9 +84,9 @@ class Terminal:
     def send(self, text: str) -> None:
         os.write(self.fd, text.encode())
 
-    def expect(self, needle: str, timeout: float = 60) -> str:
+    def expect(self, needle: str, timeout: float = 60, min_bytes: int = 0) -> str:
         deadline = time.time() + timeout
-        while needle.encode() not in self.out:
+        while needle.encode() not in self.out or len(self.out) < min_bytes:
             if time.time() > deadline:
                 raise AssertionError(f"did not see {needle!r} in:\n{self.out.decode(errors='replace')}")
             ready, _, _ = select.select([self.fd], [], [], 0.5)
@@ -114,7 +114,7 @@ class Terminal:
 
 
 def test_interactive_chat_in_a_terminal(smollm2_path):
-    term = Terminal(["run", "smollm2", "--temp", "0", "-n", "48", "--verbose"])
+    term = Terminal(["run", "smollm2", "--temp", "0", "-n", "400", "--verbose"])
     term.expect(">>> ")
     term.send("What is the capital of France?\r")
     term.expect("decode")  # the verbose timings after the answer
@@ -127,11 +127,27 @@ def test_interactive_chat_in_a_terminal(smollm2_path):
     term.expect(">>> ")
     term.send("/clear\r")
     term.expect("cleared")
-    term.send("Write a very long story about a dragon.\r")
-    time.sleep(1.5)
+    term.out = b""
+    request = "Write a very long story about a dragon."
+    term.send(request + "\r")
+    term.expect(request)
+    term.out = term.out[term.out.index(request.encode()) + len(request) + 2:]
+    term.expect("", min_bytes=40)  # the answer is streaming
+    term.out = b""
     term.send("\x03")  # Ctrl-C stops the answer, not the program
+    screen = term.expect(">>> ")
+    assert "decode" not in screen  # interrupted: no timings line for a finished answer
+    term.out = b""
+    term.send("/bye\r")
+    assert term.wait() == 0
+
+
+def test_ctrl_c_before_the_answer_starts(smollm2_path):
+    term = Terminal(["run", "smollm2", "--temp", "0", "-n", "400"])
     term.expect(">>> ")
     term.out = b""
+    term.send("Tell me about cats.\r\x03")
+    term.expect(">>> ")
     term.send("/bye\r")
     assert term.wait() == 0
 

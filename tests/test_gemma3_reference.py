@@ -53,7 +53,7 @@ def test_config_from_metadata(model):
     assert c.sliding_window == 512
     assert (c.rope_base, c.rope_base_swa, c.rope_scale) == (1e6, 1e4, 1.0)
     assert c.attn_scale == 1 / 16 and c.final_logit_softcap is None
-    assert model.weights.output is model.weights.token_embd  # tied
+    assert model.weights.output.shape == model.weights.token_embd.shape == (N_VOCAB, 640)  # tied: no output.weight
 
 
 def test_logits_match_llama_cpp(logit_cases):
