@@ -62,7 +62,8 @@ int li_silu_mul(const float *g, const float *u, float *y, int64_t n) {
 
 typedef struct {
     const float *q;                /* (n_q, n_head, head_dim) */
-    const ggml_half *k, *v;        /* (n_kv, n_head_kv, head_dim): key j at position key_start + j */
+    const float *k, *v;            /* (n_kv, n_head_kv, head_dim), widened from the f16 cache once per
+                                    * call: key j at position key_start + j */
     float *out;                    /* (n_q, n_head, head_dim) */
     const int64_t *q_pos;          /* (n_q) absolute positions */
     int64_t n_q, n_head, n_head_kv, head_dim, n_kv, key_start, window;
@@ -86,9 +87,9 @@ static void attn_rows(void *ctx, int ith, int nth) {
         for (int64_t j = 0; j < a->n_kv; j++) {
             const int64_t kp = a->key_start + j;
             if (kp > qp || (a->window > 0 && kp <= qp - a->window)) { p[j] = -INFINITY; continue; }
-            const ggml_half *kj = a->k + (j * a->n_head_kv + hk) * d;
+            const float *kj = a->k + (j * a->n_head_kv + hk) * d;
             float s = 0.0f;
-            for (int64_t i = 0; i < d; i++) s += qr[i] * li_fp16_to_fp32(kj[i]);
+            for (int64_t i = 0; i < d; i++) s += qr[i] * kj[i];
             s *= a->scale;
             if (a->softcap > 0.0f) s = tanhf(s / a->softcap) * a->softcap;
             p[j] = s;
@@ -105,8 +106,8 @@ static void attn_rows(void *ctx, int ith, int nth) {
         for (int64_t j = 0; j < a->n_kv; j++) {
             if (p[j] == 0.0f) continue;
             const float w = a->round_f16 ? round_f16(p[j] * inv) : p[j] * inv;
-            const ggml_half *vj = a->v + (j * a->n_head_kv + hk) * d;
-            for (int64_t i = 0; i < d; i++) acc[i] += w * li_fp16_to_fp32(vj[i]);
+            const float *vj = a->v + (j * a->n_head_kv + hk) * d;
+            for (int64_t i = 0; i < d; i++) acc[i] += w * vj[i];
         }
         float *o = a->out + r * d;
         for (int64_t i = 0; i < d; i++) o[i] = acc[i];
@@ -120,9 +121,20 @@ int li_attention_f16(const float *q, const void *k, const void *v, float *out, i
                      int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos, int64_t key_start,
                      float scale, int64_t window, float softcap) {
     if (n_head_kv <= 0 || n_head % n_head_kv) return -1;
-    attn_args a = {q, k, v, out, q_pos, n_q, n_head, n_head_kv, head_dim, n_kv, key_start, window, scale,
+    /* widen K and V once: every query reads every key, so converting in the inner loop
+     * would cost n_q times more (exact: f16 -> f32 loses nothing) */
+    const int64_t n = n_kv * n_head_kv * head_dim;
+    float *kv = malloc(sizeof(float) * 2 * (size_t)(n > 0 ? n : 1));
+    if (!kv) return -2;
+    const ggml_half *k16 = k, *v16 = v;
+    for (int64_t i = 0; i < n; i++) {
+        kv[i] = li_fp16_to_fp32(k16[i]);
+        kv[n + i] = li_fp16_to_fp32(v16[i]);
+    }
+    attn_args a = {q, kv, kv + n, out, q_pos, n_q, n_head, n_head_kv, head_dim, n_kv, key_start, window, scale,
                    softcap, 1};
     const int64_t work = n_q * n_head * n_kv * head_dim;
     li_pool_run(attn_rows, &a, work < 32768 ? 1 : (int)(n_q * n_head));
+    free(kv);
     return 0;
 }

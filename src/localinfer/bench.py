@@ -109,10 +109,23 @@ def describe_run(model, path: str, n_threads: int, load_s: float) -> dict:
         "n_threads": n_threads,
         "backend": backend_name(),
         "load_s": load_s,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": peak_rss_mib(),
         "weight_bytes_per_token": weight_bytes_per_token(model.gguf),
         "runtime": "localinfer",
     }
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS. /proc's VmHWM, since getrusage's ru_maxrss survives exec and
+    would report the parent's peak (e.g. the bandwidth probe's buffers) instead."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def backend_name() -> str:

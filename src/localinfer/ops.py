@@ -67,6 +67,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     rc = _lib.li_attention_f16(_ptr(q), _ptr(k, "void *"), _ptr(v, "void *"), _ptr(out), n, n_head, n_head_kv,
                                head_dim, n_kv, _ptr(pos, "int64_t *"), int(key_start), float(scale),
                                int(sliding_window or 0), float(softcap or 0.0))
+    if rc == -2:
+        raise MemoryError("attention: out of memory")
     if rc:
         raise ValueError("attention: invalid head grouping")
     return out
