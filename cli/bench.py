@@ -79,6 +79,8 @@ def bench(models, prompts, gens, threads, reps, output, llama_bench, llama_bench
         log(f"plot written to {plot_path}")
     if report_path:
         command = "localinfer " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        if llama_bench:  # where the user keeps llama.cpp is theirs, not the report's
+            command = command.replace(shlex.quote(llama_bench), "$LLAMA_BENCH")
         rel_plot = os.path.relpath(plot_path, os.path.dirname(os.path.abspath(report_path))) if plot_path else None
         with open(report_path, "w") as f:
             f.write(report(suite, bw, command, rel_plot))

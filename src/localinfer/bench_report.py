@@ -119,7 +119,8 @@ def report(s: Suite, membw: dict | None, command: str, plot_path: str | None) ->
         "in one batch on an empty context; tgN generates N tokens one at a time from an empty context (llama-bench's",
         "definitions). Each test has one warm-up run, then the repetitions; values are mean ± stddev tokens/s.",
         "When llama.cpp's llama-bench is given, it runs with the same models and parameters interleaved with ours",
-        "in the same run: this machine is shared and noisy, so only the ratios from one run are meaningful.", "",
+        "in the same run: this machine is shared and noisy, so only the ratios from one run are meaningful.",
+        "`$LLAMA_BENCH` is a llama-bench built by the user outside this repository.", "",
     ]
     if membw:
         lines += [f"Memory bandwidth probe (numpy, 1 thread, {membw['size_mib']} MiB): read "
