@@ -31,11 +31,14 @@ def _int_list(ctx, param, value):
 @click.option("--compare-llama-bench", "llama_bench", type=click.Path(exists=True, dir_okay=False),
               help="Path to llama.cpp's llama-bench: run it with the same parameters in the same run.")
 @click.option("--llama-bench-args", default="", help="Extra arguments for llama-bench (quoted).")
+@click.option("--backend", type=click.Choice(["auto", "c", "reference"]), default="auto", show_default=True,
+              help="localinfer's backend: the C kernels or the numpy reference.")
 @click.option("--membw", is_flag=True, help="Also probe memory bandwidth (alone if no model is given).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a tokens/s vs threads plot (PNG).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write a whole markdown report (e.g. BENCHMARKS.md).")
-def bench(models, prompts, gens, threads, reps, output, llama_bench, llama_bench_args, membw, plot_path, report_path):
+def bench(models, prompts, gens, threads, reps, output, llama_bench, llama_bench_args, backend, membw, plot_path,
+          report_path):
     """Measure prompt processing (ppN) and generation (tgN) tokens/s for MODELS (catalog names or paths)."""
     from localinfer.bench_report import markdown, plot, report, table, to_json
     from localinfer.bench_suite import Suite, memory_bandwidth, run_suite
@@ -60,7 +63,7 @@ def bench(models, prompts, gens, threads, reps, output, llama_bench, llama_bench
         paths = [str(resolve_model(m, progress=ByteProgress(f"pulling {m}"))) for m in models]
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
-    suite = Suite(paths, threads, prompts, gens, reps, llama_bench, shlex.split(llama_bench_args))
+    suite = Suite(paths, threads, prompts, gens, reps, llama_bench, shlex.split(llama_bench_args), backend)
     try:
         run_suite(suite, log)
     except RuntimeError as e:

@@ -135,3 +135,14 @@ def test_bad_arguments():
     assert r.returncode != 0 and "comma-separated integers" in r.stderr
     r = subprocess.run([sys.executable, "-m", "localinfer.cli.main", "bench"], capture_output=True, text=True)
     assert r.returncode != 0 and "at least one model" in r.stderr
+
+
+def test_ctrl_c_reports_what_finished(smollm2_path):
+    """In a terminal, Ctrl-C reaches the bench and its worker: the finished tests are printed."""
+    from test_cli import Terminal
+    term = Terminal(["bench", str(smollm2_path), "-p", "16", "-n", "400", "-t", "1", "-r", "2"])
+    term.expect("tg400 rep 1/2", timeout=120)
+    term.send("\x03")
+    assert term.wait(timeout=60) == 130
+    screen = term.out.decode(errors="replace")
+    assert "interrupted" in screen and "pp16" in screen and "tg400" in screen

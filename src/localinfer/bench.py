@@ -44,14 +44,14 @@ def _stats(name: str, n_prompt: int, n_gen: int, samples_ns: list[int], n_tokens
 
 
 def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], reps: int, seed: int = 0,
-              progress=None) -> list[dict]:
+              progress=None, backend: str = "auto") -> list[dict]:
     """All tests for one model at one thread count, in this process. Returns llama-bench-like rows."""
     import numpy as np
 
     from .model import Model
 
     t0 = time.perf_counter()
-    model = Model(path, n_ctx=max(prompts + gens + [16]) + 8, n_threads=n_threads)
+    model = Model(path, n_ctx=max(prompts + gens + [16]) + 8, n_threads=n_threads, backend=backend)
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     n_vocab = model.n_vocab
@@ -77,15 +77,22 @@ def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], re
 
     rows = []
     tests = [("pp", n) for n in prompts if n > 0] + [("tg", n) for n in gens if n > 0]
+    interrupted = False
     for kind, n in tests:
         fn = time_pp if kind == "pp" else time_tg
-        fn(min(n, 16))  # warm-up (caches, allocator, BLAS threads)
         samples = []
-        for r in range(reps):
-            samples.append(fn(n))
-            if progress:
-                progress(f"{kind}{n} rep {r + 1}/{reps}: {n / (samples[-1] / 1e9):.1f} t/s")
-        rows.append(_stats(f"{kind}{n}", n if kind == "pp" else 0, n if kind == "tg" else 0, samples, n))
+        try:
+            fn(min(n, 16))  # warm-up (caches, allocator, BLAS threads)
+            for r in range(reps):
+                samples.append(fn(n))
+                if progress:
+                    progress(f"{kind}{n} rep {r + 1}/{reps}: {n / (samples[-1] / 1e9):.1f} t/s")
+        except KeyboardInterrupt:
+            interrupted = True  # keep the finished tests (and this one's finished repetitions)
+        if samples:
+            rows.append(_stats(f"{kind}{n}", n if kind == "pp" else 0, n if kind == "tg" else 0, samples, n))
+        if interrupted:
+            break
 
     info = describe_run(model, path, n_threads, load_s)
     for row in rows:
@@ -94,7 +101,17 @@ def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], re
             row["weight_gbps"] = row["avg_ts"] * info["weight_bytes_per_token"] / 1e9
         if row["n_prompt"]:
             row["ttft_ms"] = row["avg_ns"] / 1e6
+    if interrupted:
+        raise BenchInterrupted(rows)
     return rows
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; `rows` holds what finished."""
+
+    def __init__(self, rows: list[dict]):
+        super().__init__()
+        self.rows = rows
 
 
 def describe_run(model, path: str, n_threads: int, load_s: float) -> dict:
@@ -107,7 +124,7 @@ def describe_run(model, path: str, n_threads: int, load_s: float) -> dict:
         "model_size": os.path.getsize(path),
         "model_n_params": sum(t.n_elements for t in model.gguf.tensors.values()),
         "n_threads": n_threads,
-        "backend": backend_name(),
+        "backend": backend_name() if model.backend == "c" else "numpy reference",
         "load_s": load_s,
         "peak_rss_mib": peak_rss_mib(),
         "weight_bytes_per_token": weight_bytes_per_token(model.gguf),
@@ -146,6 +163,7 @@ def main(argv=None) -> None:
     ap.add_argument("--prompts", default="512")
     ap.add_argument("--gens", default="128")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--backend", default="auto", choices=["auto", "c", "reference"])
     args = ap.parse_args(argv)
     _set_threads(args.threads)
 
@@ -153,7 +171,14 @@ def main(argv=None) -> None:
         print(f"  {msg}", file=sys.stderr, flush=True)
 
     ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
-    rows = run_model(args.model, args.threads, ints(args.prompts), ints(args.gens), args.reps, progress=progress)
+    try:
+        rows = run_model(args.model, args.threads, ints(args.prompts), ints(args.gens), args.reps,
+                         progress=progress, backend=args.backend)
+    except BenchInterrupted as e:
+        json.dump(e.rows, sys.stdout)
+        sys.exit(130)  # the parent reports these and stops
+    except KeyboardInterrupt:
+        sys.exit(130)
     json.dump(rows, sys.stdout)
 
 

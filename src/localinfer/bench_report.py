@@ -98,6 +98,7 @@ def plot(rows: list[dict], path: str) -> None:
                     ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], fmt=style,
                                 label=runtime, capsize=3)
             ax.set_title(f"{m[:28]}\n{t}", fontsize=8)
+            ax.set_xticks(sorted({r["n_threads"] for r in rows}))
             ax.set_xlabel("threads")
             ax.set_ylabel("tokens/s")
             ax.set_ylim(bottom=0)

@@ -21,19 +21,33 @@ class Suite:
     reps: int = 3
     llama_bench: str | None = None  # path to a llama-bench binary, for side-by-side rows
     llama_bench_args: list[str] = field(default_factory=list)
+    backend: str = "auto"  # localinfer's: "c", "reference" (the numpy oracle) or "auto"
     rows: list[dict] = field(default_factory=list)  # filled as results arrive
     interrupted: bool = False
 
 
-def run_localinfer(path: str, n_threads: int, s: Suite) -> list[dict]:
+def run_localinfer(path: str, n_threads: int, s: Suite) -> None:
+    """Adds the worker's rows to s.rows; raises KeyboardInterrupt (after adding what finished)
+    if the worker was interrupted."""
     cmd = [sys.executable, "-m", "localinfer.bench", path, "--threads", str(n_threads),
            "--prompts", ",".join(map(str, s.prompts)), "--gens", ",".join(map(str, s.gens)),
-           "--reps", str(s.reps)]
+           "--reps", str(s.reps), "--backend", s.backend]
     env = dict(os.environ)
-    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env)
-    if result.returncode != 0:
-        raise RuntimeError(f"benchmark worker failed for {path} (exit {result.returncode})")
-    return json.loads(result.stdout)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env)
+    interrupted = False
+    while True:
+        try:
+            out, _ = proc.communicate()
+            break
+        except KeyboardInterrupt:  # a terminal's Ctrl-C reaches the worker too: it writes what
+            interrupted = True     # it finished and exits, so wait for that instead of losing it
+    if interrupted or proc.returncode in (130, -2):
+        if out.strip():
+            s.rows.extend(json.loads(out))
+        raise KeyboardInterrupt
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark worker failed for {path} (exit {proc.returncode})")
+    s.rows.extend(json.loads(out))
 
 
 def run_llama_bench(binary: str, path: str, n_threads: int, s: Suite) -> list[dict]:
@@ -64,7 +78,7 @@ def run_suite(s: Suite, log: Callable[[str], None]) -> Suite:
         for path in s.models:
             for t in s.threads:
                 log(f"localinfer: {os.path.basename(path)}, {t} thread(s)")
-                s.rows.extend(run_localinfer(path, t, s))
+                run_localinfer(path, t, s)
                 if s.llama_bench:
                     log(f"llama-bench: {os.path.basename(path)}, {t} thread(s)")
                     s.rows.extend(run_llama_bench(s.llama_bench, path, t, s))
