@@ -114,7 +114,7 @@ def test_generated_text_matches_llama_cpp(tok, load_ref, case_id):
 
 
 def test_whole_book_token_count_matches_llama_cpp(tok, refdata_dir):
-    # /work/shared/ANCHOR.md section 5: llama-perplexity reports 161,112 gemma tokens
+    # ../shared/ANCHOR.md section 5: llama-perplexity reports 161,112 gemma tokens
     # for the whole text (BOS included); detokenizing gives the text back.
     path = refdata_dir / "pride_and_prejudice.txt"
     if not path.is_file():
