@@ -12,6 +12,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from refcheck import agreement, disagreement_margins
 
 from localinfer.arch import build_model
 from localinfer.arch.gemma3 import Gemma3Model
@@ -39,12 +40,6 @@ def logit_cases(load_ref, model):
             for case in ref["cases"]]
 
 
-def _recorded_positions(case):
-    if case.get("per_position"):
-        return [(p["pos"], p) for p in case["per_position"]]
-    return [(case["n_tokens"] - 1, case["last"])]
-
-
 def test_config_from_metadata(model):
     c = model.config
     assert (c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim) == (18, 640, 4, 1, 256)
@@ -57,32 +52,20 @@ def test_config_from_metadata(model):
 
 
 def test_logits_match_llama_cpp(logit_cases):
-    agree, total, deltas = 0, 0, []
-    for case, logits in logit_cases:
-        assert logits.shape == (len(case["tokens"]), N_VOCAB) and logits.dtype == np.float32
-        for pos, rec in _recorded_positions(case):
-            total += 1
-            agree += int(np.argmax(logits[pos]) == rec["top_ids"][0])
-            deltas.extend(np.abs(logits[pos][rec["top_ids"]] - np.array(rec["top_logits"])))
-        last = case["last"]
-        assert abs(float(np.mean(logits[-1])) - last["mean"]) < 0.6
-        assert abs(float(np.std(logits[-1])) - last["std"]) < 0.1
-    top1 = agree / total
-    median, worst = float(np.median(deltas)), float(np.max(deltas))
-    print(f"top-1 agreement {agree}/{total} = {top1:.3f}; |delta| on reference top-20: median {median:.3f}, max {worst:.3f}")
-    assert total >= 180
-    assert top1 >= 0.95
-    assert median < 0.25
-    assert worst < 1.5
+    a = agreement(logit_cases, N_VOCAB)
+    assert max(a.mean_diff) < 0.6
+    assert max(a.std_diff) < 0.1
+    print(a.summary())
+    assert a.total >= 180
+    assert a.top1 >= 0.95
+    assert float(np.median(a.deltas)) < 0.25
+    assert float(np.max(a.deltas)) < 1.5
 
 
 def test_disagreements_are_near_ties(logit_cases):
     """Where our argmax differs, llama.cpp's own top-2 margin was small."""
-    for case, logits in logit_cases:
-        for pos, rec in _recorded_positions(case):
-            if np.argmax(logits[pos]) != rec["top_ids"][0]:
-                margin = rec["top_logits"][0] - rec["top_logits"][1]
-                assert margin < NEAR_TIE, (case["id"], pos, margin)
+    for case_id, pos, margin in disagreement_margins(logit_cases):
+        assert margin < NEAR_TIE, (case_id, pos, margin)
 
 
 def test_last_only_equals_last_row(model, logit_cases):

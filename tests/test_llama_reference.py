@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from refcheck import agreement, disagreement_margins
 
 
 @pytest.fixture(scope="module")
@@ -13,40 +14,21 @@ def logit_cases(load_ref, smollm2_model):
     return [(case, smollm2_model.logits(case["tokens"])) for case in ref["cases"]]
 
 
-def _recorded_positions(case):
-    if case.get("per_position"):
-        return [(p["pos"], p) for p in case["per_position"]]
-    return [(case["n_tokens"] - 1, case["last"])]
-
-
 def test_logits_match_llama_cpp(logit_cases):
-    agree, total, deltas = 0, 0, []
-    for case, logits in logit_cases:
-        assert logits.shape == (len(case["tokens"]), 49152) and logits.dtype == np.float32
-        for pos, rec in _recorded_positions(case):
-            total += 1
-            agree += int(np.argmax(logits[pos]) == rec["top_ids"][0])
-            deltas.extend(np.abs(logits[pos][rec["top_ids"]] - np.array(rec["top_logits"])))
-        last = case["last"]
-        # the whole distribution, not only its top: population mean and std over the vocabulary
-        assert abs(float(np.mean(logits[-1])) - last["mean"]) < 0.5
-        assert abs(float(np.std(logits[-1])) - last["std"]) < 0.1
-    top1 = agree / total
-    median, worst = float(np.median(deltas)), float(np.max(deltas))
-    print(f"top-1 agreement {agree}/{total} = {top1:.3f}; |delta| on reference top-20: median {median:.3f}, max {worst:.3f}")
-    assert total >= 150
-    assert top1 >= 0.95
-    assert median < 0.2
-    assert worst < 1.5
+    a = agreement(logit_cases, 49152)
+    assert max(a.mean_diff) < 0.5
+    assert max(a.std_diff) < 0.1
+    print(a.summary())
+    assert a.total >= 150
+    assert a.top1 >= 0.95
+    assert float(np.median(a.deltas)) < 0.2
+    assert float(np.max(a.deltas)) < 1.5
 
 
 def test_disagreements_are_near_ties(logit_cases):
     """Where our argmax differs, llama.cpp's own top-2 margin was small."""
-    for case, logits in logit_cases:
-        for pos, rec in _recorded_positions(case):
-            if np.argmax(logits[pos]) != rec["top_ids"][0]:
-                margin = rec["top_logits"][0] - rec["top_logits"][1]
-                assert margin < 0.5, (case["id"], pos, margin)
+    for case_id, pos, margin in disagreement_margins(logit_cases):
+        assert margin < 0.5, (case_id, pos, margin)
 
 
 def test_incremental_decode_matches_one_batch(smollm2_model, load_ref):
