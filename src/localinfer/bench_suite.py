@@ -32,8 +32,7 @@ def run_localinfer(path: str, n_threads: int, s: Suite) -> None:
     cmd = [sys.executable, "-m", "localinfer.bench", path, "--threads", str(n_threads),
            "--prompts", ",".join(map(str, s.prompts)), "--gens", ",".join(map(str, s.gens)),
            "--reps", str(s.reps), "--backend", s.backend]
-    env = dict(os.environ)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
     interrupted = False
     while True:
         try:
