@@ -21,6 +21,7 @@ Quirks, checked against llama.cpp's src/models/gemma3.cpp (the version behind th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from ..gguf_file import GGUFError, GGUFFile
 from ..kv_cache import InterleavedKVCache
 from .. import layers
 from ..layers import rope_freqs
+from .batch import Batch
 from .weights import Embedding, Linear, WeightLoader
 
 SWA_PATTERN_DEFAULT = 6  # llama.cpp's load_swa_pattern(ml, 6) for gemma3: every 6th layer is global
@@ -176,12 +178,16 @@ class Gemma3Model:
     def forward(self, tokens: np.ndarray, cache: InterleavedKVCache, last_only: bool = False) -> np.ndarray:
         """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32,
         or (1, n_vocab) for the last token only with `last_only`."""
+        return self.forward_batch([(tokens, cache)], last_only)[0]
+
+    def forward_batch(self, seqs, last_only: bool = False) -> list[np.ndarray]:
+        """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
         c, w, ops = self.config, self.weights, self.ops
-        tokens = np.asarray(tokens, dtype=np.int64)
-        n = tokens.shape[0]
-        cache.reserve(n)
-        positions = np.arange(cache.offset, cache.offset + n)
-        x = w.token_embd(tokens) * np.float32(np.sqrt(c.n_embd))  # (n, n_embd)
+        batch = Batch(seqs)
+        n, positions = batch.n_rows, batch.positions
+        attention_global = partial(ops.attention, scale=1.0)  # queries are scaled beforehand
+        attention_swa = partial(ops.attention, scale=1.0, sliding_window=c.sliding_window)
+        x = w.token_embd(batch.tokens) * np.float32(np.sqrt(c.n_embd))  # (n, n_embd)
         for li, layer in enumerate(w.layers):
             swa = c.is_swa[li]
             inv_freq = self.inv_freq_swa if swa else self.inv_freq_global
@@ -192,20 +198,17 @@ class Gemma3Model:
             q = ops.apply_rope(ops.rms_norm(q, layer.q_norm, c.rms_eps), positions, inv_freq, neox=True)
             k = ops.apply_rope(ops.rms_norm(k, layer.k_norm, c.rms_eps), positions, inv_freq, neox=True)
             q = q * np.float32(c.attn_scale)
-            keys, values = cache.update_and_fetch(li, k, v)
-            a = ops.attention(q, keys, values, positions, 1.0, kv_dtype=cache.dtype,
-                          sliding_window=c.sliding_window if swa else None,
-                          key_start=cache.offset + n - keys.shape[0])
+            a = batch.attend(li, q, k, v, attention_swa if swa else attention_global)
             x = x + ops.rms_norm(layer.wo(a.reshape(n, -1)), layer.attn_post_norm, c.rms_eps)
             h = ops.rms_norm(x, layer.ffn_norm, c.rms_eps)
             ffn = layer.w_down(ops.geglu(layer.w_gate(h), layer.w_up(h)))
             x = x + ops.rms_norm(ffn, layer.ffn_post_norm, c.rms_eps)
-        cache.advance(n)
+        batch.advance()
         if last_only:
-            x = x[-1:]
+            x = batch.last_rows(x)
         x = ops.rms_norm(x, w.output_norm, c.rms_eps)
         logits = w.output(x)
         if c.final_logit_softcap is not None:
             cap = np.float32(c.final_logit_softcap)
             logits = np.tanh(logits / cap) * cap
-        return logits
+        return batch.split(logits, last_only)

@@ -11,6 +11,7 @@ GGUF stores llama's Q/K rows permuted by the HF converter so that RoPE rotates a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from ..gguf_file import GGUFFile, GGUFError
 from ..kv_cache import KVCache
 from .. import layers
 from ..layers import rope_freqs
+from .batch import Batch
 from .weights import Embedding, Linear, WeightLoader
 
 
@@ -122,12 +124,15 @@ class LlamaModel:
     def forward(self, tokens: np.ndarray, cache: KVCache, last_only: bool = False) -> np.ndarray:
         """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32,
         or (1, n_vocab) for the last token only with `last_only`."""
+        return self.forward_batch([(tokens, cache)], last_only)[0]
+
+    def forward_batch(self, seqs, last_only: bool = False) -> list[np.ndarray]:
+        """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
         c, w, ops = self.config, self.weights, self.ops
-        tokens = np.asarray(tokens, dtype=np.int64)
-        n = tokens.shape[0]
-        cache.reserve(n)
-        positions = np.arange(cache.offset, cache.offset + n)
-        x = w.token_embd(tokens)  # (n, n_embd)
+        batch = Batch(seqs)
+        n, positions = batch.n_rows, batch.positions
+        attention = partial(ops.attention, scale=1.0 / np.sqrt(c.head_dim))
+        x = w.token_embd(batch.tokens)  # (n, n_embd)
         for li, layer in enumerate(w.layers):
             h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
             q = layer.wq(h).reshape(n, c.n_head, c.head_dim)
@@ -135,12 +140,11 @@ class LlamaModel:
             v = layer.wv(h).reshape(n, c.n_head_kv, c.head_dim)
             q = ops.apply_rope(q, positions, self.inv_freq, self.rope_neox)
             k = ops.apply_rope(k, positions, self.inv_freq, self.rope_neox)
-            keys, values = cache.update_and_fetch(li, k, v)
-            a = ops.attention(q, keys, values, positions, 1.0 / np.sqrt(c.head_dim), kv_dtype=cache.dtype)
+            a = batch.attend(li, q, k, v, attention)
             x = x + layer.wo(a.reshape(n, -1))
             h = ops.rms_norm(x, layer.ffn_norm, c.rms_eps)
             x = x + layer.w_down(ops.swiglu(layer.w_gate(h), layer.w_up(h)))
-        cache.advance(n)
+        batch.advance()
         if last_only:
-            x = x[-1:]
-        return w.output(ops.rms_norm(x, w.output_norm, c.rms_eps))
+            x = batch.last_rows(x)
+        return batch.split(w.output(ops.rms_norm(x, w.output_norm, c.rms_eps)), last_only)
