@@ -65,15 +65,15 @@ def _check_paths(src: Path, dst: Path) -> None:
 
 
 def _metadata_entries(f: GGUFFile, ftype: int) -> list[bytes]:
-    """The input's metadata verbatim, with file_type / quantization_version set and split keys dropped."""
-    override = {"general.file_type": encode_kv_u32("general.file_type", ftype),
-                "general.quantization_version": encode_kv_u32("general.quantization_version", GGML_QNT_VERSION)}
-    entries = []
-    for key, (start, end) in f.metadata_spans.items():
-        if key in _SPLIT_KEYS:
-            continue
-        entries.append(override.pop(key) if key in override else f.raw_bytes(start, end))
-    return entries + list(override.values())
+    """The input's metadata verbatim, split keys dropped, then quantization_version and file_type.
+
+    Like llama-quantize (gguf_set_val removes a key and appends it), the two set keys go
+    last, in this order, so that the whole file can come out byte for byte the same.
+    """
+    entries = [f.raw_bytes(*span) for key, span in f.metadata_spans.items()
+               if key not in _SPLIT_KEYS and key not in ("general.quantization_version", "general.file_type")]
+    return entries + [encode_kv_u32("general.quantization_version", GGML_QNT_VERSION),
+                      encode_kv_u32("general.file_type", ftype)]
 
 
 def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, target: str, *, allow_requantize: bool = False,

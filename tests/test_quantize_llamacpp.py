@@ -1,9 +1,9 @@
 """`localinfer quantize` against a llama-quantize binary, file for file (skipped without one).
 
 Set $LLAMA_QUANTIZE to a llama-quantize built from llama.cpp (nothing here builds
-it). On a synthetic llama model every file type must give the same tensor types,
-the same bytes for every tensor and the same metadata: ggml's reference
-quantizers and llama_tensor_get_type's mix rules, reproduced.
+it). On a synthetic llama model every file type must give the same file, byte
+for byte: ggml's reference quantizers, llama_tensor_get_type's mix rules and
+llama-quantize's layout, reproduced.
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def _assert_same_file(ours: Path, theirs: Path) -> None:
         for name, t in b.tensors.items():
             assert a.tensors[name].ggml_type == t.ggml_type, name
             assert np.array_equal(a.tensor_data(name), b.tensor_data(name)), f"{name} ({t.ggml_type.name}) differs"
+    assert ours.read_bytes() == theirs.read_bytes()  # and the layout: key order, tensor order, padding
 
 
 @pytest.mark.parametrize("model", ["tied-f16", "untied-f32"])
