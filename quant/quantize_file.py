@@ -27,7 +27,7 @@ from gguf import GGMLQuantizationType as T
 
 from localinfer.gguf_file import GGUFFile
 
-from .formats import dequantize, get_format, row_nbytes
+from .formats import FORMATS, dequantize, get_format, row_nbytes
 from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_kv_u32
 from .mixes import ModelShape, get_file_type, plan_tensor_types, requires_imatrix, sort_key
 from .quantizers import can_quantize_to, quantize
@@ -135,16 +135,26 @@ def _check_conversion(name: str, cur: T, new: T, allow_requantize: bool) -> None
 
 
 def _write_tensor(f: GGUFFile, t, new: T, out: AtomicFile):
-    """Write one tensor's data, a slab of rows at a time; yields the input bytes done per slab."""
+    """Write one tensor's data, a slab of rows at a time; yields the input bytes done per slab.
+
+    Every slab that we can read is checked for NaN / inf first (llama.cpp's loader
+    validates rows the same way): a bit-flipped weight or scale is a corrupt file,
+    not something to quantize into a model that silently produces garbage.
+    """
     ncols = t.shape[-1]
     n_rows = t.n_elements // ncols
     raw = f.tensor_data(t.name).reshape(n_rows, -1).view(np.uint8)  # (rows, bytes per row), zero-copy
+    readable = int(t.ggml_type) in FORMATS
     step = max(1, SLAB_ELEMENTS // ncols)
     for r in range(0, n_rows, step):
         rows = raw[r : r + step]
+        x = dequantize(rows, t.ggml_type, (rows.shape[0], ncols)) if readable else None
+        if x is not None and not np.isfinite(x).all():
+            bad = r + int(np.nonzero(~np.isfinite(x).all(axis=1))[0][0])
+            raise QuantizeError(f"{f.path}: tensor {t.name!r} has NaN or infinite values (row {bad}): "
+                                f"the file is corrupt")
         if new == t.ggml_type:
             out.write(memoryview(rows).cast("B"))
         else:
-            x = dequantize(rows, t.ggml_type, (rows.shape[0], ncols))
             out.write(memoryview(quantize(x, new)).cast("B"))
         yield rows.nbytes

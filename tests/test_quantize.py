@@ -323,6 +323,21 @@ def test_cli_corrupt_input_leaves_nothing(synthetic, tmp_path):
     _only(tmp_path, *cases)
 
 
+def test_cli_nan_weights_are_a_corrupt_file(tmp_path):
+    src = tmp_path / "nan.gguf"
+    synthetic_gguf.write(src)
+    with GGUFFile(src) as f:
+        t = f.tensors["blk.5.ffn_up.weight"]
+        offset = t.offset + 7 * t.shape[-1] * 2 + 10  # row 7, element 5 of an F16 tensor
+    with open(src, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(np.array([np.nan], np.float16).tobytes())
+    for target in ("Q4_K_M", "F16"):  # converted or copied as it is
+        r = _run(src, tmp_path / "out.gguf", target)
+        assert r.exit_code != 0 and "'blk.5.ffn_up.weight' has NaN or infinite values (row 7)" in r.output, r.output
+    _only(tmp_path, "nan.gguf")
+
+
 def test_cli_refuses_to_overwrite_its_input(synthetic, tmp_path):
     src, _ = synthetic
     r = _run(src, src, "Q8_0")
