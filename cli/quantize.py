@@ -14,7 +14,7 @@ from .progress import ByteProgress
               help="Accept an input whose weights are already quantized (they are dequantized first; "
                    "quality is lower than from an F16/BF16/F32 input).")
 @click.option("--pure", is_flag=True, help="Every quantizable tensor gets TYPE: no mix rules (llama-quantize --pure).")
-@click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads for the k-quants.")
+@click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads (default: all).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def quantize(input_path, output_path, target, allow_requantize, pure, threads, quiet):
     """Write OUT.gguf: IN.gguf's weights in TYPE, metadata kept.
@@ -29,8 +29,8 @@ def quantize(input_path, output_path, target, allow_requantize, pure, threads, q
     from localinfer.quant.quantize_file import QuantizeError, quantize_file
 
     if threads:
-        import numba
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        from localinfer.quant.quantizers import set_num_threads
+        set_num_threads(threads)
     bar = None if quiet else ByteProgress(f"quantizing to {target.upper()}")
     try:
         r = quantize_file(input_path, output_path, target, allow_requantize=allow_requantize, pure=pure, progress=bar)

@@ -8,8 +8,11 @@ plus its quantizer.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+import numba
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
@@ -35,6 +38,38 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+# The k-quant kernels spread their blocks over numba's threads themselves.
+_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
+# Blocks quantized per step by the numpy quantizers: the temporaries stay in the CPU caches
+# (several times faster than whole-slab passes) and the steps run on a thread pool (numpy
+# releases the GIL).
+_CHUNK_ELEMENTS = 1 << 16
+_threads = os.cpu_count() or 1
+_pool: ThreadPoolExecutor | None = None
+
+
+def set_num_threads(n: int) -> None:
+    """Threads for quantizing: the numpy steps' pool and numba's k-quant kernels."""
+    global _threads, _pool
+    _threads = max(1, int(n))
+    numba.set_num_threads(min(_threads, numba.config.NUMBA_NUM_THREADS))
+    if _pool is not None:
+        _pool.shutdown()
+        _pool = None
+
+
+def _map(fn, items) -> None:
+    global _pool
+    if _threads == 1 or len(items) == 1:
+        for i in items:
+            fn(i)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_threads, thread_name_prefix="localinfer-quantize")
+    for _ in _pool.map(fn, items):
+        pass
+
+
 def can_quantize_to(qtype: T | int) -> bool:
     return int(qtype) in QUANTIZERS
 
@@ -54,5 +89,15 @@ def quantize(x: np.ndarray, qtype: T | int) -> np.ndarray:
     if x.ndim == 0 or x.shape[-1] % fmt.block_size:
         raise ValueError(f"row length {x.shape[-1] if x.ndim else 0} is not a multiple of the "
                          f"{fmt.name} block size {fmt.block_size}")
-    blocks = fn(x.reshape(-1, fmt.block_size))
+    src = x.reshape(-1, fmt.block_size)
+    if fmt.ggml_type in _PARALLEL_INSIDE:
+        blocks = fn(src)
+    else:
+        blocks = np.empty((src.shape[0], fmt.type_size), np.uint8)
+        step = max(1, _CHUNK_ELEMENTS // fmt.block_size)
+
+        def one_step(start: int) -> None:
+            blocks[start : start + step] = fn(src[start : start + step])
+
+        _map(one_step, list(range(0, src.shape[0], step)))
     return blocks.reshape(*x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
