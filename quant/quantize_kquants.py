@@ -6,15 +6,7 @@ Same contract as ``quantize_basic``: float32 (n_blocks, 256) -> uint8
 These follow ggml's reference quantizers (``quantize_row_q*_K_ref`` in
 ggml/src/ggml-quants.c, what ``llama-quantize`` runs without an importance
 matrix). Each sub-block's scale (and min) comes from a small search that
-minimises a weighted squared (or absolute) error:
-
-* ``make_qkx2_quants`` (Q2_K, Q4_K, Q5_K: asymmetric, scale and min): try
-  ``nstep + 1`` candidate inverse scales around ``nmax / (max - min)``, solve
-  the weighted least-squares scale and min for each rounding, keep the best;
-* ``make_qx_quants`` (Q6_K: symmetric): try 19 scales around ``-nmax / max``,
-  keep the one with the best ``sumlx^2 / suml2`` (weights ``x^2``);
-* ``make_q3_quants`` (Q3_K): symmetric, then up to 5 passes that move single
-  quants when that improves the weighted fit.
+minimises a weighted squared (or absolute) error (``kquant_search``).
 
 The sub-block scales are then quantized themselves (6-bit for Q4_K/Q5_K,
 6-bit signed for Q3_K, 8-bit for Q6_K, 4-bit for Q2_K) against an fp16
@@ -24,7 +16,7 @@ The search loops are sequential per block, so they run compiled with numba,
 super-blocks in parallel. Every float operation is float32 in ggml's order
 (an int is converted to float32 before it meets a float, as C does), so the
 output matches ggml's bytes wherever ggml's build does not reorder float math.
-The fp16 fields are rounded inside the kernel (``_fp16_round``) because the
+The fp16 fields are rounded inside the kernel (``fp16_round``) because the
 stored value feeds the second pass; their bytes are written afterwards by numpy.
 """
 
@@ -37,202 +29,10 @@ import numpy as np
 
 from .dequant_kquants import (QK_K, Q2_K_TYPE_SIZE, Q3_K_TYPE_SIZE, Q4_K_TYPE_SIZE, Q5_K_TYPE_SIZE,
                               Q6_K_TYPE_SIZE)
-
-f32 = np.float32
-GROUP_MAX_EPS = f32(1e-15)  # ggml-quants.c: below this a group counts as all zero
-_MAGIC = f32(12582912.0)  # 1.5 * 2^23
-
-# --- helpers --------------------------------------------------------------------------------
+from .kquant_search import (GROUP_MAX_EPS, f32, fp16_round, make_q3_quants_rmse, make_qkx2_quants,
+                            make_qx_quants_rmse1, nearest_int)
 
 _jit = numba.njit(cache=True, nogil=True)
-
-
-@_jit
-def _nearest_int(v):
-    """ggml's nearest_int: round to nearest, ties to even, for |v| < 2^22.
-
-    Adding 1.5 * 2^23 in float32 leaves no fraction bits, so the addition itself
-    rounds (to even); subtracting it back is exact. Same trick as ggml, no libm call."""
-    return int((v + _MAGIC) - _MAGIC)
-
-
-@_jit
-def _fp16_round(v):
-    """float32 -> the float32 value of the nearest fp16 (ties to even), as GGML_FP32_TO_FP16."""
-    a = abs(float(v))
-    if a != a:
-        return v
-    if a >= 65520.0:
-        return f32(math.copysign(math.inf, v))
-    if a < 6.103515625e-05:  # below 2^-14: fp16 subnormals, a fixed step of 2^-24
-        return f32(math.copysign(np.rint(a * 16777216.0) / 16777216.0, v))
-    _, e = math.frexp(a)  # a = m * 2^e, 0.5 <= m < 1; fp16 keeps 11 significant bits
-    step = math.ldexp(1.0, e - 11)
-    return f32(math.copysign(np.rint(a / step) * step, v))
-
-
-@_jit
-def make_qkx2_quants(nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
-    """Asymmetric quants L in 0..nmax with x ~ scale * L - the_min. Returns (scale, the_min)."""
-    n = x.shape[0]
-    mn = x[0]
-    mx = x[0]
-    sum_w = weights[0]
-    sum_x = sum_w * x[0]
-    for i in range(1, n):
-        if x[i] < mn:
-            mn = x[i]
-        if x[i] > mx:
-            mx = x[i]
-        w = weights[i]
-        sum_w += w
-        sum_x += w * x[i]
-    if mn > 0:
-        mn = f32(0)
-    if mx == mn:
-        for i in range(n):
-            L[i] = 0
-        return f32(0), -mn
-    iscale = f32(nmax) / (mx - mn)
-    scale = f32(1) / iscale
-    best_error = f32(0)
-    for i in range(n):
-        l = _nearest_int(iscale * (x[i] - mn))
-        L[i] = max(0, min(nmax, l))
-        diff = scale * f32(L[i]) + mn - x[i]
-        diff = abs(diff) if use_mad else diff * diff
-        best_error += weights[i] * diff
-    if nstep < 1:
-        return scale, -mn
-    for step in range(nstep + 1):
-        iscale = (rmin + rdelta * f32(step) + f32(nmax)) / (mx - mn)
-        sum_l = f32(0)
-        sum_l2 = f32(0)
-        sum_xl = f32(0)
-        for i in range(n):
-            l = max(0, min(nmax, _nearest_int(iscale * (x[i] - mn))))
-            Laux[i] = l
-            w = weights[i]
-            fl = f32(l)
-            sum_l += w * fl
-            sum_l2 += w * fl * fl
-            sum_xl += w * fl * x[i]
-        D = sum_w * sum_l2 - sum_l * sum_l
-        if D > 0:
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
-            if this_min > 0:
-                this_min = f32(0)
-                this_scale = sum_xl / sum_l2
-            cur_error = f32(0)
-            for i in range(n):
-                diff = this_scale * f32(Laux[i]) + this_min - x[i]
-                diff = abs(diff) if use_mad else diff * diff
-                cur_error += weights[i] * diff
-            if cur_error < best_error:
-                for i in range(n):
-                    L[i] = Laux[i]
-                best_error = cur_error
-                scale = this_scale
-                mn = this_min
-    return scale, -mn
-
-
-@_jit
-def make_qx_quants_rmse1(nmax, x, L):
-    """Symmetric quants L in 0..2*nmax-1 (offset nmax), weights x^2 (ggml's rmse_type 1). Returns scale."""
-    n = x.shape[0]
-    mx = f32(0)
-    amax = f32(0)
-    for i in range(n):
-        ax = abs(x[i])
-        if ax > amax:
-            amax = ax
-            mx = x[i]
-    if amax < GROUP_MAX_EPS:
-        for i in range(n):
-            L[i] = 0
-        return f32(0)
-    iscale = f32(-nmax) / mx
-    sumlx = f32(0)
-    suml2 = f32(0)
-    for i in range(n):
-        l = max(-nmax, min(nmax - 1, _nearest_int(iscale * x[i])))
-        L[i] = l + nmax
-        w = x[i] * x[i]
-        fl = f32(l)
-        sumlx += w * x[i] * fl
-        suml2 += w * fl * fl
-    scale = sumlx / suml2 if suml2 != 0 else f32(0)
-    best = scale * sumlx
-    for step in range(-9, 10):
-        if step == 0:
-            continue
-        iscale = -(f32(nmax) + f32(0.1) * f32(step)) / mx
-        sumlx = f32(0)
-        suml2 = f32(0)
-        for i in range(n):
-            l = max(-nmax, min(nmax - 1, _nearest_int(iscale * x[i])))
-            w = x[i] * x[i]
-            fl = f32(l)
-            sumlx += w * x[i] * fl
-            suml2 += w * fl * fl
-        if suml2 > 0 and sumlx * sumlx > best * suml2:
-            for i in range(n):
-                L[i] = nmax + max(-nmax, min(nmax - 1, _nearest_int(iscale * x[i])))
-            scale = sumlx / suml2
-            best = scale * sumlx
-    return scale
-
-
-@_jit
-def make_q3_quants_rmse(nmax, x, L):
-    """Symmetric quants L in 0..2*nmax-1 refined element by element (weights x^2). Returns scale."""
-    n = x.shape[0]
-    mx = f32(0)
-    amax = f32(0)
-    for i in range(n):
-        ax = abs(x[i])
-        if ax > amax:
-            amax = ax
-            mx = x[i]
-    if amax < GROUP_MAX_EPS:
-        for i in range(n):
-            L[i] = 0
-        return f32(0)
-    iscale = f32(-nmax) / mx
-    sumlx = f32(0)
-    suml2 = f32(0)
-    for i in range(n):
-        l = max(-nmax, min(nmax - 1, _nearest_int(iscale * x[i])))
-        L[i] = l
-        w = x[i] * x[i]
-        fl = f32(l)
-        sumlx += w * x[i] * fl
-        suml2 += w * fl * fl
-    for _ in range(5):
-        n_changed = 0
-        for i in range(n):
-            w = x[i] * x[i]
-            fli = f32(L[i])
-            slx = sumlx - w * x[i] * fli
-            if slx > 0:
-                sl2 = suml2 - w * fli * fli
-                new_l = max(-nmax, min(nmax - 1, _nearest_int(x[i] * sl2 / slx)))
-                if new_l != L[i]:
-                    fnew = f32(new_l)
-                    slx += w * x[i] * fnew
-                    sl2 += w * fnew * fnew
-                    if sl2 > 0 and slx * slx * suml2 > sumlx * sumlx * sl2:
-                        L[i] = new_l
-                        sumlx = slx
-                        suml2 = sl2
-                        n_changed += 1
-        if n_changed == 0:
-            break
-    for i in range(n):
-        L[i] += nmax
-    return sumlx / suml2 if suml2 > 0 else f32(0)
 
 
 # --- Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scales and mins ---------------------------------
@@ -268,8 +68,8 @@ def _pack_scales_k4(scales, mins, out):
     inv_scale = f32(63) / max_scale if max_scale > 0 else f32(0)
     inv_min = f32(63) / max_min if max_min > 0 else f32(0)
     for j in range(8):
-        ls = min(63, _nearest_int(inv_scale * scales[j]) & 0xFF)
-        lm = min(63, _nearest_int(inv_min * mins[j]) & 0xFF)
+        ls = min(63, nearest_int(inv_scale * scales[j]) & 0xFF)
+        lm = min(63, nearest_int(inv_min * mins[j]) & 0xFF)
         if j < 4:
             out[j] = ls
             out[j + 4] = lm
@@ -277,7 +77,7 @@ def _pack_scales_k4(scales, mins, out):
             out[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4)
             out[j - 4] |= (ls >> 4) << 6
             out[j] |= (lm >> 4) << 6
-    return _fp16_round(max_scale / f32(63)), _fp16_round(max_min / f32(63))
+    return fp16_round(max_scale / f32(63)), fp16_round(max_min / f32(63))
 
 
 @_jit
@@ -298,7 +98,7 @@ def _requantize_k4(x, L, nmax, d, dmin, packed):
             continue
         dm = dmin * f32(m)
         for ii in range(32):
-            L[32 * j + ii] = max(0, min(nmax, _nearest_int((x[32 * j + ii] + dm) / dl)))
+            L[32 * j + ii] = max(0, min(nmax, nearest_int((x[32 * j + ii] + dm) / dl)))
 
 
 @_jit
@@ -387,15 +187,15 @@ def _block_q2_K(xb, ob, ddb):
     if max_scale > 0:
         iscale = f32(15) / max_scale
         for j in range(16):
-            sc[j] = _nearest_int(iscale * scales[j])
-        d = _fp16_round(max_scale / f32(15))
+            sc[j] = nearest_int(iscale * scales[j])
+        d = fp16_round(max_scale / f32(15))
     else:
         sc[:] = 0
     if max_min > 0:
         iscale = f32(15) / max_min
         for j in range(16):
-            sc[j] |= _nearest_int(iscale * mins[j]) << 4
-        dmin = _fp16_round(max_min / f32(15))
+            sc[j] |= nearest_int(iscale * mins[j]) << 4
+        dmin = fp16_round(max_min / f32(15))
     ddb[0] = d
     ddb[1] = dmin
     for j in range(16):
@@ -404,7 +204,7 @@ def _block_q2_K(xb, ob, ddb):
             continue
         dm = dmin * f32(int(sc[j]) >> 4)
         for ii in range(16):
-            L[16 * j + ii] = max(0, min(3, _nearest_int((xb[16 * j + ii] + dm) / dl)))
+            L[16 * j + ii] = max(0, min(3, nearest_int((xb[16 * j + ii] + dm) / dl)))
     for h in range(2):  # in each half of 128: element 32k + l in bits 2k of byte l
         for l in range(32):
             base = 128 * h + l
@@ -439,13 +239,13 @@ def _block_q3_K(xb, ob, ddb):
     if max_scale != 0:
         iscale = f32(-32) / max_scale
         for j in range(16):
-            l = max(-32, min(31, _nearest_int(iscale * scales[j]))) + 32
+            l = max(-32, min(31, nearest_int(iscale * scales[j]))) + 32
             if j < 8:
                 sc[j] = l & 0xF
             else:
                 sc[j - 8] |= (l & 0xF) << 4
             sc[j % 4 + 8] |= (l >> 4) << (2 * (j // 4))
-        d = _fp16_round(f32(1) / iscale)
+        d = fp16_round(f32(1) / iscale)
     ddb[0] = d
     for j in range(16):
         if j < 8:
@@ -457,7 +257,7 @@ def _block_q3_K(xb, ob, ddb):
         if dl == 0:
             continue
         for ii in range(16):
-            L[16 * j + ii] = max(-4, min(3, _nearest_int(xb[16 * j + ii] / dl))) + 4
+            L[16 * j + ii] = max(-4, min(3, nearest_int(xb[16 * j + ii] / dl))) + 4
     hmask = ob[0:32]
     hmask[:] = 0
     for j in range(QK_K):  # high bit of element 32s + m goes to bit s of hmask[m]
@@ -497,18 +297,18 @@ def _block_q6_K(xb, ob, ddb):
         ddb[0] = f32(0)
         return
     iscale = f32(-128) / max_scale
-    d = _fp16_round(f32(1) / iscale)
+    d = fp16_round(f32(1) / iscale)
     ddb[0] = d
     sc = np.empty(16, np.int32)
     for ib in range(16):
-        sc[ib] = min(127, _nearest_int(iscale * scales[ib]))
+        sc[ib] = min(127, nearest_int(iscale * scales[ib]))
         ob[192 + ib] = sc[ib] & 0xFF
     for j in range(16):
         dl = d * f32(sc[j])
         if dl == 0:
             continue
         for ii in range(16):
-            L[16 * j + ii] = max(-32, min(31, _nearest_int(xb[16 * j + ii] / dl))) + 32
+            L[16 * j + ii] = max(-32, min(31, nearest_int(xb[16 * j + ii] / dl))) + 32
     for h in range(2):  # per half of 128: ql holds low nibbles (64 bytes), qh the 2 high bits (32 bytes)
         for l in range(32):
             base = 128 * h + l

@@ -21,7 +21,6 @@ import synthetic_gguf
 from localinfer.cli.main import main
 from localinfer.gguf_file import GGUFFile
 from localinfer.quant import dequantize
-from localinfer.quant import quantize_basic as qb
 from localinfer.quant.mixes import FILE_TYPES, ModelShape, fallback_type, get_file_type, plan_tensor_types, use_more_bits
 from localinfer.quant.quantizers import QUANTIZERS, quantize
 
@@ -161,11 +160,11 @@ def test_kquants_round_trip(qtype):
 
 
 def test_fp16_rounding_inside_the_kquant_kernels():
-    from localinfer.quant.quantize_kquants import _fp16_round
+    from localinfer.quant.kquant_search import fp16_round
     rng = np.random.default_rng(1)
     v = np.concatenate([rng.standard_normal(3000) * 10.0 ** rng.integers(-9, 5, 3000),
                         [0.0, -0.0, 65504.0, 65519.9, 65520.0, 2**-24, 2**-25, 3 * 2**-26, 6.1e-5]]).astype(np.float32)
-    got = np.array([_fp16_round(f32(a)) for a in v], np.float32)
+    got = np.array([fp16_round(f32(a)) for a in v], np.float32)
     with np.errstate(over="ignore"):  # 65520 and up become inf, as they should
         np.testing.assert_array_equal(got, v.astype(np.float16).astype(np.float32))
 
