@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench, perplexity."""
+"""The `localinfer` command: run (chat), pull, list, info, bench, perplexity, quantize."""
 from __future__ import annotations
 
 import json
@@ -139,9 +139,11 @@ def info(model, as_json, template):
 
 from .bench import bench  # noqa: E402  (registered on the group here)
 from .perplexity import perplexity  # noqa: E402
+from .quantize import quantize  # noqa: E402
 
 main.add_command(bench)
 main.add_command(perplexity)
+main.add_command(quantize)
 
 if __name__ == "__main__":
     main()

@@ -141,13 +141,17 @@ class GGUFFile:
                             f"{n_tensors} tensors cannot fit in {cur.size} bytes")
         self.metadata: dict[str, Any] = {}
         self.metadata_types: dict[str, GGUFValueType] = {}
+        # key -> (start, end) byte range of the whole encoded entry, so a writer can copy it verbatim
+        self.metadata_spans: dict[str, tuple[int, int]] = {}
         for i in range(n_kv):
+            entry_start = cur.pos
             key = cur.string(f"metadata key #{i}")
             vtype = self._value_type(cur.scalar("<I", f"type of {key!r}"), key)
             if key in self.metadata:
                 raise GGUFError(f"{self.path}: duplicate metadata key {key!r}")
             self.metadata[key] = self._read_value(cur, vtype, key)
             self.metadata_types[key] = vtype
+            self.metadata_spans[key] = (entry_start, cur.pos)
 
         infos = []
         for i in range(n_tensors):
@@ -221,6 +225,10 @@ class GGUFFile:
         return TensorInfo(name, ggml_type, tuple(reversed(dims)), start, nbytes)
 
     # -- access -------------------------------------------------------------------------------
+    def raw_bytes(self, start: int, end: int) -> bytes:
+        """A copy of bytes [start, end) of the file (e.g. a `metadata_spans` entry)."""
+        return bytes(self._mmap[start:end])
+
     def tensor_data(self, name: str) -> np.ndarray:
         """Zero-copy read-only view: float32/float16 arrays of `shape` for F32/F16, otherwise
         uint8 of shape (rows..., bytes_per_row) holding the raw blocks (BF16 included)."""

@@ -1,0 +1,44 @@
+"""`localinfer quantize IN.gguf OUT.gguf TYPE`: llama-quantize's job, streamed and atomic."""
+from __future__ import annotations
+
+import click
+
+from .progress import ByteProgress
+
+
+@click.command()
+@click.argument("input_path", metavar="IN.gguf", type=click.Path(dir_okay=False))
+@click.argument("output_path", metavar="OUT.gguf", type=click.Path(dir_okay=False))
+@click.argument("target", metavar="TYPE")
+@click.option("--allow-requantize", is_flag=True,
+              help="Accept an input whose weights are already quantized (they are dequantized first; "
+                   "quality is lower than from an F16/BF16/F32 input).")
+@click.option("--pure", is_flag=True, help="Every quantizable tensor gets TYPE: no mix rules (llama-quantize --pure).")
+@click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads (default: all).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def quantize(input_path, output_path, target, allow_requantize, pure, threads, quiet):
+    """Write OUT.gguf: IN.gguf's weights in TYPE, metadata kept.
+
+    TYPE is a llama.cpp file type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+    Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K
+    (Q3_K, Q4_K, Q5_K mean their _M mix). Mixes give some tensors more bits,
+    as llama-quantize does. On any error or Ctrl-C, OUT.gguf is not created."""
+    from localinfer.gguf_file import GGUFError
+    from localinfer.quant import UnsupportedQuantType
+    from localinfer.quant.gguf_out import DiskFullError
+    from localinfer.quant.quantize_file import QuantizeError, quantize_file
+
+    if threads:
+        from localinfer.quant.quantizers import set_num_threads
+        set_num_threads(threads)
+    bar = None if quiet else ByteProgress(f"quantizing to {target.upper()}")
+    try:
+        r = quantize_file(input_path, output_path, target, allow_requantize=allow_requantize, pure=pure, progress=bar)
+    except (UnsupportedQuantType, GGUFError, QuantizeError, DiskFullError, OSError) as e:
+        raise click.ClickException(str(e))
+    types = ", ".join(f"{n} {name}" for name, n in sorted(r.types.items()))
+    click.echo(f"{r.path}: {r.file_type}, {r.n_tensors} tensors ({types}), "
+               f"{r.bytes_in / 2**20:.1f} MiB -> {r.bytes_out / 2**20:.1f} MiB in {r.seconds:.1f} s", err=quiet)
+    if r.fallbacks:
+        click.echo(f"{len(r.fallbacks)} tensors have rows that their type's blocks do not divide and got "
+                   f"a fallback type (as llama-quantize does), e.g. {r.fallbacks[0]}", err=True)

@@ -1,0 +1,311 @@
+"""Which type each tensor gets: llama.cpp's file types ("mixes") and per-tensor policy.
+
+A target such as ``Q4_K_M`` is a ``llama_ftype`` (the number stored in
+``general.file_type``) with a default tensor type (Q4_K). ``llama-quantize``
+does not give every tensor that type: ``llama_tensor_get_type``
+(src/llama-quant.cpp) keeps some tensors as they are, gives the sensitive ones
+more bits, and falls back to a 32-element type when a row length is not a
+multiple of 256. This module is a readable restatement of that policy for the
+file types and architectures localinfer supports (the IQ / TQ / MXFP4 types
+and their special cases are left out; an unknown target is an error).
+
+In order (``plan_tensor_types``):
+
+1. Only 2-D+ tensors whose name ends in ``weight`` are quantized; norms, MoE
+   router tensors and a few small special tensors keep their type.
+2. The float file types (F32, F16, BF16) give every such tensor that type.
+3. For the quantized file types:
+   * ``output.weight`` -- and ``token_embd.weight`` when the model ties the two
+     (no ``output.weight`` tensor) -- becomes Q6_K (Q8_0 stays Q8_0; Q8_0 too
+     when its row length is not a multiple of the default type's block);
+   * ``attn_v`` gets more bits in the *_M / *_L / Q2_K mixes: Q6_K on the
+     layers ``use_more_bits`` picks for Q4_K_M / Q5_K_M, Q5_K on the first
+     layers for Q3_K_M / Q4_K_S, ...; ``ffn_down`` likewise;
+   * ``attn_output`` gets one step more in Q2_K / Q3_K_M / Q3_K_L;
+4. A type whose block does not divide the row length falls back:
+   Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 if even
+   that does not divide it (Gemma 3 270M's rows of 640 take this path).
+
+Tensors are visited in llama.cpp's order (by layer number, then by name),
+because the "first layers" rules count ``attn_v`` tensors as they go.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from gguf import GGMLQuantizationType as T
+from gguf.constants import GGML_QUANT_SIZES
+
+from .formats import UnsupportedQuantType
+
+
+@dataclass(frozen=True)
+class FileType:
+    name: str  # llama-quantize's name, e.g. "Q4_K_M"
+    ftype: int  # LLAMA_FTYPE_* (include/llama.h), stored as general.file_type
+    default: T  # the type most tensors get
+
+
+_FILE_TYPES = [
+    FileType("F32", 0, T.F32),
+    FileType("F16", 1, T.F16),
+    FileType("Q4_0", 2, T.Q4_0),
+    FileType("Q4_1", 3, T.Q4_1),
+    FileType("Q8_0", 7, T.Q8_0),
+    FileType("Q5_0", 8, T.Q5_0),
+    FileType("Q5_1", 9, T.Q5_1),
+    FileType("Q2_K", 10, T.Q2_K),
+    FileType("Q3_K_S", 11, T.Q3_K),
+    FileType("Q3_K_M", 12, T.Q3_K),
+    FileType("Q3_K_L", 13, T.Q3_K),
+    FileType("Q4_K_S", 14, T.Q4_K),
+    FileType("Q4_K_M", 15, T.Q4_K),
+    FileType("Q5_K_S", 16, T.Q5_K),
+    FileType("Q5_K_M", 17, T.Q5_K),
+    FileType("Q6_K", 18, T.Q6_K),
+    FileType("Q2_K_S", 21, T.Q2_K),
+    FileType("BF16", 32, T.BF16),
+]
+FILE_TYPES: dict[str, FileType] = {f.name: f for f in _FILE_TYPES}
+# llama-quantize's aliases: a bare K type means its _M mix
+ALIASES = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}
+
+_FLOAT_TYPES = {T.F32, T.F16, T.BF16}
+
+
+def get_file_type(name: str) -> FileType:
+    key = name.upper()
+    key = ALIASES.get(key, key)
+    if key not in FILE_TYPES:
+        names = ", ".join(list(FILE_TYPES) + [f"{a} (= {b})" for a, b in ALIASES.items()])
+        raise UnsupportedQuantType(f"unsupported target type {name!r}; supported: {names}")
+    return FILE_TYPES[key]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the policy needs to know about the model (llama.cpp reads the same hparams)."""
+    arch: str
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_expert: int = 0
+
+    @property
+    def n_gqa(self) -> int:
+        return self.n_head // self.n_head_kv if self.n_head_kv else 0
+
+    @property
+    def is_70b(self) -> bool:
+        # llama.cpp's LLM_TYPE_70B for these architectures: 80 layers
+        return self.arch == "llama" and self.n_layer == 80
+
+    @classmethod
+    def from_metadata(cls, meta: dict) -> "ModelShape":
+        arch = meta.get("general.architecture", "")
+
+        def first(key: str, default: int = 0) -> int:
+            v = meta.get(f"{arch}.{key}", default)
+            return int(max(v) if isinstance(v, list) and v else v or 0)
+
+        return cls(arch, first("block_count"), first("attention.head_count"),
+                   first("attention.head_count_kv") or first("attention.head_count"), first("expert_count"))
+
+
+# --- 1. which tensors may be quantized (tensor_allows_quantization) ------------------------
+
+_NEVER_QUANTIZED = (  # substrings: small or special tensors llama.cpp keeps as they are
+    "_norm.weight", "ffn_gate_inp.weight", "altup", "laurel", "per_layer_model_proj",
+    "ssm_conv1d", "shortconv.conv.weight", "attn_rel_b.weight", "time_mix_",
+    ".position_embd", ".patch_embd", ".rel_pos",
+)
+_NEVER_QUANTIZED_EXACT = ("position_embd.weight", "token_types.weight")
+
+
+def n_dims(shape: tuple[int, ...]) -> int:
+    """ggml_n_dims: the number of dimensions, not counting trailing (outer) ones of size 1."""
+    ne = list(reversed(shape))
+    while len(ne) > 1 and ne[-1] == 1:
+        ne.pop()
+    return len(ne)
+
+
+def allows_quantization(name: str, shape: tuple[int, ...]) -> bool:
+    if n_dims(shape) < 2 or not name.endswith("weight"):
+        return False
+    if name in _NEVER_QUANTIZED_EXACT:
+        return False
+    return not any(s in name for s in _NEVER_QUANTIZED)
+
+
+# --- 3. the mix rules (llama_tensor_get_type_impl) -------------------------------------------
+
+def category(name: str) -> str:
+    if name == "output.weight":
+        return "output"
+    if name in ("token_embd.weight", "per_layer_token_embd.weight"):
+        return "token_embd"
+    for key, cat in (("attn_qkv.weight", "attn_qkv"), ("attn_kv_b.weight", "attn_kv_b"),
+                     ("attn_v.weight", "attn_v"), ("attn_k.weight", "attn_k"), ("attn_q.weight", "attn_q"),
+                     ("attn_output.weight", "attn_output"), ("ffn_up", "ffn_up"), ("ffn_gate", "ffn_gate"),
+                     ("ffn_down", "ffn_down")):
+        if key in name:
+            return cat
+    return "other"
+
+
+def use_more_bits(i_layer: int, n_layers: int) -> bool:
+    """The layers the *_M mixes favour: the first and last eighth, and every third in between."""
+    return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
+
+
+def _layer_of(name: str) -> int:
+    m = re.match(r"blk\.(\d+)\.", name)
+    return int(m.group(1)) if m else -1
+
+
+def _block_size(t: T) -> int:
+    return GGML_QUANT_SIZES[t][0]
+
+
+class _Policy:
+    """llama.cpp's quantize_state_impl: the counters that the "first layers" rules read."""
+
+    def __init__(self, ft: FileType, model: ModelShape, names: list[str]):
+        self.ft, self.model = ft, model
+        self.n_attention_wv = sum(category(n) in ("attn_v", "attn_qkv", "attn_kv_b") for n in names)
+        self.tied_embeddings = "output.weight" not in names
+        self.n_layer = model.n_layer
+        self.i_attention_wv = self.i_ffn_down = 0
+
+    def _layer(self, counter: int, name: str) -> int:
+        if self.model.n_expert > 1:  # experts are not consecutive: read the layer from the name
+            return _layer_of(name)
+        return counter
+
+    def mix_type(self, name: str, ncols: int) -> T:
+        ft, m, f = self.ft.name, self.model, self.ft.default
+        cat = category(name)
+        new = f
+        falcon = m.arch == "falcon"
+        if cat == "output" or (self.tied_embeddings and cat == "token_embd"):
+            if falcon or ncols % _block_size(f) != 0:
+                new = T.Q8_0
+            elif f != T.Q8_0:
+                new = T.Q6_K
+        elif cat == "token_embd":
+            pass  # only the IQ/TQ mixes change an untied token embedding
+        elif cat in ("attn_v", "attn_qkv", "attn_kv_b"):
+            i = self.i_attention_wv
+            if ft == "Q2_K":
+                new = T.Q4_K if m.n_gqa >= 4 else T.Q3_K
+            elif ft == "Q2_K_S" and m.n_gqa >= 4:
+                new = T.Q4_K
+            elif ft == "Q3_K_M":
+                new = T.Q5_K if i < 2 else T.Q4_K
+            elif ft == "Q3_K_L":
+                new = T.Q5_K
+            elif ft in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, self.n_attention_wv):
+                new = T.Q6_K
+            elif ft == "Q4_K_S" and i < 4:
+                new = T.Q5_K
+            if m.is_70b and new in (T.Q3_K, T.Q4_K):  # 8 heads share attn_v: cheap to give it more bits
+                new = T.Q5_K
+            if m.n_expert == 8:
+                new = T.Q8_0
+            self.i_attention_wv += 1
+            # (llama.cpp's separate attn_qkv rules come after this branch, which already takes attn_qkv)
+        elif cat == "attn_k":
+            if m.n_expert == 8:
+                new = T.Q8_0
+        elif cat == "ffn_down":
+            i, n = self._layer(self.i_ffn_down, name), self.n_layer
+            if ft == "Q2_K":
+                new = T.Q3_K
+            elif ft == "Q2_K_S":
+                if i < n // 8:
+                    new = T.Q4_K
+            elif ft == "Q3_K_M":
+                new = (T.Q5_K if i < n // 16
+                       else T.Q4_K if not falcon or use_more_bits(i, n) else T.Q3_K)
+            elif ft == "Q3_K_L":
+                new = T.Q4_K if falcon else T.Q5_K
+            elif ft == "Q4_K_M":
+                if falcon:
+                    new = T.Q6_K if i < n // 16 else T.Q5_K if use_more_bits(i, n) else T.Q4_K
+                elif use_more_bits(i, n):
+                    new = T.Q6_K
+            elif ft == "Q5_K_M" and use_more_bits(i, n):
+                new = T.Q6_K
+            elif ft == "Q4_K_S" and not falcon and i < n // 8:
+                new = T.Q5_K
+            self.i_ffn_down += 1
+        elif cat == "attn_output":
+            if not falcon:
+                if m.n_expert == 8:
+                    if ft in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M"):
+                        new = T.Q5_K
+                elif ft == "Q2_K":
+                    new = T.Q3_K
+                elif ft == "Q3_K_M":
+                    new = T.Q4_K
+                elif ft == "Q3_K_L":
+                    new = T.Q5_K
+            elif ft == "Q3_K_L":
+                new = T.Q4_K
+        return new
+
+
+# --- 4. row lengths the type cannot hold (tensor_type_fallback) -------------------------------
+
+_FALLBACK = {T.Q2_K: T.Q4_0, T.Q3_K: T.Q4_0, T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}
+
+
+def fallback_type(t: T, ncols: int) -> T:
+    if ncols % _block_size(t) == 0:
+        return t
+    t = _FALLBACK.get(t, t)
+    return t if ncols % _block_size(t) == 0 else T.F16
+
+
+def requires_imatrix(name: str, new: T, ft: FileType) -> bool:
+    """llama.cpp refuses to write these without an importance matrix (the result would be garbage):
+    in a Q2_K_S file, the Q2_K tensors other than the embeddings and the output."""
+    return ft.name == "Q2_K_S" and new == T.Q2_K and category(name) not in ("token_embd", "output")
+
+
+# --- the plan ----------------------------------------------------------------------------------
+
+def sort_key(name: str) -> tuple[int, str]:
+    """llama.cpp's weight_name_comparer: by layer number (non-layer tensors first), then name."""
+    return (_layer_of(name), name)
+
+
+def plan_tensor_types(tensors: Iterable[tuple[str, T, tuple[int, ...]]], ft: FileType,
+                      model: ModelShape, pure: bool = False, fallbacks: list[str] | None = None) -> dict[str, T]:
+    """name -> output type for every (name, current type, numpy shape), in llama.cpp's order.
+
+    `pure` gives every quantizable tensor the default type (llama-quantize --pure);
+    the fallback for row lengths still applies. The names of the tensors that
+    needed it are appended to `fallbacks`.
+    """
+    tensors = sorted(tensors, key=lambda t: sort_key(t[0]))
+    policy = _Policy(ft, model, [t[0] for t in tensors])
+    plan: dict[str, T] = {}
+    for name, cur, shape in tensors:
+        if not allows_quantization(name, shape):
+            plan[name] = cur
+            continue
+        new = ft.default
+        if ft.default not in _FLOAT_TYPES:
+            if not pure:
+                new = policy.mix_type(name, shape[-1])
+            if fallback_type(new, shape[-1]) != new:
+                new = fallback_type(new, shape[-1])
+                if fallbacks is not None:
+                    fallbacks.append(name)
+        plan[name] = new
+    return plan

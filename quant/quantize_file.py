@@ -1,0 +1,160 @@
+"""Quantize a whole GGUF file: `quantize_file(IN, OUT, "Q4_K_M")`.
+
+What ``llama-quantize IN OUT TYPE`` does, streamed: plan every tensor's type
+(``mixes``), write the header with the input's metadata (``general.file_type``
+and ``general.quantization_version`` set), then each tensor, a slab of rows at
+a time: copied when its type does not change, else dequantized to float32
+(``formats.dequantize``) and quantized (``quantizers.quantize``).
+
+Everything that can be checked before writing is: the target type, the input
+file (``GGUFError`` for a corrupt one), the tensor types, requantization, the
+free disk space. The output is written through ``AtomicFile``, so on any
+error or Ctrl-C nothing is left at OUT.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+from localinfer.gguf_file import GGUFFile
+
+from .formats import FORMATS, dequantize, get_format, row_nbytes
+from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_kv_u32
+from .mixes import ModelShape, get_file_type, plan_tensor_types, requires_imatrix, sort_key
+from .quantizers import can_quantize_to, quantize
+
+GGML_QNT_VERSION = 2  # ggml.h: the version of the quantized block formats
+# Elements dequantized and quantized per step: a few times this in float32 is the working memory.
+SLAB_ELEMENTS = 1 << 22
+_FLOAT_TYPES = (T.F32, T.F16, T.BF16)
+_SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
+
+
+class QuantizeError(ValueError):
+    """The quantization cannot be done as asked; the message says why and what to do."""
+
+
+@dataclass
+class QuantizeResult:
+    path: Path
+    file_type: str
+    n_tensors: int
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+    types: Counter = field(default_factory=Counter)  # output tensor type name -> count
+    fallbacks: list[str] = field(default_factory=list)  # tensors whose row length forced another type
+
+
+def _check_paths(src: Path, dst: Path) -> None:
+    if dst.exists() and dst.is_dir():
+        raise QuantizeError(f"output {dst} is a directory")
+    if not dst.parent.is_dir():
+        raise QuantizeError(f"output directory {dst.parent} does not exist")
+    if dst.exists() and src.exists() and os.path.samefile(src, dst):
+        raise QuantizeError(f"output {dst} is the input file; choose another name")
+
+
+def _metadata_entries(f: GGUFFile, ftype: int) -> list[bytes]:
+    """The input's metadata verbatim, split keys dropped, then quantization_version and file_type.
+
+    Like llama-quantize (gguf_set_val removes a key and appends it), the two set keys go
+    last, in this order, so that the whole file can come out byte for byte the same.
+    """
+    entries = [f.raw_bytes(*span) for key, span in f.metadata_spans.items()
+               if key not in _SPLIT_KEYS and key not in ("general.quantization_version", "general.file_type")]
+    return entries + [encode_kv_u32("general.quantization_version", GGML_QNT_VERSION),
+                      encode_kv_u32("general.file_type", ftype)]
+
+
+def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, target: str, *, allow_requantize: bool = False,
+                  pure: bool = False, progress: Callable[[int, int], None] | None = None) -> QuantizeResult:
+    """Write `dst`: `src` with its weights in the file type `target` (e.g. "Q8_0", "Q4_K_M", "F16").
+
+    `progress(done, total)` is called with input bytes processed. Raises
+    `UnsupportedQuantType` for an unknown target, `GGUFError` for a corrupt input,
+    `QuantizeError` for anything else that stops it, `DiskFullError` if the disk fills.
+    """
+    t0 = time.monotonic()
+    ft = get_file_type(target)
+    src, dst = Path(src), Path(dst)
+    _check_paths(src, dst)
+    with GGUFFile(src) as f:
+        infos = sorted(f.tensors.values(), key=lambda t: sort_key(t.name))
+        result = QuantizeResult(dst, ft.name, len(infos), sum(t.nbytes for t in infos), 0, 0.0)
+        plan = plan_tensor_types([(t.name, t.ggml_type, t.shape) for t in infos], ft,
+                                 ModelShape.from_metadata(f.metadata), pure=pure, fallbacks=result.fallbacks)
+        entries = []
+        for t in infos:
+            new = plan[t.name]
+            if new != t.ggml_type:
+                _check_conversion(t.name, t.ggml_type, new, allow_requantize)
+                if requires_imatrix(t.name, new, ft):
+                    raise QuantizeError(f"{ft.name} needs an importance matrix (imatrix) for tensors like {t.name!r}, "
+                                        f"which localinfer quantize does not support; use Q2_K or Q3_K_S instead")
+            entries.append(TensorEntry(t.name, new, t.shape, row_nbytes(new, t.shape[-1]) * (t.n_elements // t.shape[-1])))
+            result.types[new.name] += 1
+
+        header, _ = encode_header(_metadata_entries(f, ft.ftype), entries, f.alignment)
+        total = len(header) + data_size(entries, f.alignment)
+        free = shutil.disk_usage(dst.parent).free
+        if total > free:
+            raise QuantizeError(f"not enough disk space for {dst}: it needs {total / 2**20:.1f} MiB, "
+                                f"{free / 2**20:.1f} MiB are free")
+
+        done = 0
+        with AtomicFile(dst) as out:
+            out.write(header)
+            for t, e in zip(infos, entries):
+                for nbytes in _write_tensor(f, t, e.ggml_type, out):
+                    done += nbytes
+                    if progress:
+                        progress(done, result.bytes_in)
+                out.pad_to(f.alignment)
+            result.bytes_out = out.written
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _check_conversion(name: str, cur: T, new: T, allow_requantize: bool) -> None:
+    get_format(cur)  # UnsupportedQuantType naming the type if we cannot read it
+    if not can_quantize_to(new):
+        raise QuantizeError(f"tensor {name!r}: cannot write type {new.name}")
+    if cur not in _FLOAT_TYPES and not allow_requantize:
+        raise QuantizeError(f"tensor {name!r} is already quantized ({cur.name}); requantizing loses quality, "
+                            f"pass --allow-requantize to do it anyway")
+
+
+def _write_tensor(f: GGUFFile, t, new: T, out: AtomicFile):
+    """Write one tensor's data, a slab of rows at a time; yields the input bytes done per slab.
+
+    Every slab that we can read is checked for NaN / inf first (llama.cpp's loader
+    validates rows the same way): a bit-flipped weight or scale is a corrupt file,
+    not something to quantize into a model that silently produces garbage.
+    """
+    ncols = t.shape[-1]
+    n_rows = t.n_elements // ncols
+    raw = f.tensor_data(t.name).reshape(n_rows, -1).view(np.uint8)  # (rows, bytes per row), zero-copy
+    readable = int(t.ggml_type) in FORMATS
+    step = max(1, SLAB_ELEMENTS // ncols)
+    for r in range(0, n_rows, step):
+        rows = raw[r : r + step]
+        x = dequantize(rows, t.ggml_type, (rows.shape[0], ncols)) if readable else None
+        if x is not None and not np.isfinite(x).all():
+            bad = r + int(np.nonzero(~np.isfinite(x).all(axis=1))[0][0])
+            raise QuantizeError(f"{f.path}: tensor {t.name!r} has NaN or infinite values (row {bad}): "
+                                f"the file is corrupt")
+        if new == t.ggml_type:
+            out.write(memoryview(rows).cast("B"))
+        else:
+            out.write(memoryview(quantize(x, new)).cast("B"))
+        yield rows.nbytes

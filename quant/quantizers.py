@@ -1,0 +1,103 @@
+"""The weight quantizers registry: float32 rows -> the raw bytes of a GGML tensor type.
+
+The counterpart of ``formats.FORMATS`` (which reads types): one ``from_float``
+per type we can write, like ggml's ``type_traits[type].from_float_ref``.
+``tests/test_quantize.py`` walks this table, so a new type is one entry here
+plus its quantizer.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import numba
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+from . import quantize_basic as basic
+from . import quantize_kquants as kq
+from .formats import UnsupportedQuantType, get_format
+
+# float32 (n_blocks, block_size) -> uint8 (n_blocks, type_size)
+QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
+    T.F32: basic.quantize_row_f32,
+    T.F16: basic.quantize_row_f16,
+    T.BF16: basic.quantize_row_bf16,
+    T.Q4_0: basic.quantize_row_q4_0,
+    T.Q4_1: basic.quantize_row_q4_1,
+    T.Q5_0: basic.quantize_row_q5_0,
+    T.Q5_1: basic.quantize_row_q5_1,
+    T.Q8_0: basic.quantize_row_q8_0,
+    T.Q2_K: kq.quantize_row_q2_K,
+    T.Q3_K: kq.quantize_row_q3_K,
+    T.Q4_K: kq.quantize_row_q4_K,
+    T.Q5_K: kq.quantize_row_q5_K,
+    T.Q6_K: kq.quantize_row_q6_K,
+}
+
+
+# The k-quant kernels spread their blocks over numba's threads themselves.
+_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
+# Blocks quantized per step by the numpy quantizers: the temporaries stay in the CPU caches
+# (several times faster than whole-slab passes) and the steps run on a thread pool (numpy
+# releases the GIL).
+_CHUNK_ELEMENTS = 1 << 16
+_threads = os.cpu_count() or 1
+_pool: ThreadPoolExecutor | None = None
+
+
+def set_num_threads(n: int) -> None:
+    """Threads for quantizing: the numpy steps' pool and numba's k-quant kernels."""
+    global _threads, _pool
+    _threads = max(1, int(n))
+    numba.set_num_threads(min(_threads, numba.config.NUMBA_NUM_THREADS))
+    if _pool is not None:
+        _pool.shutdown()
+        _pool = None
+
+
+def _map(fn, items) -> None:
+    global _pool
+    if _threads == 1 or len(items) == 1:
+        for i in items:
+            fn(i)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_threads, thread_name_prefix="localinfer-quantize")
+    for _ in _pool.map(fn, items):
+        pass
+
+
+def can_quantize_to(qtype: T | int) -> bool:
+    return int(qtype) in QUANTIZERS
+
+
+def quantize(x: np.ndarray, qtype: T | int) -> np.ndarray:
+    """float32 (..., n_per_row) -> uint8 (..., row bytes) in `qtype`'s block layout.
+
+    The row length must be a multiple of the type's block size (ggml's rule: a
+    block never straddles two rows).
+    """
+    fmt = get_format(qtype)
+    fn = QUANTIZERS.get(fmt.ggml_type)
+    if fn is None:
+        supported = ", ".join(t.name for t in QUANTIZERS)
+        raise UnsupportedQuantType(f"cannot quantize to {fmt.name}; supported targets: {supported}")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim == 0 or x.shape[-1] % fmt.block_size:
+        raise ValueError(f"row length {x.shape[-1] if x.ndim else 0} is not a multiple of the "
+                         f"{fmt.name} block size {fmt.block_size}")
+    src = x.reshape(-1, fmt.block_size)
+    if fmt.ggml_type in _PARALLEL_INSIDE:
+        blocks = fn(src)
+    else:
+        blocks = np.empty((src.shape[0], fmt.type_size), np.uint8)
+        step = max(1, _CHUNK_ELEMENTS // fmt.block_size)
+
+        def one_step(start: int) -> None:
+            blocks[start : start + step] = fn(src[start : start + step])
+
+        _map(one_step, list(range(0, src.shape[0], step)))
+    return blocks.reshape(*x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
