@@ -1,4 +1,5 @@
-"""The llama architecture (also mistral, SmolLM2, ...): readable numpy reference forward pass.
+"""The llama architecture (also mistral, SmolLM2, and the base of qwen2, qwen3, phi3): readable
+numpy reference forward pass.
 
     x = token_embd[tokens]
     per layer:  h = x + attn_output( attention( rope(q(norm(x))), rope(k(norm(x))), v(norm(x)) ) )
@@ -6,7 +7,9 @@
     logits = output( norm(x) )       # output = token_embd when the file has no output.weight
 
 GGUF stores llama's Q/K rows permuted by the HF converter so that RoPE rotates adjacent pairs
-("normal" rope, not NeoX). This file stays as the oracle for the fast path.
+("normal" rope, not NeoX). Llama 3.1-style rope scaling comes as the rope_freqs.weight tensor
+(factors the converter computes from config.json's rope_scaling, as llama.cpp reads it).
+This file stays as the oracle for the fast path.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from ..kv_cache import KVCache
 from .. import layers
 from ..layers import rope_freqs
 from .batch import Batch
+from .blocks import Attention, GatedMLP, attention_block
 from .weights import Embedding, Linear, WeightLoader
 
 
@@ -59,14 +63,9 @@ class LlamaConfig:
 @dataclass
 class LlamaLayer:
     attn_norm: np.ndarray  # (n_embd,)
-    wq: Linear  # (n_head*head_dim, n_embd), bias optional (qwen2)
-    wk: Linear  # (n_head_kv*head_dim, n_embd)
-    wv: Linear  # (n_head_kv*head_dim, n_embd)
-    wo: Linear  # (n_embd, n_head*head_dim)
+    attn: Attention  # q/k/v (biases optional: qwen2; fused: phi3; per-head norms: qwen3), output
     ffn_norm: np.ndarray  # (n_embd,)
-    w_gate: Linear  # (n_ff, n_embd)
-    w_up: Linear  # (n_ff, n_embd)
-    w_down: Linear  # (n_embd, n_ff)
+    mlp: GatedMLP  # gate, up, down (gate ‖ up fused: phi3)
 
 
 @dataclass
@@ -75,36 +74,33 @@ class LlamaWeights:
     layers: list[LlamaLayer]
     output_norm: np.ndarray  # (n_embd,)
     output: Linear  # (n_vocab, n_embd), the token embedding matrix itself when tied
-    rope_freq_factors: np.ndarray | None  # (n_rot/2,) llama3-style long-context factors
+    rope_freq_factors: np.ndarray | None  # (n_rot/2,) long-context factors dividing the frequencies
 
     @classmethod
-    def from_gguf(cls, w: WeightLoader, c: LlamaConfig) -> "LlamaWeights":
-        q_dim, kv_dim = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
-        layers = []
-        for i in range(c.n_layer):
-            p = f"blk.{i}."
-            layers.append(LlamaLayer(
-                attn_norm=w.vector(p + "attn_norm.weight", (c.n_embd,)),
-                wq=w.linear(p + "attn_q.weight", (q_dim, c.n_embd), bias=p + "attn_q.bias"),
-                wk=w.linear(p + "attn_k.weight", (kv_dim, c.n_embd), bias=p + "attn_k.bias"),
-                wv=w.linear(p + "attn_v.weight", (kv_dim, c.n_embd), bias=p + "attn_v.bias"),
-                wo=w.linear(p + "attn_output.weight", (c.n_embd, q_dim)),
-                ffn_norm=w.vector(p + "ffn_norm.weight", (c.n_embd,)),
-                w_gate=w.linear(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
-                w_up=w.linear(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
-                w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff)),
-            ))
+    def from_gguf(cls, w: WeightLoader, c: LlamaConfig, qk_norm: bool = False,
+                  rope_factors: str = "rope_freqs.weight") -> "LlamaWeights":
+        layers = [LlamaLayer(attn_norm=w.vector(f"blk.{i}.attn_norm.weight", (c.n_embd,)),
+                             attn=Attention.from_gguf(w, f"blk.{i}.", c, qk_norm),
+                             ffn_norm=w.vector(f"blk.{i}.ffn_norm.weight", (c.n_embd,)),
+                             mlp=GatedMLP.from_gguf(w, f"blk.{i}.", c))
+                  for i in range(c.n_layer)]
         output = w.optional_linear("output.weight", (c.n_vocab, c.n_embd))
         return cls(token_embd=w.embedding("token_embd.weight", (c.n_vocab, c.n_embd)), layers=layers,
                    output_norm=w.vector("output_norm.weight", (c.n_embd,)),
                    output=output or w.linear("token_embd.weight", (c.n_vocab, c.n_embd)),
-                   rope_freq_factors=w.optional_vector("rope_freqs.weight", (c.n_rot // 2,)))
+                   rope_freq_factors=w.optional_vector(rope_factors, (c.n_rot // 2,)))
 
 
 class LlamaModel:
-    """forward(tokens, cache) -> logits; the cache holds everything that depends on the past."""
+    """forward(tokens, cache) -> logits; the cache holds everything that depends on the past.
 
-    rope_neox = False
+    The variants of this layout (qwen2, qwen3, phi3) subclass it and set these class attributes,
+    which are properties of the architecture in llama.cpp (llama_model_rope_type), not of the file."""
+
+    rope_neox = False  # NeoX rope pairs (x[i], x[i + n_rot/2]); llama's permuted Q/K use adjacent pairs
+    qk_norm = False  # every layer has per-head attn_q_norm / attn_k_norm (qwen3)
+    scale_q = False  # queries are scaled by 1/sqrt(head_dim) before the attention, not the scores (phi3)
+    rope_factors = "rope_freqs.weight"  # the tensor whose factors divide the rope frequencies
 
     def __init__(self, config: LlamaConfig, weights: LlamaWeights, ops=layers):
         self.config, self.weights = config, weights
@@ -115,7 +111,7 @@ class LlamaModel:
     def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "LlamaModel":
         config = LlamaConfig.from_gguf(f)
         loader = WeightLoader(f, backend)
-        return cls(config, LlamaWeights.from_gguf(loader, config), loader.ops)
+        return cls(config, LlamaWeights.from_gguf(loader, config, cls.qk_norm, cls.rope_factors), loader.ops)
 
     def new_cache(self, n_ctx: int, dtype=np.float16) -> KVCache:
         c = self.config
@@ -130,20 +126,15 @@ class LlamaModel:
         """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
         c, w, ops = self.config, self.weights, self.ops
         batch = Batch(seqs)
-        n, positions = batch.n_rows, batch.positions
-        attention = partial(ops.attention, scale=1.0 / np.sqrt(c.head_dim))
+        scale = 1.0 / np.sqrt(c.head_dim)
+        attention = partial(ops.attention, scale=1.0 if self.scale_q else scale)
+        q_scale = scale if self.scale_q else None
         x = w.token_embd(batch.tokens)  # (n, n_embd)
         for li, layer in enumerate(w.layers):
             h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
-            q = layer.wq(h).reshape(n, c.n_head, c.head_dim)
-            k = layer.wk(h).reshape(n, c.n_head_kv, c.head_dim)
-            v = layer.wv(h).reshape(n, c.n_head_kv, c.head_dim)
-            q = ops.apply_rope(q, positions, self.inv_freq, self.rope_neox)
-            k = ops.apply_rope(k, positions, self.inv_freq, self.rope_neox)
-            a = batch.attend(li, q, k, v, attention)
-            x = x + layer.wo(a.reshape(n, -1))
-            h = ops.rms_norm(x, layer.ffn_norm, c.rms_eps)
-            x = x + layer.w_down(ops.swiglu(layer.w_gate(h), layer.w_up(h)))
+            x = x + attention_block(ops, batch, li, layer.attn, h, c, self.inv_freq, self.rope_neox,
+                                    attention, q_scale)
+            x = x + layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.swiglu)
         batch.advance()
         if last_only:
             x = batch.last_rows(x)
