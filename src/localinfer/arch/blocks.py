@@ -4,9 +4,9 @@ projection) and the gated MLP. An architecture module says which variant it uses
 normal RoPE, fused or separate weights, the activation); the arithmetic is always `ops.*`.
 
 Weight layouts follow llama.cpp's GGUF tensor names (src/llama-arch.cpp):
-- attention: attn_q/attn_k/attn_v (+ optional .bias, qwen2), or one fused attn_qkv whose rows
+- attention: attn_q/attn_k/attn_v/attn_output (+ optional .bias: qwen2, llama attention_bias), or one fused attn_qkv whose rows
   are q ‖ k ‖ v (phi3); attn_q_norm/attn_k_norm are (head_dim,) norms of each head (qwen3, gemma3).
-- MLP: ffn_gate, ffn_up, ffn_down; or no ffn_gate and an ffn_up of 2*n_ff rows, gate ‖ up (phi3,
+- MLP: ffn_gate, ffn_up, ffn_down (+ optional .bias, llama mlp_bias); or no ffn_gate and an ffn_up of 2*n_ff rows, gate ‖ up (phi3,
   ggml_swiglu on the halves of one matmul).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Attention:
     wk: Linear | None  # (n_head_kv*head_dim, n_embd)
     wv: Linear | None  # (n_head_kv*head_dim, n_embd)
     wqkv: Linear | None  # ((n_head + 2*n_head_kv)*head_dim, n_embd), rows q ‖ k ‖ v
-    wo: Linear  # (n_embd, n_head*head_dim)
+    wo: Linear  # (n_embd, n_head*head_dim), bias optional
     q_norm: np.ndarray | None  # (head_dim,) RMSNorm of each query head
     k_norm: np.ndarray | None  # (head_dim,) RMSNorm of each key head
 
@@ -44,7 +44,7 @@ class Attention:
             wk = w.linear(p + "attn_k.weight", (kv_dim, c.n_embd), bias=p + "attn_k.bias")
             wv = w.linear(p + "attn_v.weight", (kv_dim, c.n_embd), bias=p + "attn_v.bias")
         norm = w.vector if qk_norm else w.optional_vector
-        return cls(wq=wq, wk=wk, wv=wv, wqkv=wqkv, wo=w.linear(p + "attn_output.weight", (c.n_embd, q_dim)),
+        return cls(wq=wq, wk=wk, wv=wv, wqkv=wqkv, wo=w.linear(p + "attn_output.weight", (c.n_embd, q_dim), bias=p + "attn_output.bias"),
                    q_norm=norm(p + "attn_q_norm.weight", (c.head_dim,)),
                    k_norm=norm(p + "attn_k_norm.weight", (c.head_dim,)))
 
@@ -92,11 +92,12 @@ class GatedMLP:
     @classmethod
     def from_gguf(cls, w: WeightLoader, p: str, c) -> "GatedMLP":
         if w.has(p + "ffn_gate.weight"):
-            return cls(w_gate=w.linear(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
-                       w_up=w.linear(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
-                       w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff)), n_ff=c.n_ff)
-        return cls(w_gate=None, w_up=w.linear(p + "ffn_up.weight", (2 * c.n_ff, c.n_embd)),
-                   w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff)), n_ff=c.n_ff)
+            return cls(w_gate=w.linear(p + "ffn_gate.weight", (c.n_ff, c.n_embd), bias=p + "ffn_gate.bias"),
+                       w_up=w.linear(p + "ffn_up.weight", (c.n_ff, c.n_embd), bias=p + "ffn_up.bias"),
+                       w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff), bias=p + "ffn_down.bias"),
+                       n_ff=c.n_ff)
+        return cls(w_gate=None, w_up=w.linear(p + "ffn_up.weight", (2 * c.n_ff, c.n_embd), bias=p + "ffn_up.bias"),
+                   w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff), bias=p + "ffn_down.bias"), n_ff=c.n_ff)
 
     def __call__(self, h: np.ndarray, act: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
         """h: (n, n_embd), already normed -> ffn_down(act(gate, up)) (n, n_embd);

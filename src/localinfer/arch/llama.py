@@ -40,6 +40,7 @@ class LlamaConfig:
     rms_eps: float
     rope_base: float
     n_rot: int
+    rope_scale: float  # linear rope scaling: positions (i.e. frequencies) are multiplied by this
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "LlamaConfig":
@@ -50,6 +51,10 @@ class LlamaConfig:
         n_vocab = f.arch_value("vocab_size", len(tokens) if tokens else None)
         if n_vocab is None:
             raise GGUFError(f"{f.path}: cannot tell the vocabulary size")
+        scaling = f.arch_value("rope.scaling.type", "none")
+        if scaling not in ("none", "linear"):  # llama3 scaling is the rope_freqs tensor, not a key
+            raise GGUFError(f"{f.path}: rope scaling {scaling!r} is not supported (only linear and llama3 factors)")
+        factor = f.arch_value("rope.scaling.factor", 0.0) if scaling == "linear" else 0.0
         return cls(
             n_vocab=n_vocab, n_embd=n_embd, n_layer=f.arch_value("block_count"), n_head=n_head,
             n_head_kv=f.arch_value("attention.head_count_kv", n_head), head_dim=head_dim,
@@ -57,6 +62,7 @@ class LlamaConfig:
             rms_eps=f.arch_value("attention.layer_norm_rms_epsilon", 1e-5),
             rope_base=f.arch_value("rope.freq_base", 10000.0),
             n_rot=f.arch_value("rope.dimension_count", head_dim),
+            rope_scale=1.0 / factor if factor else 1.0,
         )
 
 
@@ -105,7 +111,8 @@ class LlamaModel:
     def __init__(self, config: LlamaConfig, weights: LlamaWeights, ops=layers):
         self.config, self.weights = config, weights
         self.ops = ops  # layers (numpy reference) or localinfer.ops (C): the same functions
-        self.inv_freq = rope_freqs(config.head_dim, config.rope_base, config.n_rot, weights.rope_freq_factors)
+        self.inv_freq = rope_freqs(config.head_dim, config.rope_base, config.n_rot,
+                                   weights.rope_freq_factors) * config.rope_scale
 
     @classmethod
     def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "LlamaModel":
