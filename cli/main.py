@@ -121,7 +121,7 @@ def info(model, as_json, template):
     click.echo(f"name          {d['name']}")
     click.echo(f"architecture  {d['architecture']}  ({d['n_params'] / 1e6:.1f}M parameters, {d['n_tensors']} tensors)")
     for k, v in d["hyperparameters"].items():
-        click.echo(f"  {k:<34} {v}")
+        click.echo(f"  {k:<38} {v}")
     click.echo("tensor types")
     for t, n in d["tensor_types"].items():
         click.echo(f"  {t:<8} {n:>4} tensors  {d['tensor_bytes'][t] / 2**20:8.2f} MiB")

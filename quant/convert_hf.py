@@ -10,7 +10,7 @@ Per architecture (config.json "architectures"):
   rope.scaling.* keys;
 - qwen2 (q/k/v biases), qwen3 (per-head q/k norms): not permuted, NeoX rope at run time;
 - phi3: fused qkv_proj / gate_up_proj kept fused (attn_qkv, ffn_up of 2*n_ff rows), partial
-  rotary as rope.dimension_count.
+  rotary as rope.dimension_count, longrope as rope_factors_long/short.weight + rope.scaling.attn_factor.
 Norms, biases and rope factors stay float32; matrices take `outtype` (q8_0 falls back to f16
 for rows whose length is not a multiple of 32, as llama.cpp does).
 """
@@ -143,6 +143,30 @@ def llama3_rope_factors(head_dim: int, rope: dict) -> np.ndarray:
     return factors.astype(np.float32)
 
 
+def longrope_attn_factor(c: Config) -> float:
+    """The factor longrope applies to cos and sin: sqrt(1 + ln(s) / ln(n_ctx_orig)) for a context
+    stretched s = max_position_embeddings / original_max_position_embeddings times, unless given."""
+    rope = c.rope()
+    if rope.get("attention_factor") is not None:
+        return float(rope["attention_factor"])
+    orig = rope.get("original_max_position_embeddings", c.get("original_max_position_embeddings"))
+    if orig is None:
+        raise ConversionError(f"{c.path}: longrope needs original_max_position_embeddings")
+    scale = float(rope.get("factor") or c.need("max_position_embeddings") / orig)
+    return math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0
+
+
+def longrope_factors(c: Config, n_rot: int) -> dict[str, np.ndarray]:
+    rope = c.rope()
+    out = {}
+    for kind in ("long", "short"):
+        f = rope.get(f"{kind}_factor")
+        if f is None or len(f) != n_rot // 2:
+            raise ConversionError(f"{c.path}: longrope needs {kind}_factor with {n_rot // 2} values")
+        out[f"rope_factors_{kind}.weight"] = np.asarray(f, np.float32)
+    return out
+
+
 def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, int, int, int]:
     """Writes the {arch}.* keys; returns n_head, n_head_kv, head_dim, n_rot."""
     n_embd, n_head = c.need("hidden_size"), c.need("num_attention_heads")
@@ -174,6 +198,10 @@ def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, in
         w.add_rope_scaling_factor(float(rope["factor"]))
     elif kind == "llama3" and arch == "llama":
         pass  # written as the rope_freqs.weight tensor
+    elif kind in ("longrope", "su") and arch == "phi3":
+        from gguf import RopeScalingType
+        w.add_rope_scaling_type(RopeScalingType.LONGROPE)
+        w.add_rope_scaling_attn_factors(longrope_attn_factor(c))
     elif kind != "default":
         raise ConversionError(f"{c.path}: rope scaling {kind!r} for {arch} is not supported by this converter")
     return n_head, n_head_kv, head_dim, n_rot
@@ -235,6 +263,9 @@ def convert_hf(folder: str | Path, out_path: str | Path, outtype: str = "f16", p
     add_vocab(w, vocab)
     if recipe.gguf_arch == "llama" and c.rope().get("rope_type") == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(head_dim, c.rope()))
+    if recipe.gguf_arch == "phi3" and c.rope().get("rope_type") in ("longrope", "su"):
+        for name, factors in longrope_factors(c, n_rot).items():
+            w.add_tensor(name, factors)
     for name, load in _tensors(ckpt, c, recipe, n_head, n_head_kv):
         data, t = _encode(load(), qtype)
         log(f"{name:<32} {t.name:<5} {tuple(reversed(ckpt_shape(data, t)))}")

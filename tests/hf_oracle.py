@@ -44,6 +44,12 @@ ARCHS = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=32), "qwen2"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM",
              dict(partial_rotary_factor=0.5, original_max_position_embeddings=256, sliding_window=None), "gpt-2"),
+    # longrope: prompts here are longer than 16 tokens and caches hold 64, so the long factors apply
+    "phi3_longrope": ("Phi3Config", "Phi3ForCausalLM", dict(
+        partial_rotary_factor=0.5, max_position_embeddings=64, original_max_position_embeddings=16,
+        sliding_window=None, rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                              "short_factor": [1.0, 1.3, 1.9, 2.6], "long_factor": [1.1, 2.5, 4.0, 9.0]}),
+        "gpt-2"),
 }
 
 

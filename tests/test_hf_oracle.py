@@ -25,7 +25,8 @@ from localinfer.quant.convert_hf import convert_hf  # noqa: E402
 from localinfer.tokenizer import Tokenizer  # noqa: E402
 
 ATOL = 1e-4  # f32 on both sides; the differences seen are ~2e-6
-GGUF_ARCH = {"llama3": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3"}
+GGUF_ARCH = {"llama3": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
+             "phi3_longrope": "phi3"}
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))
@@ -119,3 +120,15 @@ def test_llama3_rope_factors_are_written(tiny):
     with GGUFFile(path) as f:
         has = "rope_freqs.weight" in f.tensors
     assert has == (name == "llama3")
+
+
+def test_longrope_uses_the_short_factors_within_the_original_context(tmp_path):
+    model, tok = make_hf_model("phi3_longrope", tmp_path)
+    m, _ = _load(convert_hf(tmp_path, tmp_path / "m.gguf", "f32"))
+    ids = tok.encode("Hello world! Hello again.", add_special_tokens=False).ids
+    assert len(ids) <= 16  # transformers picks the short factors for these positions
+    want = hf_logits(model, ids)
+    short = m.forward(np.array(ids), m.new_cache(16, dtype=np.float32))
+    np.testing.assert_allclose(short, want, atol=ATOL, rtol=0)
+    long = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))  # a context past 16: long factors
+    assert np.abs(long - want).max() > 100 * ATOL

@@ -63,12 +63,14 @@ class Attention:
 
 
 def attention_block(ops, batch: Batch, layer: int, attn: Attention, h: np.ndarray, c, inv_freq: np.ndarray,
-                    neox: bool, attention: Callable[..., np.ndarray], q_scale: float | None = None) -> np.ndarray:
+                    neox: bool, attention: Callable[..., np.ndarray], q_scale: float | None = None,
+                    rope_mscale: float = 1.0) -> np.ndarray:
     """h: (n, n_embd), already normed -> the attention output (n, n_embd), before the residual add.
 
     q, k = rope(q_norm(q)), rope(k_norm(k)) (each norm only if the layer has it); queries are
     multiplied by `q_scale` after RoPE when given (gemma3, phi3 scale Q, not the scores);
-    `attention` is ops.attention with the architecture's scale/window bound in."""
+    `rope_mscale` multiplies the rotated dimensions of q and k (ggml_rope_ext's attn_factor scales
+    its cos and sin; longrope); `attention` is ops.attention with the scale/window bound in."""
     q, k, v = attn.project(h, c)
     if attn.q_norm is not None:
         q = ops.rms_norm(q, attn.q_norm, c.rms_eps)
@@ -76,6 +78,10 @@ def attention_block(ops, batch: Batch, layer: int, attn: Attention, h: np.ndarra
         k = ops.rms_norm(k, attn.k_norm, c.rms_eps)
     q = ops.apply_rope(q, batch.positions, inv_freq, neox)
     k = ops.apply_rope(k, batch.positions, inv_freq, neox)
+    if rope_mscale != 1.0:
+        n_rot, m = 2 * inv_freq.shape[0], np.float32(rope_mscale)
+        q[..., :n_rot] *= m
+        k[..., :n_rot] *= m
     if q_scale is not None:
         q = q * np.float32(q_scale)
     a = batch.attend(layer, q, k, v, attention)  # (n, n_head, head_dim)

@@ -5,22 +5,16 @@ the attention (llama.cpp's src/models/phi3.cpp).
 - ffn_up: (2*n_ff, n_embd), rows gate ‖ up (HF gate_up_proj), so there is no ffn_gate;
 - rope.dimension_count may be below head_dim (partial rotary): the other dimensions pass through.
 
-Long-context (longrope) files carry rope_factors_long/short.weight and rope.scaling.attn_factor;
-only the short factors are used (llama.cpp switches to the long ones for contexts beyond
-rope.scaling.original_context_length, which this runtime does not do), so such files are refused.
+Long-context files (Phi-3-128k, Phi-3.5, Phi-4-mini) use longrope: rope_factors_short/long.weight
+divide the frequencies (the long ones when the context exceeds rope.scaling.original_context_length)
+and rope.scaling.attn_factor scales the rotated dimensions (LlamaModel handles both).
 """
 from __future__ import annotations
 
-from ..gguf_file import GGUFError, GGUFFile
 from .llama import LlamaModel
 
 
 class Phi3Model(LlamaModel):
     rope_neox = True
     scale_q = True
-
-    @classmethod
-    def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "Phi3Model":
-        if "rope_factors_long.weight" in f.tensors or "rope_factors_short.weight" in f.tensors:
-            raise GGUFError(f"{f.path}: phi3 with longrope scaling (rope_factors_long/short) is not supported")
-        return super().from_gguf(f, backend)
+    rope_scaling_types = ("none", "linear", "longrope")
