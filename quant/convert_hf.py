@@ -268,9 +268,10 @@ def convert_hf(folder: str | Path, out_path: str | Path, outtype: str = "f16", p
             w.add_tensor(name, factors)
     for name, load in _tensors(ckpt, c, recipe, n_head, n_head_kv):
         data, t = _encode(load(), qtype)
-        log(f"{name:<32} {t.name:<5} {tuple(reversed(ckpt_shape(data, t)))}")
-        w.add_tensor(name, data, raw_dtype=t if t not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16)
-                     else None)
+        log(f"{name:<32} {t.name:<5} {_logical_shape(data, t)}")
+        # f32/f16 arrays carry their type; bf16/q8_0 are bytes whose type must be named
+        raw = t not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16)
+        w.add_tensor(name, data, raw_dtype=t if raw else None)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -278,8 +279,8 @@ def convert_hf(folder: str | Path, out_path: str | Path, outtype: str = "f16", p
     return out_path
 
 
-def ckpt_shape(data: np.ndarray, t: GGMLQuantizationType) -> tuple[int, ...]:
-    """The logical (rows, cols) shape of encoded data, for the log."""
+def _logical_shape(data: np.ndarray, t: GGMLQuantizationType) -> tuple[int, ...]:
+    """(rows, cols) of a tensor encoded as `t`, for the log."""
     from gguf.quants import quant_shape_from_byte_shape
     if t in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
         return data.shape

@@ -20,6 +20,7 @@ from hf_oracle import ARCHS, SENTENCES, hf_logits, make_hf_model  # noqa: E402
 from localinfer.arch import build_model  # noqa: E402
 from localinfer.cli.main import main  # noqa: E402
 from localinfer.gguf_file import GGUFFile  # noqa: E402
+from localinfer.layers import rope_freqs  # noqa: E402
 from localinfer.quant import convert_hf as convert_module  # noqa: E402
 from localinfer.quant.convert_hf import convert_hf  # noqa: E402
 from localinfer.tokenizer import Tokenizer  # noqa: E402
@@ -132,3 +133,38 @@ def test_longrope_uses_the_short_factors_within_the_original_context(tmp_path):
     np.testing.assert_allclose(short, want, atol=ATOL, rtol=0)
     long = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))  # a context past 16: long factors
     assert np.abs(long - want).max() > 100 * ATOL
+
+
+def _drop_q_biases(m):
+    for layer in m.weights.layers:
+        layer.attn.wq.bias = None
+
+
+def _drop_q_norms(m):
+    for layer in m.weights.layers:
+        layer.attn.q_norm = None
+
+
+def _drop_rope_factors(m):
+    c = m.config
+    m.inv_freq = m.inv_freq_long = rope_freqs(c.head_dim, c.rope_base, c.n_rot)
+
+
+def _swap_gate_and_up(m):
+    for layer in m.weights.layers:
+        layer.mlp.w_up.w = np.roll(layer.mlp.w_up.w, layer.mlp.n_ff, axis=0)
+
+
+@pytest.mark.parametrize("name, damage", [("qwen2", _drop_q_biases), ("qwen3", _drop_q_norms),
+                                          ("llama3", _drop_rope_factors), ("phi3", _swap_gate_and_up),
+                                          ("phi3_longrope", _drop_rope_factors)])
+def test_each_architecture_detail_matters(tmp_path, name, damage):
+    """What each architecture adds to llama moves the logits far past ATOL when left out."""
+    model, tok = make_hf_model(name, tmp_path)
+    m, _ = _load(convert_hf(tmp_path, tmp_path / "m.gguf", "f32"))
+    ids = tok.encode(SENTENCES[2], add_special_tokens=False).ids
+    want = hf_logits(model, ids)
+    np.testing.assert_allclose(m.forward(np.array(ids), m.new_cache(64, dtype=np.float32)), want, atol=ATOL, rtol=0)
+    damage(m)
+    got = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))
+    assert np.abs(got - want).max() > 100 * ATOL
