@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench, perplexity, quantize."""
+"""The `localinfer` command: run (chat), pull, list, info, bench, perplexity, quantize, convert."""
 from __future__ import annotations
 
 import json
@@ -121,7 +121,7 @@ def info(model, as_json, template):
     click.echo(f"name          {d['name']}")
     click.echo(f"architecture  {d['architecture']}  ({d['n_params'] / 1e6:.1f}M parameters, {d['n_tensors']} tensors)")
     for k, v in d["hyperparameters"].items():
-        click.echo(f"  {k:<34} {v}")
+        click.echo(f"  {k:<38} {v}")
     click.echo("tensor types")
     for t, n in d["tensor_types"].items():
         click.echo(f"  {t:<8} {n:>4} tensors  {d['tensor_bytes'][t] / 2**20:8.2f} MiB")
@@ -138,10 +138,12 @@ def info(model, as_json, template):
 
 
 from .bench import bench  # noqa: E402  (registered on the group here)
+from .convert import convert  # noqa: E402
 from .perplexity import perplexity  # noqa: E402
 from .quantize import quantize  # noqa: E402
 
 main.add_command(bench)
+main.add_command(convert)
 main.add_command(perplexity)
 main.add_command(quantize)
 

@@ -8,7 +8,8 @@ from .gguf_file import GGUFFile
 
 HYPERPARAMETERS = ("context_length", "embedding_length", "block_count", "feed_forward_length",
                    "attention.head_count", "attention.head_count_kv", "attention.key_length",
-                   "attention.sliding_window", "rope.freq_base", "rope.dimension_count",
+                   "attention.sliding_window", "rope.freq_base", "rope.dimension_count", "rope.scaling.type",
+                   "rope.scaling.factor", "rope.scaling.attn_factor", "rope.scaling.original_context_length",
                    "attention.layer_norm_rms_epsilon", "vocab_size")
 
 

@@ -7,10 +7,16 @@ from __future__ import annotations
 from ..gguf_file import GGUFFile
 from .gemma3 import Gemma3Model
 from .llama import LlamaModel
+from .phi3 import Phi3Model
+from .qwen2 import Qwen2Model
+from .qwen3 import Qwen3Model
 
 ARCHITECTURES = {
     "llama": LlamaModel,
     "gemma3": Gemma3Model,
+    "qwen2": Qwen2Model,
+    "qwen3": Qwen3Model,
+    "phi3": Phi3Model,
 }
 ALIASES = {
     "mistral": "llama",

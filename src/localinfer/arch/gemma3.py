@@ -30,6 +30,7 @@ from ..kv_cache import InterleavedKVCache
 from .. import layers
 from ..layers import rope_freqs
 from .batch import Batch
+from .blocks import Attention, GatedMLP, attention_block
 from .weights import Embedding, Linear, WeightLoader
 
 SWA_PATTERN_DEFAULT = 6  # llama.cpp's load_swa_pattern(ml, 6) for gemma3: every 6th layer is global
@@ -105,17 +106,10 @@ def _swa_layers(f: GGUFFile, n_layer: int, window: int | None) -> tuple[bool, ..
 @dataclass
 class Gemma3Layer:
     attn_norm: np.ndarray  # (n_embd,)
-    wq: Linear  # (n_head*head_dim, n_embd)
-    wk: Linear  # (n_head_kv*head_dim, n_embd)
-    wv: Linear  # (n_head_kv*head_dim, n_embd)
-    q_norm: np.ndarray  # (head_dim,) RMSNorm of each query head
-    k_norm: np.ndarray  # (head_dim,) RMSNorm of each key head
-    wo: Linear  # (n_embd, n_head*head_dim)
+    attn: Attention  # q/k/v with per-head q_norm/k_norm (head_dim,), output (n_embd, n_head*head_dim)
     attn_post_norm: np.ndarray  # (n_embd,) on the attention output, before the residual add
     ffn_norm: np.ndarray  # (n_embd,)
-    w_gate: Linear  # (n_ff, n_embd)
-    w_up: Linear  # (n_ff, n_embd)
-    w_down: Linear  # (n_embd, n_ff)
+    mlp: GatedMLP  # gate, up (n_ff, n_embd), down (n_embd, n_ff)
     ffn_post_norm: np.ndarray  # (n_embd,) on the FFN output, before the residual add
 
 
@@ -128,23 +122,15 @@ class Gemma3Weights:
 
     @classmethod
     def from_gguf(cls, w: WeightLoader, c: Gemma3Config) -> "Gemma3Weights":
-        q_dim, kv_dim = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
         layers = []
         for i in range(c.n_layer):
             p = f"blk.{i}."
             layers.append(Gemma3Layer(
                 attn_norm=w.vector(p + "attn_norm.weight", (c.n_embd,)),
-                wq=w.linear(p + "attn_q.weight", (q_dim, c.n_embd)),
-                wk=w.linear(p + "attn_k.weight", (kv_dim, c.n_embd)),
-                wv=w.linear(p + "attn_v.weight", (kv_dim, c.n_embd)),
-                q_norm=w.vector(p + "attn_q_norm.weight", (c.head_dim,)),
-                k_norm=w.vector(p + "attn_k_norm.weight", (c.head_dim,)),
-                wo=w.linear(p + "attn_output.weight", (c.n_embd, q_dim)),
+                attn=Attention.from_gguf(w, p, c, qk_norm=True),
                 attn_post_norm=w.vector(p + "post_attention_norm.weight", (c.n_embd,)),
                 ffn_norm=w.vector(p + "ffn_norm.weight", (c.n_embd,)),
-                w_gate=w.linear(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
-                w_up=w.linear(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
-                w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff)),
+                mlp=GatedMLP.from_gguf(w, p, c),
                 ffn_post_norm=w.vector(p + "post_ffw_norm.weight", (c.n_embd,)),
             ))
         output = w.optional_linear("output.weight", (c.n_vocab, c.n_embd))
@@ -184,7 +170,6 @@ class Gemma3Model:
         """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
         c, w, ops = self.config, self.weights, self.ops
         batch = Batch(seqs)
-        n, positions = batch.n_rows, batch.positions
         attention_global = partial(ops.attention, scale=1.0)  # queries are scaled beforehand
         attention_swa = partial(ops.attention, scale=1.0, sliding_window=c.sliding_window)
         x = w.token_embd(batch.tokens) * np.float32(np.sqrt(c.n_embd))  # (n, n_embd)
@@ -192,16 +177,10 @@ class Gemma3Model:
             swa = c.is_swa[li]
             inv_freq = self.inv_freq_swa if swa else self.inv_freq_global
             h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
-            q = layer.wq(h).reshape(n, c.n_head, c.head_dim)
-            k = layer.wk(h).reshape(n, c.n_head_kv, c.head_dim)
-            v = layer.wv(h).reshape(n, c.n_head_kv, c.head_dim)
-            q = ops.apply_rope(ops.rms_norm(q, layer.q_norm, c.rms_eps), positions, inv_freq, neox=True)
-            k = ops.apply_rope(ops.rms_norm(k, layer.k_norm, c.rms_eps), positions, inv_freq, neox=True)
-            q = q * np.float32(c.attn_scale)
-            a = batch.attend(li, q, k, v, attention_swa if swa else attention_global)
-            x = x + ops.rms_norm(layer.wo(a.reshape(n, -1)), layer.attn_post_norm, c.rms_eps)
-            h = ops.rms_norm(x, layer.ffn_norm, c.rms_eps)
-            ffn = layer.w_down(ops.geglu(layer.w_gate(h), layer.w_up(h)))
+            a = attention_block(ops, batch, li, layer.attn, h, c, inv_freq, True,
+                                attention_swa if swa else attention_global, q_scale=c.attn_scale)
+            x = x + ops.rms_norm(a, layer.attn_post_norm, c.rms_eps)
+            ffn = layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.geglu)
             x = x + ops.rms_norm(ffn, layer.ffn_post_norm, c.rms_eps)
         batch.advance()
         if last_only:

@@ -1,4 +1,5 @@
-"""The llama architecture (also mistral, SmolLM2, ...): readable numpy reference forward pass.
+"""The llama architecture (also mistral, SmolLM2, and the base of qwen2, qwen3, phi3): readable
+numpy reference forward pass.
 
     x = token_embd[tokens]
     per layer:  h = x + attn_output( attention( rope(q(norm(x))), rope(k(norm(x))), v(norm(x)) ) )
@@ -6,7 +7,9 @@
     logits = output( norm(x) )       # output = token_embd when the file has no output.weight
 
 GGUF stores llama's Q/K rows permuted by the HF converter so that RoPE rotates adjacent pairs
-("normal" rope, not NeoX). This file stays as the oracle for the fast path.
+("normal" rope, not NeoX). Llama 3.1-style rope scaling comes as the rope_freqs.weight tensor
+(factors the converter computes from config.json's rope_scaling, as llama.cpp reads it).
+This file stays as the oracle for the fast path.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from ..kv_cache import KVCache
 from .. import layers
 from ..layers import rope_freqs
 from .batch import Batch
+from .blocks import Attention, GatedMLP, attention_block
 from .weights import Embedding, Linear, WeightLoader
 
 
@@ -36,6 +40,10 @@ class LlamaConfig:
     rms_eps: float
     rope_base: float
     n_rot: int
+    rope_scaling: str  # rope.scaling.type: "none", "linear" or "longrope"
+    rope_scale: float  # linear rope scaling: positions (i.e. frequencies) are multiplied by this
+    rope_attn_factor: float  # rotated dimensions of q and k are multiplied by this (longrope's mscale)
+    n_ctx_orig: int  # beyond this context, long rope factors replace the short ones
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "LlamaConfig":
@@ -46,27 +54,28 @@ class LlamaConfig:
         n_vocab = f.arch_value("vocab_size", len(tokens) if tokens else None)
         if n_vocab is None:
             raise GGUFError(f"{f.path}: cannot tell the vocabulary size")
+        scaling = f.arch_value("rope.scaling.type", "none")  # llama3 scaling is a tensor, rope_freqs
+        factor = f.arch_value("rope.scaling.factor", 0.0) if scaling == "linear" else 0.0
+        n_ctx_train = f.arch_value("context_length", 2048)
         return cls(
             n_vocab=n_vocab, n_embd=n_embd, n_layer=f.arch_value("block_count"), n_head=n_head,
             n_head_kv=f.arch_value("attention.head_count_kv", n_head), head_dim=head_dim,
-            n_ff=f.arch_value("feed_forward_length"), n_ctx_train=f.arch_value("context_length", 2048),
+            n_ff=f.arch_value("feed_forward_length"), n_ctx_train=n_ctx_train,
             rms_eps=f.arch_value("attention.layer_norm_rms_epsilon", 1e-5),
             rope_base=f.arch_value("rope.freq_base", 10000.0),
             n_rot=f.arch_value("rope.dimension_count", head_dim),
+            rope_scaling=scaling, rope_scale=1.0 / factor if factor else 1.0,
+            rope_attn_factor=f.arch_value("rope.scaling.attn_factor", 1.0),
+            n_ctx_orig=f.arch_value("rope.scaling.original_context_length", n_ctx_train),
         )
 
 
 @dataclass
 class LlamaLayer:
     attn_norm: np.ndarray  # (n_embd,)
-    wq: Linear  # (n_head*head_dim, n_embd), bias optional (qwen2)
-    wk: Linear  # (n_head_kv*head_dim, n_embd)
-    wv: Linear  # (n_head_kv*head_dim, n_embd)
-    wo: Linear  # (n_embd, n_head*head_dim)
+    attn: Attention  # q/k/v (biases optional: qwen2; fused: phi3; per-head norms: qwen3), output
     ffn_norm: np.ndarray  # (n_embd,)
-    w_gate: Linear  # (n_ff, n_embd)
-    w_up: Linear  # (n_ff, n_embd)
-    w_down: Linear  # (n_embd, n_ff)
+    mlp: GatedMLP  # gate, up, down (gate ‖ up fused: phi3)
 
 
 @dataclass
@@ -75,47 +84,66 @@ class LlamaWeights:
     layers: list[LlamaLayer]
     output_norm: np.ndarray  # (n_embd,)
     output: Linear  # (n_vocab, n_embd), the token embedding matrix itself when tied
-    rope_freq_factors: np.ndarray | None  # (n_rot/2,) llama3-style long-context factors
+    # (n_rot/2,) factors dividing the rope frequencies: rope_freqs (llama3) always, else the long
+    # ones for contexts past n_ctx_orig and the short ones below (longrope), as llama.cpp's
+    # llama_model::get_rope_factors chooses
+    rope_freqs: np.ndarray | None
+    rope_factors_long: np.ndarray | None
+    rope_factors_short: np.ndarray | None
 
     @classmethod
-    def from_gguf(cls, w: WeightLoader, c: LlamaConfig) -> "LlamaWeights":
-        q_dim, kv_dim = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
-        layers = []
-        for i in range(c.n_layer):
-            p = f"blk.{i}."
-            layers.append(LlamaLayer(
-                attn_norm=w.vector(p + "attn_norm.weight", (c.n_embd,)),
-                wq=w.linear(p + "attn_q.weight", (q_dim, c.n_embd), bias=p + "attn_q.bias"),
-                wk=w.linear(p + "attn_k.weight", (kv_dim, c.n_embd), bias=p + "attn_k.bias"),
-                wv=w.linear(p + "attn_v.weight", (kv_dim, c.n_embd), bias=p + "attn_v.bias"),
-                wo=w.linear(p + "attn_output.weight", (c.n_embd, q_dim)),
-                ffn_norm=w.vector(p + "ffn_norm.weight", (c.n_embd,)),
-                w_gate=w.linear(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
-                w_up=w.linear(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
-                w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff)),
-            ))
+    def from_gguf(cls, w: WeightLoader, c: LlamaConfig, qk_norm: bool = False) -> "LlamaWeights":
+        layers = [LlamaLayer(attn_norm=w.vector(f"blk.{i}.attn_norm.weight", (c.n_embd,)),
+                             attn=Attention.from_gguf(w, f"blk.{i}.", c, qk_norm),
+                             ffn_norm=w.vector(f"blk.{i}.ffn_norm.weight", (c.n_embd,)),
+                             mlp=GatedMLP.from_gguf(w, f"blk.{i}.", c))
+                  for i in range(c.n_layer)]
         output = w.optional_linear("output.weight", (c.n_vocab, c.n_embd))
         return cls(token_embd=w.embedding("token_embd.weight", (c.n_vocab, c.n_embd)), layers=layers,
                    output_norm=w.vector("output_norm.weight", (c.n_embd,)),
                    output=output or w.linear("token_embd.weight", (c.n_vocab, c.n_embd)),
-                   rope_freq_factors=w.optional_vector("rope_freqs.weight", (c.n_rot // 2,)))
+                   rope_freqs=w.optional_vector("rope_freqs.weight", (c.n_rot // 2,)),
+                   rope_factors_long=w.optional_vector("rope_factors_long.weight", (c.n_rot // 2,)),
+                   rope_factors_short=w.optional_vector("rope_factors_short.weight", (c.n_rot // 2,)))
 
 
 class LlamaModel:
-    """forward(tokens, cache) -> logits; the cache holds everything that depends on the past."""
+    """forward(tokens, cache) -> logits; the cache holds everything that depends on the past.
 
-    rope_neox = False
+    The variants of this layout (qwen2, qwen3, phi3) subclass it and set these class attributes,
+    which are properties of the architecture in llama.cpp (llama_model_rope_type), not of the file."""
+
+    rope_neox = False  # NeoX rope pairs (x[i], x[i + n_rot/2]); llama's permuted Q/K use adjacent pairs
+    qk_norm = False  # every layer has per-head attn_q_norm / attn_k_norm (qwen3)
+    scale_q = False  # queries are scaled by 1/sqrt(head_dim) before the attention, not the scores (phi3)
+    rope_scaling_types = ("none", "linear")  # rope.scaling.type values this architecture runs
 
     def __init__(self, config: LlamaConfig, weights: LlamaWeights, ops=layers):
         self.config, self.weights = config, weights
         self.ops = ops  # layers (numpy reference) or localinfer.ops (C): the same functions
-        self.inv_freq = rope_freqs(config.head_dim, config.rope_base, config.n_rot, weights.rope_freq_factors)
+        c, w = config, weights
+
+        def inv_freq(factors):  # (n_rot/2,)
+            return rope_freqs(c.head_dim, c.rope_base, c.n_rot, factors) * c.rope_scale
+        long_factors = w.rope_freqs if w.rope_freqs is not None else w.rope_factors_long
+        self.inv_freq = inv_freq(w.rope_freqs if w.rope_freqs is not None else w.rope_factors_short)
+        self.inv_freq_long = inv_freq(long_factors) if long_factors is not None else self.inv_freq
 
     @classmethod
     def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "LlamaModel":
         config = LlamaConfig.from_gguf(f)
+        if config.rope_scaling not in cls.rope_scaling_types:
+            raise GGUFError(f"{f.path}: rope scaling {config.rope_scaling!r} is not supported for "
+                            f"{f.architecture} (supported: {', '.join(cls.rope_scaling_types)})")
         loader = WeightLoader(f, backend)
-        return cls(config, LlamaWeights.from_gguf(loader, config), loader.ops)
+        return cls(config, LlamaWeights.from_gguf(loader, config, cls.qk_norm), loader.ops)
+
+    def rope_inv_freq(self, batch: Batch) -> np.ndarray:
+        """The long-context frequencies when a cache of the batch holds more than n_ctx_orig
+        positions (llama.cpp decides by the context size, not by the tokens seen so far)."""
+        if max(cache.n_ctx for cache in batch.caches) > self.config.n_ctx_orig:
+            return self.inv_freq_long
+        return self.inv_freq
 
     def new_cache(self, n_ctx: int, dtype=np.float16) -> KVCache:
         c = self.config
@@ -130,20 +158,16 @@ class LlamaModel:
         """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
         c, w, ops = self.config, self.weights, self.ops
         batch = Batch(seqs)
-        n, positions = batch.n_rows, batch.positions
-        attention = partial(ops.attention, scale=1.0 / np.sqrt(c.head_dim))
+        scale = 1.0 / np.sqrt(c.head_dim)
+        attention = partial(ops.attention, scale=1.0 if self.scale_q else scale)
+        q_scale = scale if self.scale_q else None
+        inv_freq = self.rope_inv_freq(batch)
         x = w.token_embd(batch.tokens)  # (n, n_embd)
         for li, layer in enumerate(w.layers):
             h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
-            q = layer.wq(h).reshape(n, c.n_head, c.head_dim)
-            k = layer.wk(h).reshape(n, c.n_head_kv, c.head_dim)
-            v = layer.wv(h).reshape(n, c.n_head_kv, c.head_dim)
-            q = ops.apply_rope(q, positions, self.inv_freq, self.rope_neox)
-            k = ops.apply_rope(k, positions, self.inv_freq, self.rope_neox)
-            a = batch.attend(li, q, k, v, attention)
-            x = x + layer.wo(a.reshape(n, -1))
-            h = ops.rms_norm(x, layer.ffn_norm, c.rms_eps)
-            x = x + layer.w_down(ops.swiglu(layer.w_gate(h), layer.w_up(h)))
+            x = x + attention_block(ops, batch, li, layer.attn, h, c, inv_freq, self.rope_neox,
+                                    attention, q_scale, c.rope_attn_factor)
+            x = x + layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.swiglu)
         batch.advance()
         if last_only:
             x = batch.last_rows(x)

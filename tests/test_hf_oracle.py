@@ -1,0 +1,170 @@
+"""qwen2, qwen3, phi3, mistral and llama (llama3 rope scaling) against Hugging Face transformers:
+a tiny random model of each is saved as a HF folder, converted by `localinfer convert`, and our
+logits must be transformers' own (f32, tight tolerance). Random weights of order 1 make every
+layout detail matter: a wrong rope type, a skipped Q/K permutation, a missing bias or norm, or
+a wrong head split moves the logits by far more than the tolerance (checked below too).
+
+Needs the `oracle` extra (torch, transformers); skipped without it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from click.testing import CliRunner  # noqa: E402
+
+from hf_oracle import ARCHS, SENTENCES, hf_logits, make_hf_model  # noqa: E402
+from localinfer.arch import build_model  # noqa: E402
+from localinfer.cli.main import main  # noqa: E402
+from localinfer.gguf_file import GGUFFile  # noqa: E402
+from localinfer.layers import rope_freqs  # noqa: E402
+from localinfer.quant import convert_hf as convert_module  # noqa: E402
+from localinfer.quant.convert_hf import convert_hf  # noqa: E402
+from localinfer.tokenizer import Tokenizer  # noqa: E402
+
+ATOL = 1e-4  # f32 on both sides; the differences seen are ~2e-6
+GGUF_ARCH = {"llama3": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
+             "phi3_longrope": "phi3"}
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def tiny(request, tmp_path_factory):
+    """(name, HF model, HF tokenizer, HF folder, converted f32 GGUF path)."""
+    folder = tmp_path_factory.mktemp(request.param)
+    model, tok = make_hf_model(request.param, folder, seed=len(request.param))
+    return request.param, model, tok, folder, convert_hf(folder, folder / "model-f32.gguf", "f32")
+
+
+def _load(path, backend="reference"):
+    with GGUFFile(path) as f:
+        return build_model(f, backend), Tokenizer.from_metadata(f.metadata)
+
+
+def _prompts(tok):
+    return [tok.encode(s, add_special_tokens=False).ids for s in SENTENCES[:3]]
+
+
+def test_logits_match_transformers(tiny):
+    name, model, tok, _, path = tiny
+    m, _ = _load(path)
+    assert type(m).__name__.lower().startswith(GGUF_ARCH[name])
+    a, b = _prompts(tok)[:2]
+    want_a, want_b = hf_logits(model, a), hf_logits(model, b)
+    # a prefill in two chunks (the second at cache offset 9) ...
+    cache = m.new_cache(64, dtype=np.float32)
+    got_a = np.concatenate([m.forward(np.array(a[:9]), cache), m.forward(np.array(a[9:]), cache)])
+    np.testing.assert_allclose(got_a, want_a, atol=ATOL, rtol=0)
+    # ... and two sequences in one batch, one of them a decode step on its own cache
+    cache_a, cache_b = m.new_cache(64, dtype=np.float32), m.new_cache(64, dtype=np.float32)
+    m.forward(np.array(a[:-1]), cache_a)
+    got_last_a, got_b = m.forward_batch([(a[-1:], cache_a), (b, cache_b)])
+    np.testing.assert_allclose(got_last_a, want_a[-1:], atol=ATOL, rtol=0)
+    np.testing.assert_allclose(got_b, want_b, atol=ATOL, rtol=0)
+
+
+def test_a_wrong_rope_type_would_fail(tiny):
+    """The comparison above can fail: the other rope pairing moves the logits far past ATOL."""
+    _, model, tok, _, path = tiny
+    m, _ = _load(path)
+    m.rope_neox = not m.rope_neox
+    ids = _prompts(tok)[0]
+    got = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))
+    assert np.abs(got - hf_logits(model, ids)).max() > 100 * ATOL
+
+
+def test_tokenizer_matches_hf(tiny):
+    _, _, tok, _, path = tiny
+    _, ours = _load(path)
+    for text in SENTENCES + ["<|im_start|>hi there<|im_end|>", "  spaces\n\n\tand tabs  ", "x" * 40]:
+        assert ours.tokenize(text, add_special=False) == tok.encode(text, add_special_tokens=False).ids, text
+    assert ours.eos_id == tok.token_to_id("<|im_end|>")
+    assert ours.bos_id == tok.token_to_id("<|endoftext|>")
+
+
+def test_quantized_outtypes_on_both_backends(tiny):
+    name, model, tok, folder, _ = tiny
+    ids = _prompts(tok)[1]
+    want = hf_logits(model, ids)
+    scale = np.abs(want).max()
+    for outtype, backend, rel in [("f16", "reference", 2e-3), ("bf16", "reference", 1.5e-2),
+                                  ("q8_0", "reference", 5e-2), ("q8_0", "c", 5e-2)]:
+        path = convert_hf(folder, folder / f"model-{outtype}.gguf", outtype)
+        m, _ = _load(path, backend)
+        got = m.forward(np.array(ids), m.new_cache(64))
+        err = np.abs(got - want).max() / scale
+        assert err < rel, (outtype, backend, err)
+
+
+def test_info_shows_the_architecture(tiny):
+    name, _, _, _, path = tiny
+    r = CliRunner().invoke(main, ["info", str(path)])
+    assert r.exit_code == 0, r.output
+    assert f"architecture  {GGUF_ARCH[name]}" in r.output
+    assert "embedding_length" in r.output and "64" in r.output
+    assert "F32" in r.output
+
+
+def test_llama_without_the_qk_permutation_would_fail(tmp_path, monkeypatch):
+    model, tok = make_hf_model("llama3", tmp_path)
+    monkeypatch.setitem(convert_module.RECIPES, "LlamaForCausalLM", convert_module.Recipe("llama", permute_qk=False))
+    m, _ = _load(convert_hf(tmp_path, tmp_path / "unpermuted.gguf", "f32"))
+    ids = tok.encode(SENTENCES[0], add_special_tokens=False).ids
+    got = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))
+    assert np.abs(got - hf_logits(model, ids)).max() > 100 * ATOL
+
+
+def test_llama3_rope_factors_are_written(tiny):
+    name, _, _, _, path = tiny
+    with GGUFFile(path) as f:
+        has = "rope_freqs.weight" in f.tensors
+    assert has == (name == "llama3")
+
+
+def test_longrope_uses_the_short_factors_within_the_original_context(tmp_path):
+    model, tok = make_hf_model("phi3_longrope", tmp_path)
+    m, _ = _load(convert_hf(tmp_path, tmp_path / "m.gguf", "f32"))
+    ids = tok.encode("Hello world! Hello again.", add_special_tokens=False).ids
+    assert len(ids) <= 16  # transformers picks the short factors for these positions
+    want = hf_logits(model, ids)
+    short = m.forward(np.array(ids), m.new_cache(16, dtype=np.float32))
+    np.testing.assert_allclose(short, want, atol=ATOL, rtol=0)
+    long = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))  # a context past 16: long factors
+    assert np.abs(long - want).max() > 100 * ATOL
+
+
+def _drop_q_biases(m):
+    for layer in m.weights.layers:
+        layer.attn.wq.bias = None
+
+
+def _drop_q_norms(m):
+    for layer in m.weights.layers:
+        layer.attn.q_norm = None
+
+
+def _drop_rope_factors(m):
+    c = m.config
+    m.inv_freq = m.inv_freq_long = rope_freqs(c.head_dim, c.rope_base, c.n_rot)
+
+
+def _swap_gate_and_up(m):
+    for layer in m.weights.layers:
+        layer.mlp.w_up.w = np.roll(layer.mlp.w_up.w, layer.mlp.n_ff, axis=0)
+
+
+@pytest.mark.parametrize("name, damage", [("qwen2", _drop_q_biases), ("qwen3", _drop_q_norms),
+                                          ("llama3", _drop_rope_factors), ("phi3", _swap_gate_and_up),
+                                          ("phi3_longrope", _drop_rope_factors)])
+def test_each_architecture_detail_matters(tmp_path, name, damage):
+    """What each architecture adds to llama moves the logits far past ATOL when left out."""
+    model, tok = make_hf_model(name, tmp_path)
+    m, _ = _load(convert_hf(tmp_path, tmp_path / "m.gguf", "f32"))
+    ids = tok.encode(SENTENCES[2], add_special_tokens=False).ids
+    want = hf_logits(model, ids)
+    np.testing.assert_allclose(m.forward(np.array(ids), m.new_cache(64, dtype=np.float32)), want, atol=ATOL, rtol=0)
+    damage(m)
+    got = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))
+    assert np.abs(got - want).max() > 100 * ATOL
