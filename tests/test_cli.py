@@ -75,11 +75,22 @@ def test_pull_cached_model_is_instant(smollm2_path):
 class Terminal:
     """The command in a pseudo-terminal, as a person at a keyboard would run it."""
 
+    started: list["Terminal"] = []
+
     def __init__(self, args):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # child
             os.execv(sys.executable, CMD + args)
         self.out = b""
+        Terminal.started.append(self)
+
+    def kill(self) -> None:
+        """Ends the program if a failed test left it running."""
+        try:
+            os.kill(self.pid, 9)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
 
     def send(self, text: str) -> None:
         os.write(self.fd, text.encode())
@@ -113,15 +124,23 @@ class Terminal:
         raise AssertionError("the program did not exit")
 
 
+@pytest.fixture(autouse=True)
+def _no_program_left_running():
+    yield
+    while Terminal.started:
+        Terminal.started.pop().kill()
+
+
 def test_interactive_chat_in_a_terminal(smollm2_path):
-    term = Terminal(["run", "smollm2", "--temp", "0", "-n", "400", "--verbose"])
+    # answers are capped well below what a busy 2-core machine decodes in the time allowed
+    term = Terminal(["run", "smollm2", "--temp", "0", "-n", "160", "--verbose"])
     term.expect(">>> ")
     term.send("What is the capital of France?\r")
-    term.expect("decode")  # the verbose timings after the answer
+    term.expect("decode", timeout=120)  # the verbose timings after the answer
     term.expect(">>> ")
     term.out = b""
     term.send("And of Germany?\r")
-    screen = term.expect("decode")
+    screen = term.expect("decode", timeout=120)
     cached = int(screen.split(" cached")[0].rsplit("(", 1)[1])
     assert cached > 20  # the second turn reused the first turn's tokens
     term.expect(">>> ")
