@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info."""
+"""The `localinfer` command: run (chat), pull, list, info, bench, serve."""
 from __future__ import annotations
 
 import json
@@ -138,8 +138,10 @@ def info(model, as_json, template):
 
 
 from .bench import bench  # noqa: E402  (registered on the group here)
+from .serve import serve  # noqa: E402
 
 main.add_command(bench)
+main.add_command(serve)
 
 if __name__ == "__main__":
     main()

@@ -166,3 +166,16 @@ def test_several_threads_share_one_model(model):
     assert chat.send("Hi").text
     t.join(timeout=60)
     assert not errors
+
+
+def test_a_cached_prefix_changes_nothing_a_seed_repeats(runtime, model):
+    engine = Engine(runtime, model.tokenizer, n_slots=1, n_ctx=256, prefix_block=16)
+    try:
+        prompt = model.chat_tokens([{"role": "user", "content": "Tell me a story about a brave cat."}])
+        params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, seed=11)
+        runs = [engine.submit(Request(prompt, max_tokens=8, params=params)) for _ in range(2)]
+        tokens = [[t for c in r.chunks() for t in c.tokens] for r in runs]
+        assert runs[0].timings.prompt_cached == 0 and runs[1].timings.prompt_cached >= 16
+        assert tokens[0] == tokens[1]
+    finally:
+        engine.close()

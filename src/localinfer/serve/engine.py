@@ -30,6 +30,14 @@ from .prefix_cache import PrefixCache
 from .request import Cancelled, Request
 
 
+# The C matmul multiplies fewer rows than this one at a time (GEMV, csrc/matmul.c LI_GEMM_MIN_M)
+# and more as a GEMM, which rounds differently; within the GEMM each row's result is independent
+# of the others. So a prompt whose prefix comes from the cache still computes at least this many
+# rows, and a chunked prefill never leaves fewer for last: a request's logits are then bitwise
+# the same whether its prefix was cached or not (when it runs alone), and a seed repeats.
+MIN_PREFILL_ROWS = 6
+
+
 class QueueFullError(RuntimeError):
     """Every slot is busy and the waiting queue is full: try again later."""
 
@@ -173,8 +181,8 @@ class Engine:
             slot.cache = self.runtime.new_cache(self.n_ctx, self.kv_dtype)
         slot.cache.reset()
         reused = 0
-        if self.prefix_cache is not None:  # the last prompt token is always computed: it gives the logits
-            reused = self.prefix_cache.restore(r.prompt, slot.cache, limit=len(r.prompt) - 1)
+        if self.prefix_cache is not None:  # the last prompt tokens are always computed: they give the logits
+            reused = self.prefix_cache.restore(r.prompt, slot.cache, limit=len(r.prompt) - MIN_PREFILL_ROWS)
         slot.tokens = list(r.prompt[:reused])
         slot.todo = list(r.prompt[reused:])
         slot.history = list(r.prompt)
@@ -195,8 +203,11 @@ class Engine:
             if slot.todo:
                 if budget <= 0:
                     continue
-                chunk = slot.todo[:budget]
-                budget -= len(chunk)
+                n = min(budget, len(slot.todo))
+                if 0 < len(slot.todo) - n < MIN_PREFILL_ROWS:  # never leave a GEMV-sized tail
+                    n = max(1, len(slot.todo) - MIN_PREFILL_ROWS)
+                chunk = slot.todo[:n]
+                budget -= n
                 rows.append((slot, chunk))
             else:
                 rows.append((slot, [slot.next_token]))
