@@ -138,9 +138,11 @@ def info(model, as_json, template):
 
 
 from .bench import bench  # noqa: E402  (registered on the group here)
+from .bench_serve import bench_serve  # noqa: E402
 from .serve import serve  # noqa: E402
 
 main.add_command(bench)
+main.add_command(bench_serve)
 main.add_command(serve)
 
 if __name__ == "__main__":
