@@ -169,7 +169,7 @@ def test_several_threads_share_one_model(model):
 
 
 def test_a_cached_prefix_changes_nothing_a_seed_repeats(runtime, model):
-    engine = Engine(runtime, model.tokenizer, n_slots=1, n_ctx=256, prefix_block=16)
+    engine = Engine(runtime, model.tokenizer, n_slots=1, n_ctx=256, prefix_block=16, completion_cache_tokens=0)
     try:
         prompt = model.chat_tokens([{"role": "user", "content": "Tell me a story about a brave cat."}])
         params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, seed=11)
@@ -177,5 +177,25 @@ def test_a_cached_prefix_changes_nothing_a_seed_repeats(runtime, model):
         tokens = [[t for c in r.chunks() for t in c.tokens] for r in runs]
         assert runs[0].timings.prompt_cached == 0 and runs[1].timings.prompt_cached >= 16
         assert tokens[0] == tokens[1]
+    finally:
+        engine.close()
+
+
+def test_exact_repeats_of_deterministic_requests_come_from_memory(runtime, model):
+    engine = Engine(runtime, model.tokenizer, n_slots=1, n_ctx=256)
+    try:
+        prompt = model.tokenize("The capital of France is")
+        first = engine.submit(Request(prompt, max_tokens=6, params=GREEDY))
+        want = [(c.text, c.tokens, c.finish_reason) for c in first.chunks()]
+        steps = engine.state()["steps"]
+        again = engine.submit(Request(prompt, max_tokens=6, params=GREEDY))
+        assert [(c.text, c.tokens, c.finish_reason) for c in again.chunks()] == want
+        assert engine.state()["steps"] == steps  # no forward pass
+        assert again.timings.generated_tokens == 6 and engine.metrics.counters["completion_cache_hits"] == 1
+        sampled = SamplingParams(temperature=0.8)  # no seed: never replayed
+        for _ in range(2):
+            list(engine.submit(Request(prompt, max_tokens=2, params=sampled)).chunks())
+        assert engine.metrics.counters["completion_cache_hits"] == 1
+        assert engine.state()["steps"] > steps
     finally:
         engine.close()

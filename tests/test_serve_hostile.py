@@ -132,9 +132,9 @@ def _poll(s: socket.socket) -> bytes:
         s.setblocking(True)
 
 
-def _start_stream(url, max_tokens=200) -> socket.socket:
+def _start_stream(url, max_tokens=200, seed=None) -> socket.socket:
     s = connect(url)
-    s.sendall(post_bytes("/v1/completions", json.dumps({**COUNTING, "max_tokens": max_tokens,
+    s.sendall(post_bytes("/v1/completions", json.dumps({**COUNTING, "max_tokens": max_tokens, "seed": seed,
                                                         "stream": True}).encode()))
     return s
 
@@ -150,21 +150,29 @@ def _read_until(s: socket.socket, needle: bytes, timeout: float = 60) -> bytes:
     return data
 
 
+def _until(condition, timeout=20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def test_disconnects_free_their_slots(server):
-    u = server.url
-    cancelled = server.engine.metrics.counters["cancelled"]
+    u, counters = server.url, server.engine.metrics.counters
+    cancelled = counters["cancelled"]
     s = _start_stream(u)
     assert b"data: {" in _read_until(s, b"data: {")
     s.close()  # gone mid-stream
+    assert _until(lambda: counters["cancelled"] == cancelled + 1)
     quiet = connect(u)  # gone while a non-streaming answer is being generated
     quiet.sendall(post_bytes("/v1/completions", json.dumps({**COUNTING, "max_tokens": 200}).encode()))
-    deadline = time.monotonic() + 20
-    while server.engine.state()["slots_busy"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)  # until it is generating
+    assert _until(lambda: server.engine.state()["slots_busy"] == 1)  # it is generating
     quiet.close()
+    assert _until(lambda: counters["cancelled"] == cancelled + 2)
     state = wait_idle(u)
     assert state["slots_busy"] == 0 and state["queue_length"] == 0
-    assert server.engine.metrics.counters["cancelled"] >= cancelled + 2
 
 
 def test_a_full_queue_answers_503_with_retry_after(server):
@@ -176,19 +184,22 @@ def test_a_full_queue_answers_503_with_retry_after(server):
     deadline = time.monotonic() + 10
     while raw(u, "GET", "/health")[2]["queue_length"] < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
-    status, headers, body = raw(u, "POST", "/v1/completions", {**COUNTING, "max_tokens": 2})
+    status, headers, body = raw(u, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2, "temperature": 0.5})
     assert status == 503 and headers["Retry-After"] == "1" and body["error"]["code"] == "server_busy"
     for s in running + [waiting]:
         s.close()
-    assert "localinfer_requests_total{status=\"rejected\"} 1" in raw(u, "GET", "/metrics")[2]
+    metrics = raw(u, "GET", "/metrics")[2]
+    assert "localinfer_requests_total{status=\"rejected\"} 1\n" in metrics, metrics
 
 
 def test_afterwards_a_normal_request_is_answered_correctly_and_nothing_leaked(server, baseline):
     state = wait_idle(server.url)
     assert state["slots_busy"] == 0 and state["queue_length"] == 0 and state["kv_used_tokens"] == 0
-    status, _, body = raw(server.url, "POST", "/v1/completions", {**COUNTING, "max_tokens": 8})
+    # a seed changes nothing under greedy decoding, but keeps the answer out of the completion cache
+    status, _, body = raw(server.url, "POST", "/v1/completions", {**COUNTING, "max_tokens": 8, "seed": 1})
     assert status == 200 and body["choices"][0]["text"] == baseline
-    streamed = _read_until(_start_stream(server.url, max_tokens=8), b"[DONE]")
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] < body["usage"]["prompt_tokens"]
+    streamed = _read_until(_start_stream(server.url, max_tokens=8, seed=2), b"[DONE]")
     texts = [json.loads(line[6:])["choices"][0]["text"] for line in streamed.split(b"\r\n")
              if line.startswith(b"data: {")]
     assert "".join(texts) == baseline

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..generate import ChunkAssembler, GenerationChunk, check_prompt_fits
+from .completion_cache import CompletionCache
 from .metrics import Metrics
 from .prefix_cache import PrefixCache
 from .request import Cancelled, Request
@@ -59,6 +60,7 @@ class Slot:
     processors: list = field(default_factory=list)
     out: ChunkAssembler | None = None
     prefill_start: float = 0.0
+    chunks: list = field(default_factory=list)  # what was sent, for the completion cache
 
     @property
     def busy(self) -> bool:
@@ -68,7 +70,7 @@ class Slot:
 class Engine:
     def __init__(self, runtime, tokenizer, n_slots: int = 4, n_ctx: int = 2048, max_queue: int | None = 64,
                  kv_dtype=np.float16, prefill_chunk: int = 512, prefix_cache_bytes: int = 256 << 20,
-                 prefix_block: int = 32, metrics: Metrics | None = None):
+                 prefix_block: int = 32, completion_cache_tokens: int = 1 << 16, metrics: Metrics | None = None):
         """runtime: an architecture model (forward_batch, new_cache); max_queue None: unbounded."""
         if n_slots < 1:
             raise ValueError(f"the engine needs at least one slot, got {n_slots}")
@@ -79,6 +81,7 @@ class Engine:
         self.kv_dtype = kv_dtype
         self.slots = [Slot(i, None) for i in range(n_slots)]  # caches are made on first use
         self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block) if prefix_cache_bytes else None
+        self.completion_cache = CompletionCache(completion_cache_tokens) if completion_cache_tokens else None
         self.metrics = metrics or Metrics()
         self._queue: deque[Request] = deque()
         self._wake = threading.Condition()
@@ -101,6 +104,8 @@ class Engine:
             request.timings.prompt_tokens = len(request.prompt)
             request.put(GenerationChunk("", [], "length", request.timings))
             return request
+        if self._replay(request):
+            return request
         with self._wake:
             if self._closed:
                 raise EngineClosedError("the engine is shut down")
@@ -111,6 +116,24 @@ class Engine:
             self._queue.append(request)
             self._wake.notify()
         return request
+
+    def _replay(self, request: Request) -> bool:
+        """Answers a deterministic request seen before from the completion cache."""
+        chunks = self.completion_cache.get(request) if self.completion_cache else None
+        if chunks is None:
+            return False
+        t = request.timings
+        t.prompt_tokens = t.prompt_cached = len(request.prompt)
+        t.generated_tokens = sum(len(c.tokens) for c in chunks)
+        t.ttft_s = time.perf_counter() - request.created
+        for c in chunks:
+            request.put(GenerationChunk(c.text, list(c.tokens), c.finish_reason, t if c.finish_reason else None))
+        self.metrics.count("completion_cache_hits")
+        self.metrics.count("completed")
+        self.metrics.count("prompt_tokens", len(request.prompt))
+        self.metrics.count("prompt_tokens_cached", len(request.prompt))
+        self.metrics.count("generated_tokens", t.generated_tokens)
+        return True
 
     def state(self) -> dict:
         """Slot and queue occupancy (what /health and /metrics report)."""
@@ -144,10 +167,15 @@ class Engine:
                     break
                 self._drop_cancelled()
                 admitted = self._admit()
-            for slot in admitted:
-                self._start(slot)
-            if any(s.busy for s in self.slots):
-                self._step()
+            try:
+                for slot in admitted:
+                    self._start(slot)
+                if any(s.busy for s in self.slots):
+                    self._step()
+            except Exception as e:  # a bug fails the requests in flight, never the engine thread
+                for slot in self.slots:
+                    if slot.busy:
+                        self._finish(slot, e)
         for slot in self.slots:
             if slot.busy:
                 self._finish(slot, EngineClosedError("the server is shutting down"))
@@ -186,7 +214,7 @@ class Engine:
         slot.tokens = list(r.prompt[:reused])
         slot.todo = list(r.prompt[reused:])
         slot.history = list(r.prompt)
-        slot.next_token = None
+        slot.next_token, slot.chunks = None, []
         slot.sampler, slot.processors = r.params.make_sampler(), r.params.make_processors()
         r.timings.prompt_tokens, r.timings.prompt_cached = len(r.prompt), reused
         slot.out = ChunkAssembler(self.tokenizer, len(r.prompt), self.n_ctx, r.max_tokens, r.stop,
@@ -248,6 +276,7 @@ class Engine:
             self.metrics.observe("ttft_seconds", slot.out.timings.ttft_s)
         self.metrics.count("generated_tokens")
         slot.request.put(chunk)
+        slot.chunks.append(chunk)
         if chunk.finish_reason:
             self._finish(slot, None)
 
@@ -262,8 +291,10 @@ class Engine:
             if t.generated_tokens > 1 and t.decode_s > 0:
                 self.metrics.observe("decode_tokens_per_second", t.decode_tps)
             self.metrics.count("completed")
+            if self.completion_cache is not None:
+                self.completion_cache.put(r, slot.chunks)
         if self.prefix_cache is not None and (error is None or isinstance(error, Cancelled)):
             self.prefix_cache.store(slot.tokens, slot.cache)  # the answer too: the next chat turn
         with self._wake:
             slot.request, slot.out, slot.sampler = None, None, None
-            slot.tokens, slot.todo, slot.history, slot.next_token = [], [], [], None
+            slot.tokens, slot.todo, slot.history, slot.next_token, slot.chunks = [], [], [], None, []

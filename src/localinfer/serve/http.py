@@ -207,6 +207,13 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         except (BrokenPipeError, ConnectionResetError, TimeoutError, socket.timeout):
             self.close_connection = True
+        except Exception as e:  # a bug must cost one request, never the server
+            self.close_connection = True
+            self.log_error("internal error: %r", e)
+            try:
+                self._fail(api.ApiError(500, f"internal error: {type(e).__name__}: {e}", "server_error"))
+            except OSError:
+                pass
 
     def _health(self):
         self._send_json(200, {"status": "ok", **self.server.engine.state()})

@@ -20,6 +20,7 @@ COUNTERS = {  # name -> (metric, label or None, help)
     "prompt_tokens": ("prompt_tokens_total", None, "Prompt tokens received."),
     "prompt_tokens_cached": ("prompt_tokens_cached_total", None, "Prompt tokens reused from the prefix cache."),
     "generated_tokens": ("generated_tokens_total", None, "Tokens generated."),
+    "completion_cache_hits": ("completion_cache_hits_total", None, "Deterministic requests answered from memory."),
 }
 HISTOGRAMS = {
     "ttft_seconds": ((0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), "Time to first token, queueing included."),
