@@ -199,3 +199,14 @@ def test_exact_repeats_of_deterministic_requests_come_from_memory(runtime, model
         assert engine.state()["steps"] > steps
     finally:
         engine.close()
+
+
+def test_gemma3_sliding_window_runs_without_prefix_reuse(gemma3_path):
+    m = localinfer.load(str(gemma3_path), n_ctx=256)
+    prompt = m.tokenize("A shared beginning that is long enough to fill a few blocks of the prefix cache. " * 3
+                        + "The capital of France is")
+    want = m.generate(prompt, max_tokens=6, temperature=0, context=m.new_context())
+    for _ in range(2):
+        got = m.generate(prompt, max_tokens=6, temperature=0.0, seed=_)  # a seed: not a completion-cache repeat
+        assert got.tokens == want.tokens and got.timings.prompt_cached == 0
+    assert m.engine.state()["prefix_cache_blocks"] == 0
