@@ -109,7 +109,9 @@ class Engine:
         with self._wake:
             if self._closed:
                 raise EngineClosedError("the engine is shut down")
-            if self.max_queue is not None and len(self._queue) >= self.max_queue:
+            # free slots take queued requests at the next step: only requests beyond them wait
+            free = sum(not s.busy for s in self.slots)
+            if self.max_queue is not None and len(self._queue) >= self.max_queue + free:
                 self.metrics.count("rejected")
                 raise QueueFullError(f"all {len(self.slots)} slots are busy and {len(self._queue)} "
                                      f"requests are waiting: try again later")

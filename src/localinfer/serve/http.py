@@ -258,12 +258,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def _whole(self, job: api.Job) -> None:
         shaper, text, n, r = api.Shaper(job), [], 0, job.request
+        checked = time.monotonic()
         while True:
+            if time.monotonic() - checked > 0.2:  # while tokens flow as much as while they do not
+                if self._client_gone():
+                    raise Gone()
+                checked = time.monotonic()
             try:
                 chunk = r.next_chunk(timeout=0.2)
             except Empty:
-                if self._client_gone():
-                    raise Gone() from None
                 continue
             except Cancelled:
                 raise Gone() from None
