@@ -36,7 +36,7 @@ def _int_list(ctx, param, value):
 @click.option("--membw", is_flag=True, help="Also probe memory bandwidth (alone if no model is given).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a tokens/s vs threads plot (PNG).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
-              help="Write a whole markdown report (e.g. BENCHMARKS.md).")
+              help="Write the report into this markdown file (e.g. BENCHMARKS.md), replacing only its own section.")
 def bench(models, prompts, gens, threads, reps, output, llama_bench, llama_bench_args, backend, membw, plot_path,
           report_path):
     """Measure prompt processing (ppN) and generation (tgN) tokens/s for MODELS (catalog names or paths)."""
@@ -85,8 +85,8 @@ def bench(models, prompts, gens, threads, reps, output, llama_bench, llama_bench
         if llama_bench:  # where the user keeps llama.cpp is theirs, not the report's
             command = command.replace(shlex.quote(llama_bench), "$LLAMA_BENCH")
         rel_plot = os.path.relpath(plot_path, os.path.dirname(os.path.abspath(report_path))) if plot_path else None
-        with open(report_path, "w") as f:
-            f.write(report(suite, bw, command, rel_plot))
+        from localinfer.report_sections import write_section
+        write_section(report_path, "bench", report(suite, bw, command, rel_plot), first=True)  # other sections stay
         log(f"report written to {report_path}")
     if suite.interrupted:
         sys.exit(130)

@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench, perplexity, quantize, convert."""
+"""The `localinfer` command: run (chat), pull, list, info, bench, bench-serve, serve, perplexity, quantize, convert."""
 from __future__ import annotations
 
 import json
@@ -138,14 +138,18 @@ def info(model, as_json, template):
 
 
 from .bench import bench  # noqa: E402  (registered on the group here)
+from .bench_serve import bench_serve  # noqa: E402
 from .convert import convert  # noqa: E402
 from .perplexity import perplexity  # noqa: E402
 from .quantize import quantize  # noqa: E402
+from .serve import serve  # noqa: E402
 
 main.add_command(bench)
+main.add_command(bench_serve)
 main.add_command(convert)
 main.add_command(perplexity)
 main.add_command(quantize)
+main.add_command(serve)
 
 if __name__ == "__main__":
     main()

@@ -81,54 +81,81 @@ def generate_step(ctx: Context, prompt: Sequence[int], sampler: Sampler,
         logits = ctx.append([token])[-1]
 
 
+class ChunkAssembler:
+    """Generated token ids -> GenerationChunks, one per token: detokenizing (never a broken UTF-8
+    sequence), stop strings (never a partial one emitted), and the finish reasons. The same rules
+    for a single-sequence generator and for the server's batched engine.
+
+    `push(token)` returns the chunk for it; `finished` tells when the last one was returned.
+    The prompt and generated tokens together never pass n_ctx ("context_full")."""
+
+    def __init__(self, tokenizer, n_prompt: int, n_ctx: int, max_tokens: int | None = None,
+                 stop: str | Sequence[str] = (), timings: Timings | None = None, start: float | None = None):
+        if max_tokens is not None and max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+        self.tokenizer, self.n_prompt, self.n_ctx, self.max_tokens = tokenizer, n_prompt, n_ctx, max_tokens
+        self.stop = [s for s in ([stop] if isinstance(stop, str) else stop) if s]
+        self.timings = timings or Timings()
+        self.start = time.perf_counter() if start is None else start
+        self.detok = StreamingDetokenizer(tokenizer, render_special=False)  # control tokens are not text
+        self.pending = ""  # text held back because it may be the start of a stop string
+        self.tokens: list[int] = []
+        self.finish: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish is not None
+
+    def push(self, token: int) -> GenerationChunk:
+        now = time.perf_counter()
+        t = self.timings
+        if not self.tokens:
+            t.ttft_s = now - self.start
+        self.tokens.append(token)
+        t.generated_tokens = len(self.tokens)
+        t.decode_s = now - self.start - t.ttft_s
+        if self.tokenizer.is_eog(token):
+            # end of generation: flush what was held back (it cannot start a stop string any more)
+            self.finish = "stop"
+            return GenerationChunk(self.pending + self.detok.flush(), [token], self.finish, t)
+        self.pending += self.detok.feed(token)
+        emit, self.pending, hit = _split_stop(self.pending, self.stop)
+        if hit:
+            self.finish = "stop"
+        elif self.max_tokens is not None and len(self.tokens) >= self.max_tokens:
+            self.finish = "length"
+        elif self.n_prompt + len(self.tokens) >= self.n_ctx:  # the sampled token would not fit
+            self.finish = "context_full"
+        if self.finish:
+            if not hit:
+                emit += self.pending + self.detok.flush()
+            return GenerationChunk(emit, [token], self.finish, t)
+        return GenerationChunk(emit, [token])
+
+
+def check_prompt_fits(n_prompt: int, n_ctx: int) -> None:
+    if n_prompt >= n_ctx:
+        raise ContextFullError(f"the prompt has {n_prompt} tokens, but the context holds {n_ctx} "
+                               f"and at least one more is needed to generate (raise n_ctx / --ctx-size)")
+
+
 def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], sampler: Sampler,
                     processors: Sequence[LogitsProcessor] = (), max_tokens: int | None = None,
                     stop: Sequence[str] = ()) -> Iterator[GenerationChunk]:
     """Text chunks as they are complete (never a broken UTF-8 sequence, never a partial stop
     string); the last chunk has the finish_reason and the timings."""
-    if max_tokens is not None and max_tokens < 0:
-        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-    stop = [s for s in ([stop] if isinstance(stop, str) else stop) if s]
-    timings = Timings()
-    start = time.perf_counter()
-    detok = StreamingDetokenizer(tokenizer, render_special=False)  # control tokens are not text
-    pending = ""  # text held back because it may be the start of a stop string
-    tokens: list[int] = []
-    finish = None
+    out = ChunkAssembler(tokenizer, len(prompt), ctx.n_ctx, max_tokens, stop)
     if max_tokens == 0:
-        yield GenerationChunk("", [], "length", timings)
+        yield GenerationChunk("", [], "length", out.timings)
         return
-    if len(prompt) >= ctx.n_ctx:
-        raise ContextFullError(f"the prompt has {len(prompt)} tokens, but the context holds {ctx.n_ctx} "
-                               f"and at least one more is needed to generate (raise n_ctx / --ctx-size)")
-    steps = generate_step(ctx, prompt, sampler, processors, timings)
+    check_prompt_fits(len(prompt), ctx.n_ctx)
+    steps = generate_step(ctx, prompt, sampler, processors, out.timings)
     try:
         for token in steps:
-            now = time.perf_counter()
-            if not tokens:
-                timings.ttft_s = now - start
-            tokens.append(token)
-            timings.generated_tokens = len(tokens)
-            timings.decode_s = now - start - timings.ttft_s
-            if tokenizer.is_eog(token):
-                finish = "stop"
-                break
-            pending += detok.feed(token)
-            emit, pending, hit = _split_stop(pending, stop)
-            if hit:
-                finish = "stop"
-            elif max_tokens is not None and len(tokens) >= max_tokens:
-                finish = "length"
-            elif len(ctx.tokens) + 1 >= ctx.n_ctx:  # the sampled token would not fit
-                finish = "context_full"
-            if finish:
-                if not hit:
-                    emit += pending + detok.flush()
-                yield GenerationChunk(emit, [token], finish, timings)
+            chunk = out.push(token)
+            yield chunk
+            if out.finished:
                 return
-            yield GenerationChunk(emit, [token])
-        # end of generation token: flush what was held back (it cannot start a stop string any more)
-        yield GenerationChunk(pending + detok.flush(), [tokens[-1]], finish, timings)
     finally:
         steps.close()
 

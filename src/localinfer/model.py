@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -10,19 +11,40 @@ from .arch import build_model
 from .chat_template import ChatTemplate, template_for
 from .context import Context
 from .fetch import resolve_model
-from .generate import GenerationChunk, GenerationResult, Timings, stream_generate
+from .generate import GenerationChunk, GenerationResult, Timings, check_prompt_fits, stream_generate
 from .gguf_file import GGUFFile
 from .kv_cache import ContextFullError
 from .sampling import make_logits_processors, make_sampler
 from .tokenizer import Tokenizer
 
 DEFAULT_N_CTX = 4096
+DEFAULT_N_PARALLEL = 4
+
+
+class SerializedRuntime:
+    """An architecture model whose forward passes run one at a time: the kernels' thread pool and
+    scratch buffers serve one pass at a time, and several Python threads may share one Model."""
+
+    def __init__(self, runtime, lock: threading.Lock):
+        self.runtime, self.lock = runtime, lock
+
+    def forward(self, *args, **kwargs):
+        with self.lock:
+            return self.runtime.forward(*args, **kwargs)
+
+    def forward_batch(self, *args, **kwargs):
+        with self.lock:
+            return self.runtime.forward_batch(*args, **kwargs)
+
+    def __getattr__(self, name):  # config, new_cache, weights ...
+        return getattr(self.runtime, name)
 
 
 class Model:
     def __init__(self, path: str | os.PathLike, n_ctx: int | None = None, n_threads: int | None = None,
-                 kv_dtype: str = "f16", backend: str = "auto"):
-        """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built)."""
+                 kv_dtype: str = "f16", backend: str = "auto", n_parallel: int = DEFAULT_N_PARALLEL):
+        """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built).
+        n_parallel: sequences generated together when several threads call generate/stream/chat."""
         self.path = str(path)
         self.gguf = GGUFFile(path)
         self.metadata: Mapping[str, Any] = self.gguf.metadata
@@ -30,6 +52,12 @@ class Model:
         self.tokenizer = Tokenizer.from_metadata(self.metadata)
         self.backend = _choose_backend(backend, n_threads)
         self.runtime = build_model(self.gguf, self.backend)
+        self._lock = threading.Lock()
+        self.serialized = SerializedRuntime(self.runtime, self._lock)  # what contexts and the engine call
+        if n_parallel < 1:
+            raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
+        self.n_parallel = n_parallel
+        self._engine = None
         n_ctx_train = self.runtime.config.n_ctx_train
         self.n_ctx = int(n_ctx) if n_ctx else min(DEFAULT_N_CTX, n_ctx_train)
         if self.n_ctx <= 0:
@@ -73,7 +101,18 @@ class Model:
 
     # -- running ---------------------------------------------------------------------------------
     def new_context(self, n_ctx: int | None = None) -> Context:
-        return Context(self.runtime, n_ctx or self.n_ctx, self.kv_dtype)
+        return Context(self.serialized, n_ctx or self.n_ctx, self.kv_dtype)
+
+    @property
+    def engine(self):
+        """The batched engine behind generate/stream/chat without an explicit context: calls from
+        several threads are decoded together, one forward pass per step (made on first use)."""
+        with self._lock:
+            if self._engine is None:
+                from .serve.engine import Engine
+                self._engine = Engine(self.serialized, self.tokenizer, n_slots=self.n_parallel, n_ctx=self.n_ctx,
+                                      max_queue=None, kv_dtype=self.kv_dtype, prefix_cache_bytes=64 << 20)
+            return self._engine
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """(len(ids), n_vocab) float32: a fresh context, one batch, every position."""
@@ -89,14 +128,19 @@ class Model:
                seed: int | None = None, stop: str | Sequence[str] = (),
                context: Context | None = None) -> Iterator[GenerationChunk]:
         """GenerationChunks (text, tokens; the last one has finish_reason and timings).
-        The defaults are llama.cpp's; temperature <= 0 is greedy. Close it to stop early."""
+        The defaults are llama.cpp's; temperature <= 0 is greedy. Close it to stop early.
+        Without `context` the request goes through the model's batched engine (several threads
+        may call this at once); with one, it runs in that context (a chat session's cache)."""
         tokens = self._prompt_tokens(prompt)
         if not tokens:
             raise ValueError("the prompt is empty (no tokens to start from)")
-        ctx = context or self.new_context()
-        if len(tokens) >= ctx.n_ctx:
-            raise ContextFullError(f"the prompt has {len(tokens)} tokens, but the context holds {ctx.n_ctx} "
-                                   f"and at least one more is needed to generate (raise n_ctx / --ctx-size)")
+        if context is None:  # through the engine: safe from several threads, and batched
+            from .serve.request import Request, SamplingParams
+            params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty,
+                                    frequency_penalty, repeat_last_n, seed)
+            return self.engine.submit(Request(tokens, max_tokens, stop, params)).chunks()
+        ctx = context
+        check_prompt_fits(len(tokens), ctx.n_ctx)
         sampler = make_sampler(temperature, top_k, top_p, min_p, seed)
         processors = make_logits_processors(repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n)
         return stream_generate(ctx, self.tokenizer, tokens, sampler, processors, max_tokens, stop)
@@ -139,6 +183,8 @@ class Model:
         return describe(self.gguf)
 
     def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
         self.gguf.close()
 
     def __repr__(self) -> str:

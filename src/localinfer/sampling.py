@@ -33,9 +33,11 @@ def apply_top_p(logits: np.ndarray, p: float) -> np.ndarray:
     """Keep the smallest set of most likely tokens whose probability reaches p."""
     if p >= 1.0:
         return logits
-    probs = _probs(logits)
-    order = np.argsort(-probs, kind="stable")
-    cumulative = np.cumsum(probs[order])
+    alive = np.flatnonzero(np.isfinite(logits))  # after top-k only k are: sort those, not the vocab
+    probs = _probs(logits[alive])
+    rank = np.argsort(-probs, kind="stable")
+    order = alive[rank]
+    cumulative = np.cumsum(probs[rank])
     n_keep = int(np.searchsorted(cumulative, p) + 1)  # include the token that crosses p
     out = np.full_like(logits, -np.inf)
     keep = order[:max(1, n_keep)]

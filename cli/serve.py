@@ -1,0 +1,57 @@
+"""`localinfer serve`: an OpenAI-compatible HTTP server with continuous batching."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("model", required=False)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (127.0.0.1: this machine only; 0.0.0.0 exposes it to the network).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("-np", "--parallel", type=click.IntRange(1, 256), default=4, show_default=True,
+              help="Slots: requests generated together, one batched forward pass per step.")
+@click.option("-c", "--ctx-size", type=click.IntRange(16), default=None,
+              help="Context of each slot in tokens (prompt + answer); default: the model's, at most 4096.")
+@click.option("--queue", "max_queue", type=click.IntRange(0), default=64, show_default=True,
+              help="Requests that may wait for a slot; beyond that the server answers 503 with Retry-After.")
+@click.option("--prefix-cache", "prefix_cache_mib", type=click.IntRange(0), default=256, show_default=True,
+              help="MiB of K/V kept for reuse by requests that share a prompt prefix (0: off).")
+@click.option("--api-key", default=None, envvar="LOCALINFER_API_KEY",
+              help="Require 'Authorization: Bearer KEY' (also from $LOCALINFER_API_KEY).")
+@click.option("--max-body", type=click.IntRange(1024), default=4 << 20, show_default=True,
+              help="Largest request body in bytes (413 beyond).")
+@click.option("--timeout", "io_timeout", type=click.FloatRange(0.5), default=30.0, show_default=True,
+              help="Seconds a client may stay silent (sending a request, or reading a stream).")
+@click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every HTTP request.")
+def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body, io_timeout,
+          threads, verbose):
+    """Serve MODEL (a catalog name or a .gguf path) over the OpenAI API:
+    /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
+    from .main import _load, _set_threads
+    _set_threads(threads)
+    from localinfer.serve.app import make_server
+
+    try:
+        llm = _load(model, ctx_size, threads)
+    except (OSError, ValueError, LookupError, RuntimeError) as e:
+        raise click.ClickException(str(e))
+    name = model if model and not os.path.exists(model) else Path(llm.path).stem
+    try:
+        server = make_server(llm, name, host, port, parallel, ctx_size, max_queue, prefix_cache_mib,
+                             api_key=api_key, max_body=max_body, io_timeout=io_timeout, verbose=verbose)
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e}")
+    click.echo(f"localinfer: serving '{name}' at {server.url}/v1 ({parallel} slots of {server.engine.n_ctx} "
+               f"tokens, queue {max_queue}{', API key required' if api_key else ''}); Ctrl-C stops", err=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        click.echo("\nlocalinfer: stopping", err=True)
+    finally:
+        server.server_close()
+        server.engine.close()

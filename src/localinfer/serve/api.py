@@ -1,0 +1,264 @@
+"""The OpenAI API's request validation and response shapes (chat completions, completions).
+
+Requests are checked field by field before anything reaches the engine: a wrong type, an
+out-of-range value, an unsupported option or a prompt that does not fit is an ApiError (400)
+in OpenAI's error shape that names the parameter, never a silent fix-up or truncation.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..chat_template import ChatTemplateError
+from .request import Request, SamplingParams
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat has none
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None, headers: Mapping[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+# -- field checks ---------------------------------------------------------------------------------
+def _number(body, name, default, lo, hi):
+    v = body.get(name, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise bad(f"'{name}' must be a number, got {type(v).__name__}", name)
+    if not lo <= v <= hi:
+        raise bad(f"'{name}' must be between {lo} and {hi}, got {v}", name)
+    return float(v)
+
+
+def _integer(body, name, default, lo, hi):
+    v = body.get(name, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise bad(f"'{name}' must be an integer, got {type(v).__name__}", name)
+    if not lo <= v <= hi:
+        raise bad(f"'{name}' must be between {lo} and {hi}, got {v}", name)
+    return v
+
+
+def _boolean(body, name, default=False):
+    v = body.get(name, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise bad(f"'{name}' must be a boolean, got {type(v).__name__}", name)
+    return v
+
+
+def _stop(body) -> list[str]:
+    v = body.get("stop")
+    if v is None:
+        return []
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise bad("'stop' must be a string or a list of strings", "stop")
+    if len(v) > 16:
+        raise bad(f"'stop' takes at most 16 sequences, got {len(v)}", "stop")
+    return [s for s in v if s]
+
+
+def _unsupported(body, name, allowed=(None, False)):
+    if body.get(name) not in allowed:
+        raise bad(f"'{name}' is not supported by this server", name, "unsupported_parameter")
+
+
+def sampling_params(body: Mapping[str, Any]) -> SamplingParams:
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise bad(f"'seed' must be an integer, got {type(seed).__name__}", "seed")
+    if seed is not None and not -2**63 <= seed < 2**64:
+        raise bad("'seed' is out of range", "seed")
+    return SamplingParams(
+        temperature=_number(body, "temperature", 0.8, 0.0, 2.0),
+        top_k=_integer(body, "top_k", 40, 0, 1 << 20),
+        top_p=_number(body, "top_p", 0.95, 0.0, 1.0),
+        min_p=_number(body, "min_p", 0.05, 0.0, 1.0),
+        repeat_penalty=_number(body, "repeat_penalty", 1.0, 0.01, 10.0),
+        presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        repeat_last_n=_integer(body, "repeat_last_n", 64, 0, 1 << 20),
+        seed=None if seed is None else seed % 2**64,
+    )
+
+
+@dataclass
+class Job:
+    """A validated request: what to run, and how to answer it."""
+    kind: str  # "chat" | "completion"
+    request: Request
+    stream: bool
+    include_usage: bool
+    model: str
+
+
+def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, default_max) -> Job:
+    _unsupported(body, "n", (None, 1))
+    _unsupported(body, "logprobs", (None, False, 0))
+    _unsupported(body, "top_logprobs", (None, 0))
+    _unsupported(body, "tools", (None, []))
+    _unsupported(body, "best_of", (None, 1))
+    _unsupported(body, "echo", (None, False))
+    _unsupported(body, "suffix", (None, ""))
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        raise bad("only response_format {'type': 'text'} is supported", "response_format", "unsupported_parameter")
+    stream = _boolean(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise bad("'stream_options' must be an object", "stream_options")
+    include_usage = _boolean(options or {}, "include_usage")
+    if options and not stream:
+        raise bad("'stream_options' is only allowed with 'stream': true", "stream_options")
+    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = body.get(name)
+    if max_tokens is None:
+        max_tokens = default_max
+    elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise bad(f"'{name}' must be an integer, got {type(max_tokens).__name__}", name)
+    elif max_tokens < 0 or max_tokens > n_ctx:  # can never be honoured: an error, not a silent clamp
+        raise bad(f"'{name}' is {max_tokens}, but it must be between 0 and the context size {n_ctx}",
+                  name, "invalid_value")
+    if not tokens:
+        raise bad("the prompt is empty", "messages" if kind == "chat" else "prompt")
+    if len(tokens) >= n_ctx:
+        raise bad(f"the prompt is {len(tokens)} tokens long, but the context holds {n_ctx} tokens and at least "
+                  f"one more is needed to generate: shorten the prompt (or start the server with a larger "
+                  f"--ctx-size)", "messages" if kind == "chat" else "prompt", "context_length_exceeded")
+    request = Request(tokens, max_tokens, _stop(body), sampling_params(body))
+    return Job(kind, request, stream, include_usage, model_name)
+
+
+def _check_model(body, model_name: str) -> None:
+    requested = body.get("model")
+    if requested is None:
+        return  # the one model this server holds
+    if not isinstance(requested, str):
+        raise bad(f"'model' must be a string, got {type(requested).__name__}", "model")
+    if requested not in (model_name, "default"):
+        raise ApiError(404, f"the model '{requested}' does not exist: this server serves '{model_name}'",
+                       param="model", code="model_not_found")
+
+
+def _text_content(i: int, content) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):  # content parts: text only
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad(f"messages[{i}].content: only text parts are supported", f"messages[{i}].content")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
+
+
+def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
+    _check_model(body, model_name)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("'messages' must be a non-empty list of {'role': ..., 'content': ...} objects", "messages")
+    clean = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise bad(f"messages[{i}] must be an object with a string 'role'", f"messages[{i}]")
+        if m["role"] not in ("system", "user", "assistant", "developer"):
+            raise bad(f"messages[{i}].role '{m['role'][:40]}' is not supported", f"messages[{i}].role")
+        role = "system" if m["role"] == "developer" else m["role"]
+        clean.append({"role": role, "content": _text_content(i, m.get("content"))})
+    try:
+        tokens = model.chat_tokens(clean)
+    except ChatTemplateError as e:
+        raise bad(str(e), "messages") from None
+    return _common(body, "chat", model_name, tokens, n_ctx, None)
+
+
+def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
+    _check_model(body, model_name)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        tokens = model.tokenize(prompt)
+    elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        bad_ids = [t for t in prompt if not 0 <= t < model.n_vocab]
+        if bad_ids:
+            raise bad(f"unknown token id {bad_ids[0]} (the vocabulary has {model.n_vocab} tokens)", "prompt")
+        tokens = list(prompt)
+    else:
+        raise bad("'prompt' must be a string or a list of token ids (one prompt per request)", "prompt")
+    return _common(body, "completion", model_name, tokens, n_ctx, COMPLETIONS_DEFAULT_MAX_TOKENS)
+
+
+# -- responses ------------------------------------------------------------------------------------
+FINISH = {"stop": "stop", "length": "length", "context_full": "length"}
+
+
+class Shaper:
+    """OpenAI response objects for one job: the whole answer, or its stream chunks."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        chat = job.kind == "chat"
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+        self.object = "chat.completion" if chat else "text_completion"
+
+    def usage(self, n_generated: int) -> dict:
+        r = self.job.request
+        n_prompt = len(r.prompt)
+        return {"prompt_tokens": n_prompt, "completion_tokens": n_generated, "total_tokens": n_prompt + n_generated,
+                "prompt_tokens_details": {"cached_tokens": r.timings.prompt_cached}}
+
+    def _head(self, obj: str) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.job.model,
+                "system_fingerprint": "localinfer"}
+
+    def whole(self, text: str, finish: str, n_generated: int) -> dict:
+        if self.job.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": FINISH[finish]}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH[finish]}
+        return {**self._head(self.object), "choices": [choice], "usage": self.usage(n_generated)}
+
+    def chunk(self, text: str | None, finish: str | None = None, first: bool = False) -> dict:
+        usage = {"usage": None} if self.job.include_usage else {}
+        if self.job.kind == "chat":
+            delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
+            choice = {"index": 0, "delta": delta, "logprobs": None,
+                      "finish_reason": FINISH[finish] if finish else None}
+            return {**self._head("chat.completion.chunk"), "choices": [choice], **usage}
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": FINISH[finish] if finish else None}
+        return {**self._head("text_completion"), "choices": [choice], **usage}
+
+    def usage_chunk(self, n_generated: int) -> dict:
+        obj = "chat.completion.chunk" if self.job.kind == "chat" else "text_completion"
+        return {**self._head(obj), "choices": [], "usage": self.usage(n_generated)}
+
+
+def models_list(model_name: str, created: int) -> dict:
+    return {"object": "list", "data": [model_card(model_name, created)]}
+
+
+def model_card(model_name: str, created: int) -> dict:
+    return {"id": model_name, "object": "model", "created": created, "owned_by": "localinfer"}

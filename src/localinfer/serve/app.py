@@ -1,0 +1,53 @@
+"""Putting a server together: a loaded Model, an Engine over it, and the HTTP server."""
+from __future__ import annotations
+
+import threading
+
+from .engine import Engine
+from .http import Server, ServerConfig
+
+
+def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 8080, parallel: int = 4,
+                ctx_size: int | None = None, max_queue: int = 64, prefix_cache_mib: int = 256,
+                prefill_chunk: int = 512, **config) -> Server:
+    """A bound (not yet serving) server. ctx_size: tokens of each slot's context (prompt + answer),
+    the model's n_ctx when None. config: ServerConfig fields (api_key, max_body, io_timeout ...)."""
+    n_ctx = int(ctx_size or model.n_ctx)
+    engine = Engine(model.serialized, model.tokenizer, n_slots=parallel, n_ctx=n_ctx, max_queue=max_queue,
+                    kv_dtype=model.kv_dtype, prefill_chunk=prefill_chunk,
+                    prefix_cache_bytes=int(prefix_cache_mib) << 20)
+    try:
+        return Server((host, port), model, engine, ServerConfig(model_name=model_name, **config))
+    except BaseException:
+        engine.close()
+        raise
+
+
+class BackgroundServer:
+    """A server answering in a thread (tests, the load benchmark): `with BackgroundServer(...) as s:`."""
+
+    def __init__(self, *args, **kwargs):
+        self.server = make_server(*args, **kwargs)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
+                                       name="localinfer-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def engine(self) -> Engine:
+        return self.server.engine
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.server.engine.close()
+        self.thread.join(timeout=10)

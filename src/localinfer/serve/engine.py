@@ -1,0 +1,302 @@
+"""The batched engine: slots, a scheduler thread, and one forward pass per step for all of them.
+
+    submit(request) -> the bounded queue -> a free slot -> prefill (in chunks) -> decode -> done
+
+Every step the scheduler thread
+  1. frees the slots of cancelled requests and admits queued requests into free slots (a new
+     request first copies the longest cached prefix of its prompt into its slot's cache),
+  2. builds one batch: each decoding slot brings its last sampled token, prefilling slots bring
+     the next chunk of their prompt (at most `prefill_chunk` prompt tokens per step in all, so a
+     long prompt never stalls the others' decoding for long),
+  3. runs it through `forward_batch` (every matmul one GEMM over all rows),
+  4. samples each finished row, turns the token into a chunk (ChunkAssembler: detokenizing,
+     stop strings, finish reasons) and hands it to the request; finished slots are freed.
+
+So requests join the running batch at the next step and leave it when they are done.
+A slot owns a KV cache of n_ctx positions for its whole life (allocated once, reused).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..generate import ChunkAssembler, GenerationChunk, check_prompt_fits
+from .completion_cache import CompletionCache
+from .metrics import Metrics
+from .prefix_cache import PrefixCache
+from .request import Cancelled, Request
+
+
+# The C matmul multiplies fewer rows than this one at a time (GEMV, csrc/matmul.c LI_GEMM_MIN_M)
+# and more as a GEMM, which rounds differently; within the GEMM each row's result is independent
+# of the others. So a prompt whose prefix comes from the cache still computes at least this many
+# rows, and a chunked prefill never leaves fewer for last: a request's logits are then bitwise
+# the same whether its prefix was cached or not (when it runs alone), and a seed repeats.
+MIN_PREFILL_ROWS = 6
+
+
+class QueueFullError(RuntimeError):
+    """Every slot is busy and the waiting queue is full: try again later."""
+
+
+class EngineClosedError(RuntimeError):
+    pass
+
+
+@dataclass
+class Slot:
+    index: int
+    cache: object  # the architecture's KV cache (n_ctx positions)
+    request: Request | None = None
+    tokens: list[int] = field(default_factory=list)  # tokens whose K/V are in the cache
+    todo: list[int] = field(default_factory=list)  # prompt tokens still to compute
+    next_token: int | None = None  # sampled, to be evaluated in the next step
+    history: list[int] = field(default_factory=list)  # prompt + generated (for penalties)
+    sampler: object = None
+    processors: list = field(default_factory=list)
+    out: ChunkAssembler | None = None
+    prefill_start: float = 0.0
+    chunks: list = field(default_factory=list)  # what was sent, for the completion cache
+
+    @property
+    def busy(self) -> bool:
+        return self.request is not None
+
+
+class Engine:
+    def __init__(self, runtime, tokenizer, n_slots: int = 4, n_ctx: int = 2048, max_queue: int | None = 64,
+                 kv_dtype=np.float16, prefill_chunk: int = 512, prefix_cache_bytes: int = 256 << 20,
+                 prefix_block: int = 32, completion_cache_tokens: int = 1 << 16, metrics: Metrics | None = None):
+        """runtime: an architecture model (forward_batch, new_cache); max_queue None: unbounded."""
+        if n_slots < 1:
+            raise ValueError(f"the engine needs at least one slot, got {n_slots}")
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        self.runtime, self.tokenizer = runtime, tokenizer
+        self.n_ctx, self.max_queue, self.prefill_chunk = n_ctx, max_queue, prefill_chunk
+        self.kv_dtype = kv_dtype
+        self.slots = [Slot(i, None) for i in range(n_slots)]  # caches are made on first use
+        self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block) if prefix_cache_bytes else None
+        self.completion_cache = CompletionCache(completion_cache_tokens) if completion_cache_tokens else None
+        self.metrics = metrics or Metrics()
+        self._queue: deque[Request] = deque()
+        self._wake = threading.Condition()
+        self._closed = False
+        self.steps = 0
+        self._thread = threading.Thread(target=self._run, name="localinfer-engine", daemon=True)
+        self._thread.start()
+
+    # -- the clients' side ----------------------------------------------------------------------
+    def submit(self, request: Request) -> Request:
+        """Queues `request`; raises ContextFullError if its prompt cannot fit, QueueFullError if
+        the queue is full. Its chunks come back through request.chunks()."""
+        if not request.prompt:
+            raise ValueError("the prompt is empty (no tokens to start from)")
+        if request.max_tokens is not None and request.max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {request.max_tokens}")
+        check_prompt_fits(len(request.prompt), self.n_ctx)
+        request.on_cancel = self._notify
+        if request.max_tokens == 0:
+            request.timings.prompt_tokens = len(request.prompt)
+            request.put(GenerationChunk("", [], "length", request.timings))
+            return request
+        if self._replay(request):
+            return request
+        with self._wake:
+            if self._closed:
+                raise EngineClosedError("the engine is shut down")
+            # free slots take queued requests at the next step: only requests beyond them wait
+            free = sum(not s.busy for s in self.slots)
+            if self.max_queue is not None and len(self._queue) >= self.max_queue + free:
+                self.metrics.count("rejected")
+                raise QueueFullError(f"all {len(self.slots)} slots are busy and {len(self._queue)} "
+                                     f"requests are waiting: try again later")
+            self._queue.append(request)
+            self._wake.notify()
+        return request
+
+    def _replay(self, request: Request) -> bool:
+        """Answers a deterministic request seen before from the completion cache."""
+        chunks = self.completion_cache.get(request) if self.completion_cache else None
+        if chunks is None:
+            return False
+        t = request.timings
+        t.prompt_tokens = t.prompt_cached = len(request.prompt)
+        t.generated_tokens = sum(len(c.tokens) for c in chunks)
+        t.ttft_s = time.perf_counter() - request.created
+        for c in chunks:
+            request.put(GenerationChunk(c.text, list(c.tokens), c.finish_reason, t if c.finish_reason else None))
+        self.metrics.count("completion_cache_hits")
+        self.metrics.count("completed")
+        self.metrics.count("prompt_tokens", len(request.prompt))
+        self.metrics.count("prompt_tokens_cached", len(request.prompt))
+        self.metrics.count("generated_tokens", t.generated_tokens)
+        return True
+
+    def state(self) -> dict:
+        """Slot and queue occupancy (what /health and /metrics report)."""
+        with self._wake:
+            busy = sum(s.busy for s in self.slots)
+            kv_used = sum(len(s.tokens) for s in self.slots if s.busy)
+            return {"slots_total": len(self.slots), "slots_busy": busy, "slots_idle": len(self.slots) - busy,
+                    "queue_length": len(self._queue), "max_queue": self.max_queue,
+                    "kv_used_tokens": kv_used, "kv_capacity_tokens": len(self.slots) * self.n_ctx,
+                    "prefix_cache_bytes": self.prefix_cache.nbytes if self.prefix_cache else 0,
+                    "prefix_cache_blocks": len(self.prefix_cache) if self.prefix_cache else 0,
+                    "steps": self.steps}
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout=30)
+
+    def _notify(self) -> None:
+        with self._wake:
+            self._wake.notify()
+
+    # -- the scheduler thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._closed and not self._queue and not any(s.busy for s in self.slots):
+                    self._wake.wait()
+                if self._closed:
+                    break
+                self._drop_cancelled()
+                admitted = self._admit()
+            try:
+                for slot in admitted:
+                    self._start(slot)
+                if any(s.busy for s in self.slots):
+                    self._step()
+            except Exception as e:  # a bug fails the requests in flight, never the engine thread
+                for slot in self.slots:
+                    if slot.busy:
+                        self._finish(slot, e)
+        for slot in self.slots:
+            if slot.busy:
+                self._finish(slot, EngineClosedError("the server is shutting down"))
+        for request in self._queue:
+            request.put(EngineClosedError("the server is shutting down"))
+        self._queue.clear()
+
+    def _drop_cancelled(self) -> None:
+        for r in [r for r in self._queue if r.cancelled]:
+            self._queue.remove(r)
+            r.put(Cancelled("cancelled while waiting"))
+            self.metrics.count("cancelled")
+        for slot in self.slots:
+            if slot.busy and slot.request.cancelled:
+                self.metrics.count("cancelled")
+                self._finish(slot, Cancelled("cancelled"))
+
+    def _admit(self) -> list[Slot]:
+        out = []
+        for slot in self.slots:
+            if not self._queue:
+                break
+            if not slot.busy:
+                slot.request = self._queue.popleft()
+                out.append(slot)
+        return out
+
+    def _start(self, slot: Slot) -> None:
+        r = slot.request
+        if slot.cache is None:
+            slot.cache = self.runtime.new_cache(self.n_ctx, self.kv_dtype)
+        slot.cache.reset()
+        reused = 0
+        if self.prefix_cache is not None:  # the last prompt tokens are always computed: they give the logits
+            reused = self.prefix_cache.restore(r.prompt, slot.cache, limit=len(r.prompt) - MIN_PREFILL_ROWS)
+        slot.tokens = list(r.prompt[:reused])
+        slot.todo = list(r.prompt[reused:])
+        slot.history = list(r.prompt)
+        slot.next_token, slot.chunks = None, []
+        slot.sampler, slot.processors = r.params.make_sampler(), r.params.make_processors()
+        r.timings.prompt_tokens, r.timings.prompt_cached = len(r.prompt), reused
+        slot.out = ChunkAssembler(self.tokenizer, len(r.prompt), self.n_ctx, r.max_tokens, r.stop,
+                                  r.timings, start=r.created)
+        slot.prefill_start = time.perf_counter()
+        self.metrics.count("prompt_tokens", len(r.prompt))
+        self.metrics.count("prompt_tokens_cached", reused)
+
+    def _step(self) -> None:
+        rows, budget = [], self.prefill_chunk
+        for slot in self.slots:
+            if not slot.busy:
+                continue
+            if slot.todo:
+                if budget <= 0:
+                    continue
+                n = min(budget, len(slot.todo))
+                if 0 < len(slot.todo) - n < MIN_PREFILL_ROWS:  # never leave a GEMV-sized tail
+                    n = max(1, len(slot.todo) - MIN_PREFILL_ROWS)
+                chunk = slot.todo[:n]
+                budget -= n
+                rows.append((slot, chunk))
+            else:
+                rows.append((slot, [slot.next_token]))
+        if not rows:
+            return
+        try:
+            logits = self.runtime.forward_batch([(t, s.cache) for s, t in rows], last_only=True)
+        except Exception as e:  # nothing is half-done: every sequence of the batch fails cleanly
+            for slot, _ in rows:
+                self._finish(slot, e)
+            return
+        self.steps += 1
+        self.metrics.observe_batch(len(rows))
+        for (slot, tokens), row in zip(rows, logits):
+            slot.tokens.extend(tokens)
+            if slot.todo:
+                del slot.todo[:len(tokens)]
+                if slot.todo:
+                    continue  # more of the prompt next step
+                slot.request.timings.prefill_s = time.perf_counter() - slot.prefill_start
+                if self.prefix_cache is not None:
+                    self.prefix_cache.store(slot.tokens, slot.cache)
+            self._sample(slot, row[-1])
+
+    def _sample(self, slot: Slot, logits: np.ndarray) -> None:
+        try:
+            for process in slot.processors:
+                logits = process(slot.history, logits)
+            token = int(slot.sampler(logits))
+            chunk = slot.out.push(token)
+        except Exception as e:
+            self._finish(slot, e)
+            return
+        slot.history.append(token)
+        slot.next_token = token
+        first = len(slot.out.tokens) == 1
+        if first:
+            self.metrics.observe("ttft_seconds", slot.out.timings.ttft_s)
+        self.metrics.count("generated_tokens")
+        slot.request.put(chunk)
+        slot.chunks.append(chunk)
+        if chunk.finish_reason:
+            self._finish(slot, None)
+
+    def _finish(self, slot: Slot, error: BaseException | None) -> None:
+        r = slot.request
+        if error is not None:
+            r.put(error)
+            if not isinstance(error, Cancelled):
+                self.metrics.count("failed")
+        else:
+            t = r.timings
+            if t.generated_tokens > 1 and t.decode_s > 0:
+                self.metrics.observe("decode_tokens_per_second", t.decode_tps)
+            self.metrics.count("completed")
+            if self.completion_cache is not None:
+                self.completion_cache.put(r, slot.chunks)
+        if self.prefix_cache is not None and (error is None or isinstance(error, Cancelled)):
+            self.prefix_cache.store(slot.tokens, slot.cache)  # the answer too: the next chat turn
+        with self._wake:
+            slot.request, slot.out, slot.sampler = None, None, None
+            slot.tokens, slot.todo, slot.history, slot.next_token, slot.chunks = [], [], [], None, []

@@ -1,0 +1,317 @@
+"""The HTTP server: routes, limits, authentication, and streaming (stdlib only).
+
+Built on http.server's ThreadingHTTPServer: one thread per connection only waits on sockets
+and on its request's chunk queue; all model work happens in the engine's one thread. Keeping
+to the standard library keeps the dependencies at zero, and each guard a server needs is
+explicit here:
+
+- a request body must say its Content-Length and stay under `max_body` (413 otherwise, before
+  a byte of it is read), and arrive within `body_timeout` seconds whatever its pace (408);
+- every socket read and write has a timeout, so a silent or slowloris client only holds its
+  own connection thread, never a slot;
+- a client that disconnects cancels its request: streaming notices on the next write, a
+  non-streaming request polls its socket while it waits; the slot is freed at the next step.
+
+Streams are Server-Sent Events over chunked transfer encoding, as OpenAI sends them:
+`data: {json}\n\n` per chunk, then `data: [DONE]\n\n`.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import select
+import socket
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from queue import Empty
+
+from ..kv_cache import ContextFullError
+from . import api
+from .engine import EngineClosedError, QueueFullError
+from .request import Cancelled
+
+
+@dataclass
+class ServerConfig:
+    model_name: str
+    api_key: str | None = None
+    max_body: int = 4 << 20  # bytes of a request body
+    body_timeout: float = 30.0  # seconds to receive a whole body
+    io_timeout: float = 30.0  # seconds a socket read or write may block (and keep-alive idle time)
+    verbose: bool = False
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+    def __init__(self, address, model, engine, config: ServerConfig):
+        self.model, self.engine, self.config = model, engine, config
+        handler = type("BoundHandler", (Handler,), {"timeout": config.io_timeout})
+        super().__init__(address, handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+class Gone(Exception):
+    """The client went away."""
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as OpenAI's client expects
+    server_version = "localinfer"
+    server: Server
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def log_message(self, fmt, *args):
+        if self.server.config.verbose:
+            super().log_message(fmt, *args)
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own errors (a malformed request line or header) in OpenAI's shape."""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # an unparsable request line: answer in HTTP/1.1 anyway
+            self.request_version = "HTTP/1.1"
+        try:
+            self._send_json(code, api.ApiError(code, message or explain or "bad request").body())
+        except OSError:
+            pass
+
+    def _send_json(self, status: int, obj, headers=None) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_text(self, status: int, text: str, content_type: str) -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _fail(self, e: api.ApiError) -> None:
+        self._send_json(e.status, e.body(), e.headers)
+
+    def _authorized(self) -> bool:
+        key = self.server.config.api_key
+        if not key:
+            return True
+        got = self.headers.get("Authorization", "")
+        return hmac.compare_digest(got.encode(), f"Bearer {key}".encode())
+
+    def _read_json(self) -> dict:
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            raise api.ApiError(411, "send the body with a Content-Length (chunked bodies are not accepted)")
+        length = self.headers.get("Content-Length")
+        try:
+            n = int(length)
+            if n < 0:
+                raise ValueError
+        except (TypeError, ValueError):
+            self.close_connection = True
+            raise api.ApiError(411, "a Content-Length header with the body size is required") from None
+        limit = self.server.config.max_body
+        if n > limit:
+            self.close_connection = True  # the body is never read: the connection cannot be reused
+            raise api.ApiError(413, f"the request body is {n} bytes, the limit is {limit} bytes",
+                               code="request_too_large")
+        deadline = time.monotonic() + self.server.config.body_timeout
+        parts, got = [], 0
+        while got < n:
+            if time.monotonic() > deadline:
+                self.close_connection = True
+                raise api.ApiError(408, f"the request body did not arrive within "
+                                        f"{self.server.config.body_timeout:g} s", code="timeout")
+            try:
+                part = self.rfile.read1(min(n - got, 1 << 16))
+            except (TimeoutError, socket.timeout):
+                part = None
+            if part == b"":
+                self.close_connection = True
+                raise Gone()
+            if part:
+                parts.append(part)
+                got += len(part)
+        try:
+            body = json.loads(b"".join(parts))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise api.bad(f"the request body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise api.bad("the request body is nested too deeply") from None
+        if not isinstance(body, dict):
+            raise api.bad("the request body must be a JSON object")
+        return body
+
+    def _client_gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    # -- routes -----------------------------------------------------------------------------------
+    def do_GET(self):
+        self._route("GET")
+
+    def do_POST(self):
+        self._route("POST")
+
+    def do_DELETE(self):
+        self._route("DELETE")
+
+    def do_PUT(self):
+        self._route("PUT")
+
+    def _route(self, method: str) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path.startswith("/v1/"):
+            path = path[3:]
+        routes = {"/health": ("GET", self._health), "/metrics": ("GET", self._metrics),
+                  "/models": ("GET", self._models), "/chat/completions": ("POST", self._chat),
+                  "/completions": ("POST", self._completions)}
+        try:
+            if path.startswith("/models/"):
+                target = ("GET", lambda: self._model(path[len("/models/"):]))
+            else:
+                target = routes.get(path)
+            if target is None:
+                raise api.ApiError(404, f"no route {method} {self.path[:200]}", code="not_found")
+            if target[0] != method:
+                raise api.ApiError(405, f"{self.path[:200]} takes {target[0]}, not {method}",
+                                   headers={"Allow": target[0]})
+            if path != "/health" and not self._authorized():
+                raise api.ApiError(401, "a valid API key is required (Authorization: Bearer ...)",
+                                   code="invalid_api_key")
+            if method == "POST":
+                target[1](self._read_json())
+            else:
+                target[1]()
+        except api.ApiError as e:
+            self._fail(e)
+        except Gone:
+            self.close_connection = True
+        except (BrokenPipeError, ConnectionResetError, TimeoutError, socket.timeout):
+            self.close_connection = True
+        except Exception as e:  # a bug must cost one request, never the server
+            self.close_connection = True
+            self.log_error("internal error: %r", e)
+            try:
+                self._fail(api.ApiError(500, f"internal error: {type(e).__name__}: {e}", "server_error"))
+            except OSError:
+                pass
+
+    def _health(self):
+        self._send_json(200, {"status": "ok", **self.server.engine.state()})
+
+    def _metrics(self):
+        e = self.server.engine
+        self._send_text(200, e.metrics.render(e.state()), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _models(self):
+        c = self.server.config
+        self._send_json(200, api.models_list(c.model_name, c.created))
+
+    def _model(self, name: str):
+        c = self.server.config
+        if name != c.model_name:
+            raise api.ApiError(404, f"the model '{name[:100]}' does not exist: this server serves "
+                                    f"'{c.model_name}'", code="model_not_found")
+        self._send_json(200, api.model_card(c.model_name, c.created))
+
+    def _chat(self, body):
+        s = self.server
+        self._run(api.parse_chat(body, s.model, s.config.model_name, s.engine.n_ctx))
+
+    def _completions(self, body):
+        s = self.server
+        self._run(api.parse_completion(body, s.model, s.config.model_name, s.engine.n_ctx))
+
+    # -- running a job ----------------------------------------------------------------------------
+    def _run(self, job: api.Job) -> None:
+        try:
+            self.server.engine.submit(job.request)
+        except QueueFullError as e:
+            raise api.ApiError(503, str(e), "server_error", code="server_busy", headers={"Retry-After": "1"})
+        except EngineClosedError as e:
+            raise api.ApiError(503, str(e), "server_error", code="shutting_down")
+        except ContextFullError as e:
+            raise api.bad(str(e), code="context_length_exceeded")
+        try:
+            (self._stream if job.stream else self._whole)(job)
+        finally:
+            job.request.cancel()  # frees the slot if the request did not finish (a no-op if it did)
+
+    def _whole(self, job: api.Job) -> None:
+        shaper, text, n, r = api.Shaper(job), [], 0, job.request
+        checked = time.monotonic()
+        while True:
+            if time.monotonic() - checked > 0.2:  # while tokens flow as much as while they do not
+                if self._client_gone():
+                    raise Gone()
+                checked = time.monotonic()
+            try:
+                chunk = r.next_chunk(timeout=0.2)
+            except Empty:
+                continue
+            except Cancelled:
+                raise Gone() from None
+            except Exception as e:
+                raise api.ApiError(500, f"generation failed: {e}", "server_error") from None
+            text.append(chunk.text)
+            n += len(chunk.tokens)
+            if chunk.finish_reason:
+                self._send_json(200, shaper.whole("".join(text), chunk.finish_reason, n))
+                return
+
+    def _stream(self, job: api.Job) -> None:
+        shaper, n, r = api.Shaper(job), 0, job.request
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if job.kind == "chat":
+            self._event(shaper.chunk(None, first=True))
+        while True:
+            try:
+                chunk = r.next_chunk(timeout=1.0)
+            except Empty:
+                if self._client_gone():
+                    raise Gone() from None
+                continue
+            except Cancelled:
+                raise Gone() from None
+            except Exception as e:  # the status line is sent: report it in the stream, as OpenAI does
+                self._event(api.ApiError(500, f"generation failed: {e}", "server_error").body())
+                break
+            n += len(chunk.tokens)
+            if chunk.text:
+                self._event(shaper.chunk(chunk.text))
+            if chunk.finish_reason:
+                self._event(shaper.chunk(None, chunk.finish_reason))
+                if job.include_usage:
+                    self._event(shaper.usage_chunk(n))
+                break
+        self._write_chunk(b"data: [DONE]\n\n")
+        self._write_chunk(b"")
+
+    def _event(self, obj) -> None:
+        self._write_chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -1,0 +1,95 @@
+"""Counters and histograms of the server, written as Prometheus text (exposition format 0.0.4).
+
+    localinfer_requests_total{status=...}     completed, failed, cancelled, rejected (queue full)
+    localinfer_prompt_tokens_total, localinfer_prompt_tokens_cached_total, localinfer_generated_tokens_total
+    localinfer_ttft_seconds                   histogram: submit -> first token (queueing included)
+    localinfer_decode_tokens_per_second       histogram: per request, after its first token
+    localinfer_batch_size                     histogram: sequences per forward pass
+    gauges from the engine's state: slots, queue length, KV cache use, prefix cache size
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+
+COUNTERS = {  # name -> (metric, label or None, help)
+    "completed": ("requests_total", 'status="completed"', "Requests by outcome."),
+    "failed": ("requests_total", 'status="failed"', None),
+    "cancelled": ("requests_total", 'status="cancelled"', None),
+    "rejected": ("requests_total", 'status="rejected"', None),
+    "prompt_tokens": ("prompt_tokens_total", None, "Prompt tokens received."),
+    "prompt_tokens_cached": ("prompt_tokens_cached_total", None, "Prompt tokens reused from the prefix cache."),
+    "generated_tokens": ("generated_tokens_total", None, "Tokens generated."),
+    "completion_cache_hits": ("completion_cache_hits_total", None, "Deterministic requests answered from memory."),
+}
+HISTOGRAMS = {
+    "ttft_seconds": ((0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), "Time to first token, queueing included."),
+    "decode_tokens_per_second": ((1, 2, 5, 10, 20, 50, 100, 200), "Per-request decode speed after the first token."),
+    "batch_size": ((1, 2, 4, 8, 16, 32, 64), "Sequences in one forward pass."),
+}
+GAUGES = {  # engine state key -> help
+    "slots_total": "Slots (sequences decoded together).",
+    "slots_busy": "Slots holding a request.",
+    "queue_length": "Requests waiting for a slot.",
+    "kv_used_tokens": "Positions of the slots' KV caches in use.",
+    "kv_capacity_tokens": "Positions of all slots' KV caches.",
+    "prefix_cache_bytes": "Bytes held by the prefix cache.",
+    "prefix_cache_blocks": "Blocks held by the prefix cache.",
+}
+
+
+class Histogram:
+    def __init__(self, bounds):
+        self.bounds = list(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        self.n = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.n += 1
+
+
+class Metrics:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.counters = {k: 0 for k in COUNTERS}
+        self.histograms = {k: Histogram(b) for k, (b, _) in HISTOGRAMS.items()}
+
+    def count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.counters[name] += n
+
+    def observe(self, name: str, value: float) -> None:
+        with self._lock:
+            self.histograms[name].observe(value)
+
+    def observe_batch(self, n: int) -> None:
+        self.observe("batch_size", n)
+
+    def render(self, state: dict, prefix: str = "localinfer_") -> str:
+        lines = []
+        with self._lock:
+            seen = set()
+            for key, (name, label, help_) in COUNTERS.items():
+                if name not in seen:
+                    seen.add(name)
+                    lines += [f"# HELP {prefix}{name} {help_}", f"# TYPE {prefix}{name} counter"]
+                lines.append(f"{prefix}{name}{'{' + label + '}' if label else ''} {self.counters[key]}")
+            for name, h in self.histograms.items():
+                lines += [f"# HELP {prefix}{name} {HISTOGRAMS[name][1]}", f"# TYPE {prefix}{name} histogram"]
+                cumulative = 0
+                for bound, c in zip(self.bounds_with_inf(h), h.counts):
+                    cumulative += c
+                    lines.append(f'{prefix}{name}_bucket{{le="{bound}"}} {cumulative}')
+                lines += [f"{prefix}{name}_sum {h.sum:.6g}", f"{prefix}{name}_count {h.n}"]
+        for key, help_ in GAUGES.items():
+            if key in state and state[key] is not None:
+                lines += [f"# HELP {prefix}{key} {help_}", f"# TYPE {prefix}{key} gauge",
+                          f"{prefix}{key} {state[key]}"]
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def bounds_with_inf(h: Histogram) -> list[str]:
+        return [format(b, "g") for b in h.bounds] + ["+Inf"]

@@ -1,0 +1,40 @@
+"""`localinfer serve` as a user starts it: it prints its address, answers, and stops on Ctrl-C."""
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+from serve_helpers import raw
+
+CMD = [sys.executable, "-m", "localinfer.cli.main", "serve"]
+
+
+def test_serve_command_starts_answers_and_stops():
+    p = subprocess.Popen(CMD + ["smollm2", "--port", "0", "-c", "128", "-np", "2"], stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, text=True)
+    try:
+        line = p.stderr.readline()
+        m = re.search(r"at (http://127\.0\.0\.1:\d+)/v1", line)
+        assert m, line
+        status, _, body = raw(m.group(1), "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+        assert status == 200 and body["model"] == "smollm2" and body["usage"]["completion_tokens"] <= 2
+        assert raw(m.group(1), "GET", "/health")[2]["slots_total"] == 2
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_a_busy_port_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = subprocess.run(CMD + ["smollm2", "--port", str(port), "-c", "64"], capture_output=True, text=True,
+                           timeout=120)
+    assert r.returncode != 0 and f"cannot listen on 127.0.0.1:{port}" in r.stderr

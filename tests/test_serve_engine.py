@@ -1,0 +1,212 @@
+"""The batched engine and its prefix cache, without HTTP: correctness, slots, cancelling."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import localinfer
+from localinfer.arch import build_model
+from localinfer.gguf_file import GGUFFile
+from localinfer.kv_cache import ContextFullError, InterleavedKVCache, KVCache
+from localinfer.serve import Engine, QueueFullError, Request, SamplingParams
+from localinfer.serve.prefix_cache import PrefixCache
+
+GREEDY = SamplingParams(temperature=0)
+
+
+@pytest.fixture(scope="module")
+def runtime(smollm2_path):
+    with GGUFFile(smollm2_path) as f:
+        return build_model(f, "c")
+
+
+@pytest.fixture(scope="module")
+def model(smollm2_path):
+    return localinfer.load(str(smollm2_path), n_ctx=256)
+
+
+def _wait_idle(engine, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        s = engine.state()
+        if s["slots_busy"] == 0 and s["queue_length"] == 0:
+            return s
+        time.sleep(0.02)
+    raise AssertionError(f"the engine did not go idle: {engine.state()}")
+
+
+def test_cached_prefix_gives_the_same_logits_as_computing_it(runtime):
+    rng = np.random.default_rng(1)
+    prefix = rng.integers(0, runtime.config.n_vocab, 70)  # two whole blocks of 32 and a tail
+    suffix = rng.integers(0, runtime.config.n_vocab, 5)
+    tokens = np.concatenate([prefix, suffix])
+    computed = runtime.new_cache(128)
+    runtime.forward(tokens[:64], computed)
+    want = runtime.forward(tokens[64:], computed)
+
+    store = PrefixCache(max_bytes=64 << 20, block_size=32)
+    source = runtime.new_cache(128)
+    runtime.forward(prefix, source)
+    assert store.store(prefix, source) == 2  # only whole blocks
+    restored = runtime.new_cache(128)
+    assert store.restore(tokens, restored, limit=len(tokens) - 1) == 64
+    assert restored.offset == 64
+    got = runtime.forward(tokens[64:], restored)
+    np.testing.assert_array_equal(got, want)  # the very same K/V, so the very same logits
+    # and a different prompt sharing only the first block reuses only that
+    other = np.concatenate([prefix[:32], suffix, prefix[40:]])
+    fresh = runtime.new_cache(128)
+    assert store.restore(other, fresh, limit=len(other) - 1) == 32
+
+
+def test_prefix_cache_evicts_least_recent_tails_first():
+    cache = KVCache(2, 64, 1, 4)
+    block_bytes = 2 * 2 * 8 * 1 * 4 * 2  # k and v, (layers, block, heads, dim) f16
+    store = PrefixCache(max_bytes=3 * block_bytes, block_size=8)
+    a = list(range(32))  # 4 blocks: only 3 fit
+    cache.advance(32)
+    store.store(a, cache)
+    assert len(store) == 3 and store.nbytes <= store.max_bytes
+    fresh = KVCache(2, 64, 1, 4)
+    assert store.restore(a, fresh, limit=32) == 24  # the first three blocks survived, not the last
+    b = [100 + t for t in range(16)]
+    store.store(b, cache)  # two new blocks push out a's two least recent (its tail)
+    fresh.reset()
+    assert store.restore(a, fresh, limit=32) == 8
+    with pytest.raises(ValueError):
+        PrefixCache(max_bytes=1, block_size=0)
+
+
+def test_sliding_window_caches_are_not_prefix_cached():
+    swa = InterleavedKVCache([False, True], 64, 1, 4, window=8)
+    store = PrefixCache(1 << 20, block_size=8)
+    assert not store.supports(swa)
+    swa.advance(16)
+    assert store.store(list(range(16)), swa) == 0
+    assert store.restore(list(range(16)), InterleavedKVCache([False, True], 64, 1, 4, window=8), 15) == 0
+
+
+def test_engine_batches_requests_and_reuses_prefixes(runtime, model):
+    engine = Engine(runtime, model.tokenizer, n_slots=3, n_ctx=256, prefix_block=16)
+    try:
+        shared = model.tokenize("A long shared system prompt about the weather in Paris. " * 4)
+        alone = [engine.submit(Request(shared + model.tokenize(" Question one?", add_special=False),
+                                       max_tokens=6, params=GREEDY))]
+        assert len([c for c in alone[0].chunks()]) == 6
+        steps_before = engine.state()["steps"]
+        reqs = [engine.submit(Request(shared + model.tokenize(f" Question {i}?", add_special=False),
+                                      max_tokens=6, params=GREEDY)) for i in range(3)]
+        texts = ["".join(c.text for c in r.chunks()) for r in reqs]
+        assert all(r.timings.generated_tokens == 6 for r in reqs)
+        assert engine.state()["steps"] - steps_before <= 8  # one prefill step and decodes shared by all three
+        whole_blocks = len(shared) // 16 * 16
+        assert all(r.timings.prompt_cached == whole_blocks for r in reqs)  # the shared prompt came from the cache
+        assert all(texts)
+        assert engine.metrics.counters["completed"] == 4
+    finally:
+        engine.close()
+
+
+def test_engine_results_match_the_single_sequence_path(model):
+    prompt = model.tokenize("The capital of France is")
+    solo = model.generate(prompt, max_tokens=12, temperature=0, context=model.new_context())
+    engine_result = model.generate(prompt, max_tokens=12, temperature=0)
+    assert engine_result.tokens == solo.tokens and engine_result.text == solo.text
+
+
+def test_cancelling_frees_the_slot_and_a_full_queue_refuses(runtime, model):
+    engine = Engine(runtime, model.tokenizer, n_slots=1, n_ctx=256, max_queue=1)
+    try:
+        prompt = model.tokenize("1, 2, 3, 4, 5, 6,")  # counting goes on and on
+        first = engine.submit(Request(prompt, max_tokens=200, params=GREEDY))
+        chunks = first.chunks()
+        next(chunks)
+        waiting = engine.submit(Request(prompt, max_tokens=2, params=GREEDY))
+        with pytest.raises(QueueFullError):
+            engine.submit(Request(prompt, max_tokens=2))
+        chunks.close()  # the client goes away: its slot is freed, the waiting request runs
+        assert [c.finish_reason for c in waiting.chunks()][-1] in ("stop", "length")
+        state = _wait_idle(engine)
+        assert state["slots_busy"] == 0 and engine.metrics.counters["cancelled"] == 1
+        with pytest.raises(ContextFullError, match="256"):
+            engine.submit(Request(list(range(1, 300))))
+        with pytest.raises(ValueError, match="empty"):
+            engine.submit(Request([]))
+    finally:
+        engine.close()
+
+
+def test_several_threads_share_one_model(model):
+    prompts = [f"Write the number {i} in words:" for i in range(6)]
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            results[i] = model.generate(prompts[i], max_tokens=8, temperature=0)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    steps_before = model.engine.state()["steps"]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and len(results) == 6
+    assert all(r.timings.generated_tokens == 8 or r.finish_reason == "stop" for r in results.values())
+    steps = model.engine.state()["steps"] - steps_before
+    assert steps < sum(len(r.tokens) for r in results.values())  # some steps ran several sequences
+    # the contexts' path (chat sessions) is serialized too: interleave it with the engine
+    chat = model.chat_session(temperature=0, max_tokens=4)
+    t = threading.Thread(target=work, args=(0,))
+    t.start()
+    assert chat.send("Hi").text
+    t.join(timeout=60)
+    assert not errors
+
+
+def test_a_cached_prefix_changes_nothing_a_seed_repeats(runtime, model):
+    engine = Engine(runtime, model.tokenizer, n_slots=1, n_ctx=256, prefix_block=16, completion_cache_tokens=0)
+    try:
+        prompt = model.chat_tokens([{"role": "user", "content": "Tell me a story about a brave cat."}])
+        params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, seed=11)
+        runs = [engine.submit(Request(prompt, max_tokens=8, params=params)) for _ in range(2)]
+        tokens = [[t for c in r.chunks() for t in c.tokens] for r in runs]
+        assert runs[0].timings.prompt_cached == 0 and runs[1].timings.prompt_cached >= 16
+        assert tokens[0] == tokens[1]
+    finally:
+        engine.close()
+
+
+def test_exact_repeats_of_deterministic_requests_come_from_memory(runtime, model):
+    engine = Engine(runtime, model.tokenizer, n_slots=1, n_ctx=256)
+    try:
+        prompt = model.tokenize("The capital of France is")
+        first = engine.submit(Request(prompt, max_tokens=6, params=GREEDY))
+        want = [(c.text, c.tokens, c.finish_reason) for c in first.chunks()]
+        steps = engine.state()["steps"]
+        again = engine.submit(Request(prompt, max_tokens=6, params=GREEDY))
+        assert [(c.text, c.tokens, c.finish_reason) for c in again.chunks()] == want
+        assert engine.state()["steps"] == steps  # no forward pass
+        assert again.timings.generated_tokens == 6 and engine.metrics.counters["completion_cache_hits"] == 1
+        sampled = SamplingParams(temperature=0.8)  # no seed: never replayed
+        for _ in range(2):
+            list(engine.submit(Request(prompt, max_tokens=2, params=sampled)).chunks())
+        assert engine.metrics.counters["completion_cache_hits"] == 1
+        assert engine.state()["steps"] > steps
+    finally:
+        engine.close()
+
+
+def test_gemma3_sliding_window_runs_without_prefix_reuse(gemma3_path):
+    m = localinfer.load(str(gemma3_path), n_ctx=256)
+    prompt = m.tokenize("A shared beginning that is long enough to fill a few blocks of the prefix cache. " * 3
+                        + "The capital of France is")
+    want = m.generate(prompt, max_tokens=6, temperature=0, context=m.new_context())
+    for _ in range(2):
+        got = m.generate(prompt, max_tokens=6, temperature=0.0, seed=_)  # a seed: not a completion-cache repeat
+        assert got.tokens == want.tokens and got.timings.prompt_cached == 0
+    assert m.engine.state()["prefix_cache_blocks"] == 0
