@@ -107,6 +107,18 @@ typedef struct {
 typedef void (*li_gemm_q_fn)(const li_panel_plan *p, const uint8_t *w, const uint8_t *a,
                              int has_min, int offset, int umax,
                              float *y, int64_t ldy, int nw_valid, int na_valid);
+/* c[i*ldc + j] = dot(a row i, b row j) for i < na, j < nb, rows of n floats (n a multiple of 16).
+ * The attention's two products (scores = Q.K, out = P.V^T) in llamafile's tinyBLAS order: 16
+ * lanes, lane l accumulating the elements l, l+16, ..., then the tree l+8, l+4, l+2, l+1. */
+typedef void (*li_dot_rows_fn)(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
+                               int64_t ldb, float *c, int64_t ldc);
+/* The attention's row steps (attention.c), in place on n floats:
+ * softmax: p = f16(softmax(cap(p * scale))) with cap(x) = tanh(x / softcap) * softcap when softcap > 0,
+ *   the exponentials summed in double (ggml_vec_soft_max_f32);
+ * round_f16: y = f16(x) widened back; widen_f16: y = x (f16 -> f32, exact). */
+typedef void (*li_softmax_f16_fn)(float *p, int64_t n, float scale, float softcap);
+typedef void (*li_round_f16_fn)(const float *x, float *y, int64_t n);
+typedef void (*li_widen_f16_fn)(const ggml_half *x, float *y, int64_t n);
 /* float tile: rows of kp floats (kp a multiple of 16, zero padded) */
 typedef void (*li_gemm_f_fn)(int64_t kp, const float *w, const float *a,
                              float *y, int64_t ldy, int nw_valid, int na_valid);
@@ -136,6 +148,10 @@ typedef struct {
                    uint8_t *dst);   /* NULL: li_panel_pack_w */
     li_gemm_q_fn gemm_q; int q_nw, q_na;
     li_gemm_f_fn gemm_f; int f_nw, f_na;
+    li_dot_rows_fn dot_rows;        /* attention; NULL: the _generic ones in attention.c */
+    li_softmax_f16_fn softmax_f16;
+    li_round_f16_fn round_f16;
+    li_widen_f16_fn widen_f16;
 } li_isa_kernels;
 
 #define LI_MAX_NW 8
@@ -174,6 +190,8 @@ int li_pool_run(li_task_fn fn, void *ctx, int want);
 /* generic kernels used by the tables (quants_generic.c, vec_dot_generic.c, gemm_generic.c) */
 void li_gemm_q_generic(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min,
                        int offset, int umax, float *y, int64_t ldy, int nw_valid, int na_valid);
+void li_dot_rows_generic(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
+                         int64_t ldb, float *c, int64_t ldc);
 void li_gemm_f_generic(int64_t kp, const float *w, const float *a, float *y, int64_t ldy,
                        int nw_valid, int na_valid);
 

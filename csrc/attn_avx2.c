@@ -1,0 +1,101 @@
+/* attn_avx2.c -- li_dot_rows_fn in AVX2 + FMA: the 16 lanes as two 8-float halves (so the
+ * result is bit for bit the AVX-512 one), tiles of 2 a-rows x 2 b-rows. */
+#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <math.h>
+
+#include "li.h"
+
+/* lanes lo[0..7] hi[0..7] = 16 lanes; the tree l+8, l+4, l+2, l+1 */
+static inline float reduce16(__m256 lo, __m256 hi) {
+    const __m256 s8 = _mm256_add_ps(lo, hi);
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_shuffle_ps(s4, s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    const __m128 s1 = _mm_add_ps(s2, _mm_shuffle_ps(s2, s2, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtss_f32(s1);
+}
+
+static inline __attribute__((always_inline)) void tile(int64_t n, const float *a, int64_t lda, const float *b,
+                                                       int64_t ldb, float *c, int64_t ldc, const int NA, const int NB) {
+    __m256 lo[2][2], hi[2][2];
+    for (int i = 0; i < NA; i++)
+        for (int j = 0; j < NB; j++) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
+    for (int64_t l = 0; l < n; l += 16) {
+        __m256 bl[2], bh[2];
+        for (int j = 0; j < NB; j++) {
+            bl[j] = _mm256_loadu_ps(b + j * ldb + l);
+            bh[j] = _mm256_loadu_ps(b + j * ldb + l + 8);
+        }
+        for (int i = 0; i < NA; i++) {
+            const __m256 al = _mm256_loadu_ps(a + i * lda + l), ah = _mm256_loadu_ps(a + i * lda + l + 8);
+            for (int j = 0; j < NB; j++) {
+                lo[i][j] = _mm256_fmadd_ps(al, bl[j], lo[i][j]);
+                hi[i][j] = _mm256_fmadd_ps(ah, bh[j], hi[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < NA; i++)
+        for (int j = 0; j < NB; j++) c[i * ldc + j] = reduce16(lo[i][j], hi[i][j]);
+}
+
+#define TILES(NA)                                                                                   \
+    for (; j + 2 <= nb; j += 2) tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 2);               \
+    if (j < nb) tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 1);
+
+void li_dot_rows_avx2(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
+                      int64_t ldb, float *c, int64_t ldc) {
+    for (; na > 0; na -= 2, a += 2 * lda, c += 2 * ldc) {
+        int64_t j = 0;
+        if (na == 1) { TILES(1) } else { TILES(2) }
+    }
+}
+
+/* --- the row steps (also used by the AVX-512 table: O(n) work, 8 lanes are plenty) --- */
+
+void li_round_f16_avx2(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+void li_widen_f16_avx2(const ggml_half *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
+}
+
+void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap) {
+    float max = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        float x = p[j] * scale;
+        if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
+        p[j] = x;
+        max = x > max ? x : max;
+    }
+    for (int64_t j = 0; j < n; j++) p[j] = expf(p[j] - max);
+    /* the sum in double, 4 lanes at a time (the order does not matter at this precision) */
+    __m256d acc = _mm256_setzero_pd();
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_loadu_ps(p + j)));
+    double lanes[4];
+    _mm256_storeu_pd(lanes, acc);
+    double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for (; j < n; j++) sum += p[j];
+    const __m256 inv = _mm256_set1_ps(1.0f / (float)sum);
+    for (j = 0; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(p + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(p + j), inv),
+                                                                 _MM_FROUND_TO_NEAREST_INT)));
+    for (; j < n; j++) p[j] = _cvtsh_ss(_cvtss_sh(p[j] * (1.0f / (float)sum), _MM_FROUND_TO_NEAREST_INT));
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#endif /* x86_64 */
