@@ -89,7 +89,7 @@ static void task_attend(void *ctx, int ith, int nth) {
     attn_job *a = ctx;
     const int64_t group = a->n_head / a->n_head_kv, d = a->d, dp = a->dp, n_kvp = a->n_kvp;
     /* scratch: q (group, dp) | s (group, n_kvp) */
-    float *q = aligned_alloc(64, sizeof(float) * (size_t)(group * (dp + n_kvp)));
+    float *q = li_scratch(LI_SCRATCH_TASK, sizeof(float) * (size_t)(group * (dp + n_kvp)));
     if (!q) { atomic_store(&a->error, LI_ENOMEM); return; }
     float *s = q + group * dp;
     for (int64_t u = ith; u < a->n_q * a->n_head_kv; u += nth) {
@@ -118,7 +118,6 @@ static void task_attend(void *ctx, int ith, int nth) {
         }
         a->dot(b1 - b0, s + b0, (int)group, n_kvp, a->vt + hk * d * n_kvp + b0, d, n_kvp, o, d);
     }
-    free(q);
 }
 
 /* Causal (and optionally sliding-window, soft-capped) attention of n_q queries over an f16
@@ -139,13 +138,12 @@ int li_attention_f16(const float *q, const void *k, const void *v, float *out, i
     a.round = kern->round_f16 ? kern->round_f16 : round_f16_generic;
     a.widen = kern->widen_f16 ? kern->widen_f16 : widen_f16_generic;
     const size_t kv_floats = (size_t)n_head_kv * ((size_t)n_kv * (size_t)a.dp + (size_t)head_dim * (size_t)a.n_kvp);
-    a.kf = aligned_alloc(64, (sizeof(float) * kv_floats + 63) / 64 * 64);
+    a.kf = li_scratch(LI_SCRATCH_CALL, sizeof(float) * kv_floats);
     if (!a.kf) return -2;
     a.vt = a.kf + n_head_kv * n_kv * a.dp;
     const double work = (double)n_kv * (double)n_head_kv * (double)head_dim;
     li_pool_run(task_widen, &a, work * (double)n_q >= 65536 ? 2 : 1);
     li_pool_run(task_attend, &a, (double)n_q * (double)n_head * work >= 65536 ? (int)(n_q * n_head_kv) : 1);
-    free(a.kf);
     return atomic_load(&a.error) ? -2 : 0;
 }
 

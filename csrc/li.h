@@ -182,6 +182,12 @@ int li_panel_steps(const li_panel_plan *p, int64_t sg);
 void li_act_sums(int act_type, const void *row, int64_t n, float *sums);
 int li_act_sums_count(int act_type, int64_t n);
 
+/* scratch.c: a 64-byte aligned buffer of at least `bytes` kept per thread and slot (NULL: out of
+ * memory); valid until this thread asks for the same slot again. CALL: a whole matmul or attention
+ * call's buffers (caller thread); TASK: a pool task's own (every thread, caller included). */
+enum { LI_SCRATCH_CALL, LI_SCRATCH_TASK, LI_SCRATCH_SLOTS };
+void *li_scratch(int slot, size_t bytes);
+
 /* threadpool.c */
 typedef void (*li_task_fn)(void *ctx, int ith, int nth);
 /* fn(ctx, ith, nth) on every pool thread (want > 1) or inline (want <= 1); returns the nth used */

@@ -41,8 +41,6 @@ typedef struct {
     atomic_int error;
 } li_job;
 
-static void *alloc64(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
-
 /* rows [lo, hi) of n for thread ith of nth, in chunks of `align` */
 static void split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
     const int64_t units = (n + align - 1) / align, per = units / nth, rem = units % nth;
@@ -82,7 +80,7 @@ static void task_pack_a(void *ctx, int ith, int nth) {
     int64_t lo, hi;
     split(j->m_pad, 1, ith, nth, &lo, &hi);
     const size_t act_bytes = (size_t)(j->k / j->at->block_size) * (size_t)j->at->type_size;
-    uint8_t *tmp = alloc64(act_bytes);
+    uint8_t *tmp = li_scratch(LI_SCRATCH_TASK, act_bytes);
     if (!tmp) { atomic_store(&j->error, LI_ENOMEM); return; }
     for (int64_t i = lo; i < hi; i++) {
         if (j->t->group) {
@@ -98,7 +96,6 @@ static void task_pack_a(void *ctx, int ith, int nth) {
             j->at->dequantize(tmp, dst, j->k);
         }
     }
-    free(tmp);
 }
 
 static void task_gemm(void *ctx, int ith, int nth) {
@@ -115,14 +112,15 @@ static void task_gemm(void *ctx, int ith, int nth) {
     const size_t w_row = t->group ? j->plan.w_row_bytes : (size_t)j->kp * sizeof(float);
     const size_t a_row = t->group ? j->plan.a_row_bytes : (size_t)j->kp * sizeof(float);
     const int64_t n_groups = t->group ? k / t->group : 0;
-    uint8_t *wpanel = alloc64((size_t)nw * w_row);
-    uint8_t *u = t->group ? alloc64((size_t)k) : NULL;
-    float *dw = t->group ? alloc64((size_t)n_groups * 2 * sizeof(float)) : NULL;
-    if (!wpanel || (t->group && (!u || !dw))) {
+    /* one scratch block: wpanel (nw rows) | u (k bytes) | dw, mw (n_groups floats each) */
+    const size_t wp_bytes = (size_t)nw * w_row, u_bytes = t->group ? ((size_t)k + 63) / 64 * 64 : 0;
+    uint8_t *wpanel = li_scratch(LI_SCRATCH_TASK, wp_bytes + u_bytes + (size_t)n_groups * 2 * sizeof(float));
+    if (!wpanel) {
         atomic_store(&j->error, LI_ENOMEM);
-        free(wpanel), free(u), free(dw);
         return;
     }
+    uint8_t *u = t->group ? wpanel + wp_bytes : NULL;
+    float *dw = t->group ? (float *)(wpanel + wp_bytes + u_bytes) : NULL;
     float *mw = dw ? dw + n_groups : NULL;
     void (*pack_w)(const li_panel_plan *, const uint8_t *, const float *, const float *, uint8_t *) =
         j->kern->pack_w ? j->kern->pack_w : li_panel_pack_w;
@@ -156,7 +154,6 @@ static void task_gemm(void *ctx, int ith, int nth) {
                                 j->n_out, nwv, nav);
         }
     }
-    free(wpanel), free(u), free(dw);
 }
 
 int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t k, const float *x,
@@ -178,12 +175,11 @@ int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t
         j.xq_row_bytes = (size_t)(k / j.at->block_size) * (size_t)j.at->type_size;
         j.n_sums = li_act_sums_count(j.t->vec_dot_type, k);
         const size_t xq_bytes = ((size_t)m * j.xq_row_bytes + 63) / 64 * 64;
-        j.xq = alloc64(xq_bytes + (size_t)m * (size_t)j.n_sums * sizeof(float));
+        j.xq = li_scratch(LI_SCRATCH_CALL, xq_bytes + (size_t)m * (size_t)j.n_sums * sizeof(float));
         if (!j.xq) return LI_ENOMEM;
         j.xs = j.n_sums ? (float *)(j.xq + xq_bytes) : NULL;
         li_pool_run(task_quantize, &j, m > 1 ? want : 1);
         li_pool_run(task_gemv, &j, want);
-        free(j.xq);
         return LI_OK;
     }
 
@@ -196,10 +192,9 @@ int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t
     }
     j.m_pad = (m + j.na - 1) / j.na * j.na;
     const size_t a_row = j.t->group ? j.plan.a_row_bytes : (size_t)j.kp * sizeof(float);
-    j.apanel = alloc64((size_t)j.m_pad * a_row);
+    j.apanel = li_scratch(LI_SCRATCH_CALL, (size_t)j.m_pad * a_row);
     if (!j.apanel) return LI_ENOMEM;
     li_pool_run(task_pack_a, &j, want);
     if (atomic_load(&j.error) == LI_OK) li_pool_run(task_gemm, &j, want);
-    free(j.apanel);
     return atomic_load(&j.error);
 }
