@@ -50,6 +50,18 @@ def test_swiglu(ops):
     np.testing.assert_allclose(ops.swiglu(g, u), layers.swiglu(g, u), rtol=1e-6, atol=1e-6)
 
 
+def test_geglu_is_the_reference_bit_for_bit(ops):
+    """ggml's f16 table, its +-10 cut-offs, and what lies between table entries."""
+    rng = np.random.default_rng(6)
+    g = np.concatenate([rng.normal(size=4093).astype(np.float32) * 6,
+                        np.float32([10.0, 9.999, -10.0, -9.999, 1e4, -1e4, 0.0, -0.0, np.inf, -np.inf, np.nan])])
+    u = rng.normal(size=g.shape).astype(np.float32)
+    np.testing.assert_array_equal(ops.geglu(g, u), layers.geglu(g, u))
+    np.testing.assert_array_equal(ops.geglu(g.reshape(4, -1), u.reshape(4, -1)), layers.geglu(g, u).reshape(4, -1))
+    with pytest.raises(ValueError):
+        ops.geglu(g, u[:-1])
+
+
 @pytest.mark.parametrize("kw", [{}, {"sliding_window": 5}, {"softcap": 3.0}, {"key_start": 7},
                                 {"sliding_window": 21, "key_start": 13}])
 @pytest.mark.parametrize("n,n_kv,heads,kv_heads,dim", [(1, 1, 1, 1, 64), (1, 300, 9, 3, 64), (17, 17, 4, 1, 256),
