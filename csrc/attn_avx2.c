@@ -56,6 +56,74 @@ void li_dot_rows_avx2(int64_t n, const float *a, int na, int64_t lda, const floa
     }
 }
 
+/* b in f16 */
+static inline __attribute__((always_inline)) void tile_f16(int64_t n, const float *a, int64_t lda, const ggml_half *b,
+                                                           int64_t ldb, float *c, int64_t ldc, const int NA, const int NB) {
+    __m256 lo[2][2], hi[2][2];
+    for (int i = 0; i < NA; i++)
+        for (int j = 0; j < NB; j++) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
+    for (int64_t l = 0; l < n; l += 16) {
+        __m256 bl[2], bh[2];
+        for (int j = 0; j < NB; j++) {
+            bl[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j * ldb + l)));
+            bh[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j * ldb + l + 8)));
+        }
+        for (int i = 0; i < NA; i++) {
+            const __m256 al = _mm256_loadu_ps(a + i * lda + l), ah = _mm256_loadu_ps(a + i * lda + l + 8);
+            for (int j = 0; j < NB; j++) {
+                lo[i][j] = _mm256_fmadd_ps(al, bl[j], lo[i][j]);
+                hi[i][j] = _mm256_fmadd_ps(ah, bh[j], hi[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < NA; i++)
+        for (int j = 0; j < NB; j++) c[i * ldc + j] = reduce16(lo[i][j], hi[i][j]);
+}
+
+void li_dot_rows_f16_avx2(int64_t n, const float *a, int na, int64_t lda, const ggml_half *b, int64_t nb,
+                          int64_t ldb, float *c, int64_t ldc) {
+    for (; na > 0; na -= 2, a += 2 * lda, c += 2 * ldc) {
+        int64_t j = 0;
+        if (na == 1) {
+            for (; j + 2 <= nb; j += 2) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, 1, 2);
+            if (j < nb) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, 1, 1);
+        } else {
+            for (; j + 2 <= nb; j += 2) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, 2, 2);
+            if (j < nb) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, 2, 1);
+        }
+    }
+}
+
+/* 16 output columns (two halves) of up to 2 queries at a time */
+static inline __attribute__((always_inline)) void axpy_tile(const float *p, int64_t ldp, const ggml_half *v,
+                                                            int64_t nv, int64_t ldv, float *out, int64_t ldo,
+                                                            const int NA) {
+    __m256 lo[2], hi[2];
+    for (int i = 0; i < NA; i++) lo[i] = hi[i] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nv; j++) {
+        const __m256 vl = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + j * ldv)));
+        const __m256 vh = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + j * ldv + 8)));
+        for (int i = 0; i < NA; i++) {
+            const __m256 pv = _mm256_set1_ps(p[i * ldp + j]);
+            lo[i] = _mm256_fmadd_ps(pv, vl, lo[i]);
+            hi[i] = _mm256_fmadd_ps(pv, vh, hi[i]);
+        }
+    }
+    for (int i = 0; i < NA; i++) {
+        _mm256_storeu_ps(out + i * ldo, lo[i]);
+        _mm256_storeu_ps(out + i * ldo + 8, hi[i]);
+    }
+}
+
+void li_axpy_rows_f16_avx2(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
+                           int64_t ldv, float *out, int64_t ldo) {
+    for (; na > 0; na -= 2, p += 2 * ldp, out += 2 * ldo)
+        for (int64_t e = 0; e < n; e += 16) {
+            if (na == 1) axpy_tile(p, ldp, v + e, nv, ldv, out + e, ldo, 1);
+            else axpy_tile(p, ldp, v + e, nv, ldv, out + e, ldo, 2);
+        }
+}
+
 /* --- the row steps (also used by the AVX-512 table: O(n) work, 8 lanes are plenty) --- */
 
 void li_round_f16_avx2(const float *x, float *y, int64_t n) {

@@ -77,6 +77,12 @@ typedef void (*li_quantize_fn)(const float *src, void *dst, int64_t n);
  * per-row fp16 conversion of d nor a per-row sum of the quants; NULL for other types.
  * (ggml keeps a rounded d * sum in Q8_1's s field for the same purpose.) */
 typedef void (*li_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+/* The same for nr <= LI_DOT_ROWS consecutive weight rows (row_bytes apart): s[r] = dot(w row r, a).
+ * Bit for bit nr calls of the type's vec_dot; the rows share the activation loads and keep more
+ * loads in flight (the GEMV of decode). */
+#define LI_DOT_ROWS 4
+typedef void (*li_vec_dot_rows_fn)(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                   const float *a_sums);
 /* One weight row -> integer form for the GEMM panel: element e = dw[e/G] * (u[e] - offset)
  * + mw[e/G] (mw only for has_min types). u: n bytes, dw/mw: n/G floats. */
 typedef void (*li_unpack_fn)(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
@@ -112,6 +118,13 @@ typedef void (*li_gemm_q_fn)(const li_panel_plan *p, const uint8_t *w, const uin
  * lanes, lane l accumulating the elements l, l+16, ..., then the tree l+8, l+4, l+2, l+1. */
 typedef void (*li_dot_rows_fn)(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
                                int64_t ldb, float *c, int64_t ldc);
+/* The same with b in f16 (rows of the KV cache read in place, widened in registers: exact). */
+typedef void (*li_dot_rows_f16_fn)(int64_t n, const float *a, int na, int64_t lda, const ggml_half *b, int64_t nb,
+                                   int64_t ldb, float *c, int64_t ldc);
+/* out[i*ldo + e] = sum over j < nv of p[i*ldp + j] * v[j*ldv + e], for i < na, e < n (n a multiple
+ * of 16): P.V for a few queries straight from the f16 cache, keys one after another. */
+typedef void (*li_axpy_rows_f16_fn)(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
+                                    int64_t ldv, float *out, int64_t ldo);
 /* The attention's row steps (attention.c), in place on n floats:
  * softmax: p = f16(softmax(cap(p * scale))) with cap(x) = tanh(x / softcap) * softcap when softcap > 0,
  *   the exponentials summed in double (ggml_vec_soft_max_f32);
@@ -136,12 +149,14 @@ typedef struct {
     li_vec_dot_fn vec_dot;
     li_unpack_fn unpack;
     li_quantize_fn from_float;     /* for activation types */
+    li_vec_dot_rows_fn vec_dot_rows;   /* set by dispatch.c from the ISA table; NULL: vec_dot row by row */
 } li_type_traits;
 
 /* A SIMD variant overrides what it accelerates; NULL entries fall back to generic. */
 typedef struct {
     const char *name;
     li_vec_dot_fn vec_dot[LI_TYPE_COUNT];
+    li_vec_dot_rows_fn vec_dot_rows[LI_TYPE_COUNT];
     li_quantize_fn from_float[LI_TYPE_COUNT];
     li_unpack_fn unpack[LI_TYPE_COUNT];
     void (*pack_w)(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
@@ -149,6 +164,8 @@ typedef struct {
     li_gemm_q_fn gemm_q; int q_nw, q_na;
     li_gemm_f_fn gemm_f; int f_nw, f_na;
     li_dot_rows_fn dot_rows;        /* attention; NULL: the _generic ones in attention.c */
+    li_dot_rows_f16_fn dot_rows_f16;
+    li_axpy_rows_f16_fn axpy_rows_f16;
     li_softmax_f16_fn softmax_f16;
     li_round_f16_fn round_f16;
     li_widen_f16_fn widen_f16;

@@ -19,6 +19,7 @@
 
 #define LI_GEMM_MIN_M 6          /* below this, unpacking weight tiles costs more than it saves */
 #define LI_GEMV_ROW_ALIGN 16
+#define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
 #define LI_PARALLEL_MIN_WORK (1 << 16)   /* multiply-adds below which one thread is faster */
 
 typedef struct {
@@ -66,10 +67,29 @@ static void task_gemv(void *ctx, int ith, int nth) {
     int64_t lo, hi;
     split(j->n_out, LI_GEMV_ROW_ALIGN, ith, nth, &lo, &hi);
     const li_vec_dot_fn dot = j->t->vec_dot;
-    for (int64_t r = lo; r < hi; r++)
-        for (int64_t i = 0; i < j->m; i++)
-            dot(j->k, &j->y[i * j->n_out + r], j->w + r * j->row_bytes, j->xq + i * j->xq_row_bytes,
-                j->xs ? j->xs + i * j->n_sums : NULL);
+    const li_vec_dot_rows_fn dot_rows = j->t->vec_dot_rows;
+    const int step = dot_rows ? LI_DOT_ROWS : 1;
+    const size_t ahead = LI_GEMV_PREFETCH_BYTES / j->row_bytes + 1;   /* rows */
+    for (int64_t r = lo; r < hi; r += step) {
+        const int nr = (int)(hi - r < step ? hi - r : step);
+        /* the rows are one sequential stream, but the hardware prefetcher alone leaves the dots
+         * waiting on memory: ask for the rows `ahead` rows on, one cache line at a time */
+        if (r + (int64_t)ahead < hi) {
+            const uint8_t *pf = j->w + (r + (int64_t)ahead) * j->row_bytes;
+            for (size_t b = 0; b < (size_t)nr * j->row_bytes; b += 64) __builtin_prefetch(pf + b, 0, 3);
+        }
+        const uint8_t *w = j->w + r * j->row_bytes;
+        for (int64_t i = 0; i < j->m; i++) {
+            const uint8_t *a = j->xq + i * j->xq_row_bytes;
+            const float *as = j->xs ? j->xs + i * j->n_sums : NULL;
+            float *y = &j->y[i * j->n_out + r];
+            if (dot_rows) {
+                dot_rows(j->k, y, w, j->row_bytes, nr, a, as);
+            } else {
+                for (int q = 0; q < nr; q++) dot(j->k, y + q, w + q * j->row_bytes, a, as);
+            }
+        }
+    }
 }
 
 /* --- GEMM -------------------------------------------------------------------------------- */
