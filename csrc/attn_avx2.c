@@ -141,26 +141,45 @@ void li_widen_f16_avx2(const ggml_half *x, float *y, int64_t n) {
 
 void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap) {
     float max = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
-        float x = p[j] * scale;
-        if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
-        p[j] = x;
-        max = x > max ? x : max;
-    }
-    for (int64_t j = 0; j < n; j++) p[j] = expf(p[j] - max);
-    /* the sum in double, 4 lanes at a time (the order does not matter at this precision) */
-    __m256d acc = _mm256_setzero_pd();
     int64_t j = 0;
-    for (; j + 4 <= n; j += 4) acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_loadu_ps(p + j)));
+    if (softcap > 0.0f) {
+        for (; j < n; j++) {
+            const float x = tanhf(p[j] * scale / softcap) * softcap;
+            p[j] = x;
+            max = x > max ? x : max;
+        }
+    } else {
+        const __m256 sv = _mm256_set1_ps(scale);
+        __m256 mv = _mm256_set1_ps(-INFINITY);
+        for (; j + 8 <= n; j += 8) {
+            const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(p + j), sv);
+            _mm256_storeu_ps(p + j, x);
+            mv = _mm256_max_ps(mv, x);
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, mv);
+        for (int l = 0; l < 8; l++) max = lanes[l] > max ? lanes[l] : max;
+        for (; j < n; j++) {
+            p[j] *= scale;
+            max = p[j] > max ? p[j] : max;
+        }
+    }
+    /* expf itself, not a vector polynomial: a 2-ulp exp moved SmolLM2's median logit distance to
+     * llama.cpp from 0.115 to 0.123 for ~1% of pp512. The sum in double, 4 lanes at a time (the
+     * order does not matter at this precision). */
+    for (j = 0; j < n; j++) p[j] = expf(p[j] - max);
+    __m256d acc = _mm256_setzero_pd();
+    for (j = 0; j + 4 <= n; j += 4) acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_loadu_ps(p + j)));
     double lanes[4];
     _mm256_storeu_pd(lanes, acc);
     double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
     for (; j < n; j++) sum += p[j];
-    const __m256 inv = _mm256_set1_ps(1.0f / (float)sum);
+    const float inv = 1.0f / (float)sum;
+    const __m256 iv = _mm256_set1_ps(inv);
     for (j = 0; j + 8 <= n; j += 8)
-        _mm256_storeu_ps(p + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(p + j), inv),
+        _mm256_storeu_ps(p + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(p + j), iv),
                                                                  _MM_FROUND_TO_NEAREST_INT)));
-    for (; j < n; j++) p[j] = _cvtsh_ss(_cvtss_sh(p[j] * (1.0f / (float)sum), _MM_FROUND_TO_NEAREST_INT));
+    for (; j < n; j++) p[j] = _cvtsh_ss(_cvtss_sh(p[j] * inv, _MM_FROUND_TO_NEAREST_INT));
 }
 
 #if defined(__clang__)
