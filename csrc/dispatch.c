@@ -78,6 +78,7 @@ static void merge(int v) {
     for (int t = 0; t < LI_TYPE_COUNT; t++) {
         li_type_traits tr = li_traits_generic[t];
         if (k->vec_dot[t]) tr.vec_dot = k->vec_dot[t];
+        tr.vec_dot_rows = k->vec_dot[t] ? k->vec_dot_rows[t] : NULL;   /* only beside its own vec_dot */
         if (k->from_float[t]) tr.from_float = k->from_float[t];
         if (k->unpack[t]) tr.unpack = k->unpack[t];
         merged[v][t] = tr;

@@ -149,6 +149,13 @@ DECLARE_UNPACK(q4_0) DECLARE_UNPACK(q4_1) DECLARE_UNPACK(q5_0) DECLARE_UNPACK(q8
 DECLARE_UNPACK(q6_K)
 void li_panel_pack_w_avx2(const li_panel_plan *, const uint8_t *, const float *, const float *, uint8_t *);
 
+void li_dot_rows_avx2(int64_t, const float *, int, int64_t, const float *, int64_t, int64_t, float *, int64_t);
+void li_softmax_f16_avx2(float *, int64_t, float, float);
+void li_dot_rows_f16_avx2(int64_t, const float *, int, int64_t, const ggml_half *, int64_t, int64_t, float *, int64_t);
+void li_axpy_rows_f16_avx2(int64_t, const float *, int, int64_t, const ggml_half *, int64_t, int64_t, float *, int64_t);
+void li_round_f16_avx2(const float *, float *, int64_t);
+void li_widen_f16_avx2(const ggml_half *, float *, int64_t);
+
 const li_isa_kernels li_kernels_avx2 = {
     .name = "avx2",
     .vec_dot = {
@@ -169,6 +176,9 @@ const li_isa_kernels li_kernels_avx2 = {
     .pack_w = li_panel_pack_w_avx2,
     .gemm_q = li_gemm_q_avx2, .q_nw = NW, .q_na = NA,
     .gemm_f = li_gemm_f_avx2, .f_nw = F_NW, .f_na = F_NA,
+    .dot_rows = li_dot_rows_avx2, .dot_rows_f16 = li_dot_rows_f16_avx2, .axpy_rows_f16 = li_axpy_rows_f16_avx2,
+    .softmax_f16 = li_softmax_f16_avx2, .round_f16 = li_round_f16_avx2,
+    .widen_f16 = li_widen_f16_avx2,
 };
 
 #if defined(__clang__)

@@ -77,6 +77,12 @@ typedef void (*li_quantize_fn)(const float *src, void *dst, int64_t n);
  * per-row fp16 conversion of d nor a per-row sum of the quants; NULL for other types.
  * (ggml keeps a rounded d * sum in Q8_1's s field for the same purpose.) */
 typedef void (*li_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+/* The same for nr <= LI_DOT_ROWS consecutive weight rows (row_bytes apart): s[r] = dot(w row r, a).
+ * Bit for bit nr calls of the type's vec_dot; the rows share the activation loads and keep more
+ * loads in flight (the GEMV of decode). */
+#define LI_DOT_ROWS 4
+typedef void (*li_vec_dot_rows_fn)(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                   const float *a_sums);
 /* One weight row -> integer form for the GEMM panel: element e = dw[e/G] * (u[e] - offset)
  * + mw[e/G] (mw only for has_min types). u: n bytes, dw/mw: n/G floats. */
 typedef void (*li_unpack_fn)(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
@@ -107,6 +113,25 @@ typedef struct {
 typedef void (*li_gemm_q_fn)(const li_panel_plan *p, const uint8_t *w, const uint8_t *a,
                              int has_min, int offset, int umax,
                              float *y, int64_t ldy, int nw_valid, int na_valid);
+/* c[i*ldc + j] = dot(a row i, b row j) for i < na, j < nb, rows of n floats (n a multiple of 16).
+ * The attention's two products (scores = Q.K, out = P.V^T) in llamafile's tinyBLAS order: 16
+ * lanes, lane l accumulating the elements l, l+16, ..., then the tree l+8, l+4, l+2, l+1. */
+typedef void (*li_dot_rows_fn)(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
+                               int64_t ldb, float *c, int64_t ldc);
+/* The same with b in f16 (rows of the KV cache read in place, widened in registers: exact). */
+typedef void (*li_dot_rows_f16_fn)(int64_t n, const float *a, int na, int64_t lda, const ggml_half *b, int64_t nb,
+                                   int64_t ldb, float *c, int64_t ldc);
+/* out[i*ldo + e] = sum over j < nv of p[i*ldp + j] * v[j*ldv + e], for i < na, e < n (n a multiple
+ * of 16): P.V for a few queries straight from the f16 cache, keys one after another. */
+typedef void (*li_axpy_rows_f16_fn)(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
+                                    int64_t ldv, float *out, int64_t ldo);
+/* The attention's row steps (attention.c), in place on n floats:
+ * softmax: p = f16(softmax(cap(p * scale))) with cap(x) = tanh(x / softcap) * softcap when softcap > 0,
+ *   the exponentials summed in double (ggml_vec_soft_max_f32);
+ * round_f16: y = f16(x) widened back; widen_f16: y = x (f16 -> f32, exact). */
+typedef void (*li_softmax_f16_fn)(float *p, int64_t n, float scale, float softcap);
+typedef void (*li_round_f16_fn)(const float *x, float *y, int64_t n);
+typedef void (*li_widen_f16_fn)(const ggml_half *x, float *y, int64_t n);
 /* float tile: rows of kp floats (kp a multiple of 16, zero padded) */
 typedef void (*li_gemm_f_fn)(int64_t kp, const float *w, const float *a,
                              float *y, int64_t ldy, int nw_valid, int na_valid);
@@ -124,18 +149,26 @@ typedef struct {
     li_vec_dot_fn vec_dot;
     li_unpack_fn unpack;
     li_quantize_fn from_float;     /* for activation types */
+    li_vec_dot_rows_fn vec_dot_rows;   /* set by dispatch.c from the ISA table; NULL: vec_dot row by row */
 } li_type_traits;
 
 /* A SIMD variant overrides what it accelerates; NULL entries fall back to generic. */
 typedef struct {
     const char *name;
     li_vec_dot_fn vec_dot[LI_TYPE_COUNT];
+    li_vec_dot_rows_fn vec_dot_rows[LI_TYPE_COUNT];
     li_quantize_fn from_float[LI_TYPE_COUNT];
     li_unpack_fn unpack[LI_TYPE_COUNT];
     void (*pack_w)(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
                    uint8_t *dst);   /* NULL: li_panel_pack_w */
     li_gemm_q_fn gemm_q; int q_nw, q_na;
     li_gemm_f_fn gemm_f; int f_nw, f_na;
+    li_dot_rows_fn dot_rows;        /* attention; NULL: the _generic ones in attention.c */
+    li_dot_rows_f16_fn dot_rows_f16;
+    li_axpy_rows_f16_fn axpy_rows_f16;
+    li_softmax_f16_fn softmax_f16;
+    li_round_f16_fn round_f16;
+    li_widen_f16_fn widen_f16;
 } li_isa_kernels;
 
 #define LI_MAX_NW 8
@@ -166,6 +199,12 @@ int li_panel_steps(const li_panel_plan *p, int64_t sg);
 void li_act_sums(int act_type, const void *row, int64_t n, float *sums);
 int li_act_sums_count(int act_type, int64_t n);
 
+/* scratch.c: a 64-byte aligned buffer of at least `bytes` kept per thread and slot (NULL: out of
+ * memory); valid until this thread asks for the same slot again. CALL: a whole matmul or attention
+ * call's buffers (caller thread); TASK: a pool task's own (every thread, caller included). */
+enum { LI_SCRATCH_CALL, LI_SCRATCH_TASK, LI_SCRATCH_SLOTS };
+void *li_scratch(int slot, size_t bytes);
+
 /* threadpool.c */
 typedef void (*li_task_fn)(void *ctx, int ith, int nth);
 /* fn(ctx, ith, nth) on every pool thread (want > 1) or inline (want <= 1); returns the nth used */
@@ -174,6 +213,8 @@ int li_pool_run(li_task_fn fn, void *ctx, int want);
 /* generic kernels used by the tables (quants_generic.c, vec_dot_generic.c, gemm_generic.c) */
 void li_gemm_q_generic(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min,
                        int offset, int umax, float *y, int64_t ldy, int nw_valid, int na_valid);
+void li_dot_rows_generic(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
+                         int64_t ldb, float *c, int64_t ldc);
 void li_gemm_f_generic(int64_t kp, const float *w, const float *a, float *y, int64_t ldy,
                        int nw_valid, int na_valid);
 

@@ -19,6 +19,7 @@
 
 #define LI_GEMM_MIN_M 6          /* below this, unpacking weight tiles costs more than it saves */
 #define LI_GEMV_ROW_ALIGN 16
+#define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
 #define LI_PARALLEL_MIN_WORK (1 << 16)   /* multiply-adds below which one thread is faster */
 
 typedef struct {
@@ -40,8 +41,6 @@ typedef struct {
     int nw, na;
     atomic_int error;
 } li_job;
-
-static void *alloc64(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
 
 /* rows [lo, hi) of n for thread ith of nth, in chunks of `align` */
 static void split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
@@ -68,10 +67,29 @@ static void task_gemv(void *ctx, int ith, int nth) {
     int64_t lo, hi;
     split(j->n_out, LI_GEMV_ROW_ALIGN, ith, nth, &lo, &hi);
     const li_vec_dot_fn dot = j->t->vec_dot;
-    for (int64_t r = lo; r < hi; r++)
-        for (int64_t i = 0; i < j->m; i++)
-            dot(j->k, &j->y[i * j->n_out + r], j->w + r * j->row_bytes, j->xq + i * j->xq_row_bytes,
-                j->xs ? j->xs + i * j->n_sums : NULL);
+    const li_vec_dot_rows_fn dot_rows = j->t->vec_dot_rows;
+    const int step = dot_rows ? LI_DOT_ROWS : 1;
+    const size_t ahead = LI_GEMV_PREFETCH_BYTES / j->row_bytes + 1;   /* rows */
+    for (int64_t r = lo; r < hi; r += step) {
+        const int nr = (int)(hi - r < step ? hi - r : step);
+        /* the rows are one sequential stream, but the hardware prefetcher alone leaves the dots
+         * waiting on memory: ask for the rows `ahead` rows on, one cache line at a time */
+        if (r + (int64_t)ahead < hi) {
+            const uint8_t *pf = j->w + (r + (int64_t)ahead) * j->row_bytes;
+            for (size_t b = 0; b < (size_t)nr * j->row_bytes; b += 64) __builtin_prefetch(pf + b, 0, 3);
+        }
+        const uint8_t *w = j->w + r * j->row_bytes;
+        for (int64_t i = 0; i < j->m; i++) {
+            const uint8_t *a = j->xq + i * j->xq_row_bytes;
+            const float *as = j->xs ? j->xs + i * j->n_sums : NULL;
+            float *y = &j->y[i * j->n_out + r];
+            if (dot_rows) {
+                dot_rows(j->k, y, w, j->row_bytes, nr, a, as);
+            } else {
+                for (int q = 0; q < nr; q++) dot(j->k, y + q, w + q * j->row_bytes, a, as);
+            }
+        }
+    }
 }
 
 /* --- GEMM -------------------------------------------------------------------------------- */
@@ -82,7 +100,7 @@ static void task_pack_a(void *ctx, int ith, int nth) {
     int64_t lo, hi;
     split(j->m_pad, 1, ith, nth, &lo, &hi);
     const size_t act_bytes = (size_t)(j->k / j->at->block_size) * (size_t)j->at->type_size;
-    uint8_t *tmp = alloc64(act_bytes);
+    uint8_t *tmp = li_scratch(LI_SCRATCH_TASK, act_bytes);
     if (!tmp) { atomic_store(&j->error, LI_ENOMEM); return; }
     for (int64_t i = lo; i < hi; i++) {
         if (j->t->group) {
@@ -98,7 +116,6 @@ static void task_pack_a(void *ctx, int ith, int nth) {
             j->at->dequantize(tmp, dst, j->k);
         }
     }
-    free(tmp);
 }
 
 static void task_gemm(void *ctx, int ith, int nth) {
@@ -115,14 +132,15 @@ static void task_gemm(void *ctx, int ith, int nth) {
     const size_t w_row = t->group ? j->plan.w_row_bytes : (size_t)j->kp * sizeof(float);
     const size_t a_row = t->group ? j->plan.a_row_bytes : (size_t)j->kp * sizeof(float);
     const int64_t n_groups = t->group ? k / t->group : 0;
-    uint8_t *wpanel = alloc64((size_t)nw * w_row);
-    uint8_t *u = t->group ? alloc64((size_t)k) : NULL;
-    float *dw = t->group ? alloc64((size_t)n_groups * 2 * sizeof(float)) : NULL;
-    if (!wpanel || (t->group && (!u || !dw))) {
+    /* one scratch block: wpanel (nw rows) | u (k bytes) | dw, mw (n_groups floats each) */
+    const size_t wp_bytes = (size_t)nw * w_row, u_bytes = t->group ? ((size_t)k + 63) / 64 * 64 : 0;
+    uint8_t *wpanel = li_scratch(LI_SCRATCH_TASK, wp_bytes + u_bytes + (size_t)n_groups * 2 * sizeof(float));
+    if (!wpanel) {
         atomic_store(&j->error, LI_ENOMEM);
-        free(wpanel), free(u), free(dw);
         return;
     }
+    uint8_t *u = t->group ? wpanel + wp_bytes : NULL;
+    float *dw = t->group ? (float *)(wpanel + wp_bytes + u_bytes) : NULL;
     float *mw = dw ? dw + n_groups : NULL;
     void (*pack_w)(const li_panel_plan *, const uint8_t *, const float *, const float *, uint8_t *) =
         j->kern->pack_w ? j->kern->pack_w : li_panel_pack_w;
@@ -156,7 +174,6 @@ static void task_gemm(void *ctx, int ith, int nth) {
                                 j->n_out, nwv, nav);
         }
     }
-    free(wpanel), free(u), free(dw);
 }
 
 int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t k, const float *x,
@@ -178,12 +195,11 @@ int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t
         j.xq_row_bytes = (size_t)(k / j.at->block_size) * (size_t)j.at->type_size;
         j.n_sums = li_act_sums_count(j.t->vec_dot_type, k);
         const size_t xq_bytes = ((size_t)m * j.xq_row_bytes + 63) / 64 * 64;
-        j.xq = alloc64(xq_bytes + (size_t)m * (size_t)j.n_sums * sizeof(float));
+        j.xq = li_scratch(LI_SCRATCH_CALL, xq_bytes + (size_t)m * (size_t)j.n_sums * sizeof(float));
         if (!j.xq) return LI_ENOMEM;
         j.xs = j.n_sums ? (float *)(j.xq + xq_bytes) : NULL;
         li_pool_run(task_quantize, &j, m > 1 ? want : 1);
         li_pool_run(task_gemv, &j, want);
-        free(j.xq);
         return LI_OK;
     }
 
@@ -196,10 +212,9 @@ int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t
     }
     j.m_pad = (m + j.na - 1) / j.na * j.na;
     const size_t a_row = j.t->group ? j.plan.a_row_bytes : (size_t)j.kp * sizeof(float);
-    j.apanel = alloc64((size_t)j.m_pad * a_row);
+    j.apanel = li_scratch(LI_SCRATCH_CALL, (size_t)j.m_pad * a_row);
     if (!j.apanel) return LI_ENOMEM;
     li_pool_run(task_pack_a, &j, want);
     if (atomic_load(&j.error) == LI_OK) li_pool_run(task_gemm, &j, want);
-    free(j.apanel);
     return atomic_load(&j.error);
 }

@@ -1,5 +1,5 @@
 /* ops.c -- the non-matmul ops of a transformer layer, in C: RMSNorm, RoPE, gated
- * activations and attention over an f16 KV cache.
+ * activations (attention is attention.c).
  *
  * Each follows the numpy reference in src/localinfer/layers.py operation for operation
  * (tests/test_ops.py compares them); the arithmetic that changes results mirrors ggml:
@@ -58,83 +58,15 @@ int li_silu_mul(const float *g, const float *u, float *y, int64_t n) {
     return 0;
 }
 
-/* --- attention ------------------------------------------------------------------------ */
-
-typedef struct {
-    const float *q;                /* (n_q, n_head, head_dim) */
-    const float *k, *v;            /* (n_kv, n_head_kv, head_dim), widened from the f16 cache once per
-                                    * call: key j at position key_start + j */
-    float *out;                    /* (n_q, n_head, head_dim) */
-    const int64_t *q_pos;          /* (n_q) absolute positions */
-    int64_t n_q, n_head, n_head_kv, head_dim, n_kv, key_start, window;
-    float scale, softcap;
-    int round_f16;
-} attn_args;
-
-static inline float round_f16(float x) { return li_fp16_to_fp32(li_fp32_to_fp16(x)); }
-
-static void attn_rows(void *ctx, int ith, int nth) {
-    const attn_args *a = ctx;
-    const int64_t rows = a->n_q * a->n_head, group = a->n_head / a->n_head_kv, d = a->head_dim;
-    float *p = malloc(sizeof(float) * (size_t)(a->n_kv + 2 * d));
-    if (!p) return;
-    float *qr = p + a->n_kv, *acc = qr + d;
-    for (int64_t r = ith; r < rows; r += nth) {
-        const int64_t t = r / a->n_head, h = r % a->n_head, hk = h / group, qp = a->q_pos[t];
-        const float *q = a->q + r * d;
-        for (int64_t i = 0; i < d; i++) qr[i] = a->round_f16 ? round_f16(q[i]) : q[i];
-        float max = -INFINITY;
-        for (int64_t j = 0; j < a->n_kv; j++) {
-            const int64_t kp = a->key_start + j;
-            if (kp > qp || (a->window > 0 && kp <= qp - a->window)) { p[j] = -INFINITY; continue; }
-            const float *kj = a->k + (j * a->n_head_kv + hk) * d;
-            float s = 0.0f;
-            for (int64_t i = 0; i < d; i++) s += qr[i] * kj[i];
-            s *= a->scale;
-            if (a->softcap > 0.0f) s = tanhf(s / a->softcap) * a->softcap;
-            p[j] = s;
-            if (s > max) max = s;
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < a->n_kv; j++) {
-            const float e = p[j] == -INFINITY ? 0.0f : expf(p[j] - max);
-            p[j] = e;
-            sum += e;
-        }
-        const float inv = (float)sum > 0.0f ? 1.0f / (float)sum : 0.0f;
-        for (int64_t i = 0; i < d; i++) acc[i] = 0.0f;
-        for (int64_t j = 0; j < a->n_kv; j++) {
-            if (p[j] == 0.0f) continue;
-            const float w = a->round_f16 ? round_f16(p[j] * inv) : p[j] * inv;
-            const float *vj = a->v + (j * a->n_head_kv + hk) * d;
-            for (int64_t i = 0; i < d; i++) acc[i] += w * vj[i];
-        }
-        float *o = a->out + r * d;
-        for (int64_t i = 0; i < d; i++) o[i] = acc[i];
-    }
-    free(p);
-}
-
-/* Causal (and optionally sliding-window, soft-capped) attention of n_q queries over an f16
- * cache, grouped K/V heads; work split over (query, head) rows on the thread pool. */
-int li_attention_f16(const float *q, const void *k, const void *v, float *out, int64_t n_q, int64_t n_head,
-                     int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos, int64_t key_start,
-                     float scale, int64_t window, float softcap) {
-    if (n_head_kv <= 0 || n_head % n_head_kv) return -1;
-    /* widen K and V once: every query reads every key, so converting in the inner loop
-     * would cost n_q times more (exact: f16 -> f32 loses nothing) */
-    const int64_t n = n_kv * n_head_kv * head_dim;
-    float *kv = malloc(sizeof(float) * 2 * (size_t)(n > 0 ? n : 1));
-    if (!kv) return -2;
-    const ggml_half *k16 = k, *v16 = v;
+/* y = gelu(g) * u the way ggml_geglu computes it on the CPU (GGML_GELU_FP16): gelu read from a
+ * table indexed by the f16 bits of g and holding f16 results; g itself above 10, 0 below -10.
+ * `table` (65536 floats) is built by the caller from the numpy reference (ops.py), so this is
+ * bit for bit layers.geglu. */
+int li_geglu_f16(const float *g, const float *u, float *y, int64_t n, const float *table) {
     for (int64_t i = 0; i < n; i++) {
-        kv[i] = li_fp16_to_fp32(k16[i]);
-        kv[n + i] = li_fp16_to_fp32(v16[i]);
+        const float x = g[i];
+        const float act = x >= 10.0f ? x : x <= -10.0f ? 0.0f : table[li_fp32_to_fp16(x)];
+        y[i] = act * u[i];
     }
-    attn_args a = {q, kv, kv + n, out, q_pos, n_q, n_head, n_head_kv, head_dim, n_kv, key_start, window, scale,
-                   softcap, 1};
-    const int64_t work = n_q * n_head * n_kv * head_dim;
-    li_pool_run(attn_rows, &a, work < 32768 ? 1 : (int)(n_q * n_head));
-    free(kv);
     return 0;
 }

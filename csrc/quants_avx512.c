@@ -118,6 +118,69 @@ static inline __m256i fifth_bits_one(const uint8_t *qh) {
         *s = sum + side_total(side, OFFSET);                                                            \
     }
 
+/* The same for nr <= 4 rows: per row exactly the arithmetic above (two chains, the odd block
+ * last), the activation pair loaded once for all rows. */
+#define VEC_DOT_ROWS(NAME, WBLOCK, ABLOCK, UNPACK_TWO, UNPACK_ONE, SCALE_WORD, OFFSET)                  \
+    static inline __attribute__((always_inline)) void NAME##_nr(int64_t n, float *s, const uint8_t *vw,  \
+                                                                size_t rb, const ABLOCK *a,             \
+                                                                const float *as, const int NR) {        \
+        const __m512i lanes02 = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);       \
+        const WBLOCK *w[4];                                                                             \
+        __m512 acc0[4], acc1[4];                                                                        \
+        __m128 side[4];                                                                                 \
+        for (int r = 0; r < NR; r++) {                                                                  \
+            w[r] = (const WBLOCK *)(vw + r * rb);                                                       \
+            acc0[r] = acc1[r] = _mm512_setzero_ps();                                                    \
+            side[r] = _mm_setzero_ps();                                                                 \
+        }                                                                                               \
+        const int64_t nb = n / 32;                                                                      \
+        int64_t i = 0;                                                                                  \
+        for (; i + 3 < nb; i += 4) {                                                                    \
+            const __m512i a0 = load_two(a[i].qs, a[i + 1].qs), a1 = load_two(a[i + 2].qs, a[i + 3].qs); \
+            for (int r = 0; r < NR; r++) {                                                              \
+                ROW_PAIR(w[r], i, a0, acc0[r], side[r], UNPACK_TWO, SCALE_WORD);                        \
+                ROW_PAIR(w[r], i + 2, a1, acc1[r], side[r], UNPACK_TWO, SCALE_WORD);                    \
+            }                                                                                           \
+        }                                                                                               \
+        if (i + 1 < nb) {                                                                               \
+            const __m512i a0 = load_two(a[i].qs, a[i + 1].qs);                                          \
+            for (int r = 0; r < NR; r++) ROW_PAIR(w[r], i, a0, acc0[r], side[r], UNPACK_TWO, SCALE_WORD); \
+            i += 2;                                                                                     \
+        }                                                                                               \
+        for (int r = 0; r < NR; r++) {                                                                  \
+            float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));                          \
+            if (i < nb) {                                                                               \
+                const float last[4] = {as[2 * i], as[2 * i + 1], 0.0f, 0.0f};                           \
+                const __m128 p = pair_scales(SCALE_WORD(w[r][i]), 0, last);                             \
+                side[r] = _mm_add_ps(side[r], p);                                                       \
+                const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), UNPACK_ONE(w[r][i]),      \
+                                                      _mm256_loadu_si256((const __m256i *)a[i].qs));    \
+                const __m256 f = _mm256_mul_ps(_mm256_broadcastss_ps(p), _mm256_cvtepi32_ps(d));        \
+                __m128 q = _mm_add_ps(_mm256_extractf128_ps(f, 1), _mm256_castps256_ps128(f));          \
+                q = _mm_add_ps(q, _mm_movehl_ps(q, q));                                                 \
+                sum += _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));                                \
+            }                                                                                           \
+            s[r] = sum + side_total(side[r], OFFSET);                                                   \
+        }                                                                                               \
+    }                                                                                                   \
+    void NAME(int64_t n, float *s, const void *vw, size_t rb, int nr, const void *va, const float *as) { \
+        switch (nr) {                                                                                   \
+        case 1: NAME##_nr(n, s, vw, rb, va, as, 1); break;                                              \
+        case 2: NAME##_nr(n, s, vw, rb, va, as, 2); break;                                              \
+        case 3: NAME##_nr(n, s, vw, rb, va, as, 3); break;                                              \
+        default: NAME##_nr(n, s, vw, rb, va, as, 4); break;                                             \
+        }                                                                                               \
+    }
+
+#define ROW_PAIR(wr, i, av, acc, side, UNPACK_TWO, SCALE_WORD)                                          \
+    do {                                                                                                \
+        const __m128 p = pair_scales(SCALE_WORD((wr)[i]), SCALE_WORD((wr)[(i) + 1]), as + 2 * (i));     \
+        side = _mm_add_ps(side, p);                                                                     \
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), UNPACK_TWO((wr)[i], (wr)[(i) + 1]), av); \
+        acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(lanes02, _mm512_castps128_ps512(p)),                \
+                              _mm512_cvtepi32_ps(d), acc);                                              \
+    } while (0)
+
 #define NIBBLES_TWO(b0, b1) nibbles_two((b0).qs, (b1).qs)
 #define FIVE_BITS_TWO(b0, b1) _mm512_or_si512(nibbles_two((b0).qs, (b1).qs), fifth_bits_two((b0).qh, (b1).qh))
 #define FLIP_TWO(b0, b1) _mm512_xor_si512(load_two((b0).qs, (b1).qs), _mm512_set1_epi8((char)0x80))
@@ -132,6 +195,11 @@ VEC_DOT_PAIRS(vec_dot_q5_0_q8_0_avx512, block_q5_0, block_q8_0, FIVE_BITS_TWO, F
 VEC_DOT_PAIRS(vec_dot_q8_0_q8_0_avx512, block_q8_0, block_q8_0, FLIP_TWO, FLIP_ONE, D_TWICE, 128)
 VEC_DOT_PAIRS(vec_dot_q4_1_q8_1_avx512, block_q4_1, block_q8_1, NIBBLES_TWO, NIBBLES_ONE, D_AND_M, 0)
 VEC_DOT_PAIRS(vec_dot_q5_1_q8_1_avx512, block_q5_1, block_q8_1, FIVE_BITS_TWO, FIVE_BITS_ONE, D_AND_M, 0)
+VEC_DOT_ROWS(vec_dot_rows_q4_0_q8_0_avx512, block_q4_0, block_q8_0, NIBBLES_TWO, NIBBLES_ONE, D_TWICE, 8)
+VEC_DOT_ROWS(vec_dot_rows_q5_0_q8_0_avx512, block_q5_0, block_q8_0, FIVE_BITS_TWO, FIVE_BITS_ONE, D_TWICE, 16)
+VEC_DOT_ROWS(vec_dot_rows_q8_0_q8_0_avx512, block_q8_0, block_q8_0, FLIP_TWO, FLIP_ONE, D_TWICE, 128)
+VEC_DOT_ROWS(vec_dot_rows_q4_1_q8_1_avx512, block_q4_1, block_q8_1, NIBBLES_TWO, NIBBLES_ONE, D_AND_M, 0)
+VEC_DOT_ROWS(vec_dot_rows_q5_1_q8_1_avx512, block_q5_1, block_q8_1, FIVE_BITS_TWO, FIVE_BITS_ONE, D_AND_M, 0)
 
 void vec_dot_q4_K_q8_K_avx512(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;

@@ -1,16 +1,22 @@
-/* threadpool.c -- a persistent pthread pool; the calling thread is worker 0.
+/* threadpool.c -- a persistent pthread pool; the calling thread works too.
  *
- * li_pool_run(fn, ctx, want) runs fn(ctx, ith, nth) for ith = 0..nth-1 on all the
- * pool's threads (nth = li_get_threads()), or inline with nth = 1 when want <= 1,
- * and returns when all are done. Workers wait for a new job by spinning on a generation
- * counter for a short while (back-to-back matmuls of one forward pass then start
- * without a syscall) and then sleep on a condition variable, so an idle
- * embedding application sees no CPU use from the pool.
+ * li_pool_run(fn, ctx, want) runs fn(ctx, ith, nth) for ith = 0..nth-1 (nth = LI_SLOTS_PER_THREAD
+ * slots per pool thread), or inline with nth = 1 when want <= 1, and returns when all are done.
+ * Slots are claimed, not assigned: the caller and every awake worker take the next unclaimed
+ * slot until none is left, and the caller returns once every slot has *finished*. A worker the
+ * OS has not scheduled (this machine is often shared by more busy threads than it has CPUs)
+ * therefore delays nothing: the others take its slots. Claiming is one compare-and-swap on a
+ * word holding the job's generation and the next slot, so a late worker can never claim a slot
+ * of a job that has ended; and since a job ends only when all its slots are done, the job it
+ * claimed in is the job whose fn/ctx it read.
  *
- * Calls from several application threads at once do not queue: whoever finds
- * the pool busy runs its job alone on its own thread (nth = 1). After fork() the
- * child has none of the parent's workers; an atfork handler forgets them and
- * the next job starts fresh ones.
+ * Workers wait for a new job by spinning on the generation for a short while (back-to-back
+ * matmuls of one forward pass then start without a syscall) and then sleep on a condition
+ * variable, so an idle embedding application sees no CPU use from the pool.
+ *
+ * Calls from several application threads at once do not queue: whoever finds the pool busy runs
+ * its job alone on its own thread (nth = 1). After fork() the child has none of the parent's
+ * workers; an atfork handler forgets them and the next job starts fresh ones.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -25,6 +31,7 @@
 
 #define LI_MAX_THREADS 256
 #define SPIN_NS 200000          /* how long an idle worker spins before it sleeps: 0.2 ms */
+#define LI_SLOTS_PER_THREAD 4   /* finer slots: a thread that loses its CPU mid-job holds up less */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -40,11 +47,12 @@ typedef struct {
     pthread_cond_t wake;
     pthread_mutex_t busy;          /* held by the thread whose job runs */
     atomic_uint generation;        /* bumped for every job (and for stop) */
-    atomic_int pending;            /* workers still running the current job */
+    _Atomic uint64_t claim;        /* generation << 32 | next unclaimed slot of the current job */
+    atomic_int done;               /* slots of the current job finished */
     atomic_int n_sleeping;
-    li_task_fn fn;
-    void *ctx;
-    int job_nth;
+    _Atomic(li_task_fn) fn;
+    _Atomic(void *) ctx;
+    atomic_int job_nth;
     int stop;
     int n_workers;                 /* started worker threads (ith 1..n_workers) */
     unsigned start_generation;     /* generation before the workers' first job */
@@ -61,6 +69,22 @@ static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* claim and run slots of job `gen` until none is left (or that job has ended) */
+static void run_slots(unsigned gen) {
+    for (;;) {
+        uint64_t c = atomic_load(&pool.claim);
+        if ((unsigned)(c >> 32) != gen) return;
+        const li_task_fn fn = atomic_load_explicit(&pool.fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&pool.ctx, memory_order_relaxed);
+        const int nth = atomic_load_explicit(&pool.job_nth, memory_order_relaxed);
+        const int slot = (int)(uint32_t)c;
+        if (slot >= nth) return;
+        if (!atomic_compare_exchange_weak(&pool.claim, &c, c + 1)) continue;
+        fn(ctx, slot, nth);
+        atomic_fetch_add(&pool.done, 1);
+    }
 }
 
 static void *worker_main(void *arg) {
@@ -87,8 +111,8 @@ static void *worker_main(void *arg) {
         }
         seen = atomic_load(&pool.generation);
         if (pool.stop) return NULL;
-        pool.fn(pool.ctx, ith, pool.job_nth);
-        atomic_fetch_sub(&pool.pending, 1);
+        (void)ith;
+        run_slots(seen);
     }
 }
 
@@ -139,23 +163,22 @@ int li_pool_run(li_task_fn fn, void *ctx, int want) {
         stop_workers();
         start_workers(li_get_threads() - 1);
     }
-    /* Every worker takes part in every job (a task with less work than threads hands
-     * the extra ones empty ranges): that way no worker can still be looking at an
-     * old job when the next one is published. */
-    const int nth = pool.n_workers + 1;
-    pool.fn = fn;
-    pool.ctx = ctx;
-    pool.job_nth = nth;
-    atomic_store(&pool.pending, nth - 1);
-    atomic_fetch_add(&pool.generation, 1);                      /* publishes the job */
+    const int nth = (pool.n_workers + 1) * LI_SLOTS_PER_THREAD;
+    atomic_store_explicit(&pool.fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&pool.ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&pool.job_nth, nth, memory_order_relaxed);
+    atomic_store(&pool.done, 0);
+    const unsigned gen = atomic_load(&pool.generation) + 1;
+    atomic_store(&pool.claim, (uint64_t)gen << 32);            /* opens the slots (seq_cst: after the fields) */
+    atomic_store(&pool.generation, gen);                       /* wakes the spinning workers */
     if (atomic_load(&pool.n_sleeping) > 0) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    fn(ctx, 0, nth);
+    run_slots(gen);
     unsigned spins = 0;
-    while (atomic_load(&pool.pending) > 0) {
+    while (atomic_load(&pool.done) < nth) {   /* slots others claimed and are still running */
         cpu_relax();
         if (++spins > 4096) sched_yield();   /* a worker lost its CPU: do not burn ours */
     }

@@ -9,10 +9,19 @@ from localinfer import kernels, layers
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 
 
+ISAS = kernels.supported_isas() if kernels.available() else []
+
+
 @pytest.fixture
 def ops():
     from localinfer import ops
     return ops
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    with kernels._isa(request.param):
+        yield request.param
 
 
 @pytest.mark.parametrize("shape", [(1, 576), (7, 640), (3, 4, 256), (2, 1)])
@@ -41,10 +50,23 @@ def test_swiglu(ops):
     np.testing.assert_allclose(ops.swiglu(g, u), layers.swiglu(g, u), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("kw", [{}, {"sliding_window": 5}, {"softcap": 3.0}, {"key_start": 7}])
+def test_geglu_is_the_reference_bit_for_bit(ops):
+    """ggml's f16 table, its +-10 cut-offs, and what lies between table entries."""
+    rng = np.random.default_rng(6)
+    g = np.concatenate([rng.normal(size=4093).astype(np.float32) * 6,
+                        np.float32([10.0, 9.999, -10.0, -9.999, 1e4, -1e4, 0.0, -0.0, np.inf, -np.inf, np.nan])])
+    u = rng.normal(size=g.shape).astype(np.float32)
+    np.testing.assert_array_equal(ops.geglu(g, u), layers.geglu(g, u))
+    np.testing.assert_array_equal(ops.geglu(g.reshape(4, -1), u.reshape(4, -1)), layers.geglu(g, u).reshape(4, -1))
+    with pytest.raises(ValueError):
+        ops.geglu(g, u[:-1])
+
+
+@pytest.mark.parametrize("kw", [{}, {"sliding_window": 5}, {"softcap": 3.0}, {"key_start": 7},
+                                {"sliding_window": 21, "key_start": 13}])
 @pytest.mark.parametrize("n,n_kv,heads,kv_heads,dim", [(1, 1, 1, 1, 64), (1, 300, 9, 3, 64), (17, 17, 4, 1, 256),
-                                                      (64, 80, 8, 2, 96)])
-def test_attention(ops, kw, n, n_kv, heads, kv_heads, dim):
+                                                      (64, 80, 8, 2, 96), (5, 37, 6, 3, 72), (40, 45, 5, 5, 8)])
+def test_attention(ops, isa, kw, n, n_kv, heads, kv_heads, dim):
     rng = np.random.default_rng(4)
     q = rng.normal(size=(n, heads, dim)).astype(np.float32)
     k = rng.normal(size=(n_kv, kv_heads, dim)).astype(np.float16)
@@ -56,6 +78,21 @@ def test_attention(ops, kw, n, n_kv, heads, kv_heads, dim):
     # both round the softmax weights to f16 (as llama.cpp does); a different summation order
     # can land a weight one f16 step (~5e-4 relative) away
     np.testing.assert_allclose(a, b, rtol=1e-3, atol=2e-3)
+
+
+def test_attention_simd_is_the_avx512_order(ops):
+    """AVX2 runs the 16 lanes as two halves: bit for bit what AVX-512 computes."""
+    if not {"avx2", "avx512"} <= set(ISAS):
+        pytest.skip("needs a CPU with AVX-512")
+    rng = np.random.default_rng(5)
+    q = rng.normal(size=(9, 4, 80)).astype(np.float32)
+    k, v = rng.normal(size=(2, 33, 2, 80)).astype(np.float16)
+    pos = np.arange(24, 33)
+    out = {}
+    for name in ("avx2", "avx512"):
+        with kernels._isa(name):
+            out[name] = ops.attention(q, k, v, pos, 0.1, sliding_window=20)
+    np.testing.assert_array_equal(out["avx2"], out["avx512"])
 
 
 def test_attention_bad_shapes(ops):

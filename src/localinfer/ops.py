@@ -12,7 +12,16 @@ from . import layers
 from .kernels import _ffi, _lib, available  # noqa: F401  (the same compiled module)
 
 rope_freqs = layers.rope_freqs
-geglu = layers.geglu  # gemma's ggml f16 GELU table stays in numpy for now
+
+
+def _gelu_f16_table() -> np.ndarray:
+    """(65536,) float32: the reference GELU at every f16 value, rounded to f16 (ggml's table)."""
+    x = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    with np.errstate(all="ignore"):
+        return layers.gelu_tanh(x).astype(np.float16).astype(np.float32)
+
+
+_GELU_F16 = _gelu_f16_table()
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
@@ -72,6 +81,15 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     if rc:
         raise ValueError("attention: invalid head grouping")
     return out
+
+
+def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    g, u = _f32(gate), _f32(up)
+    if g.shape != u.shape:
+        raise ValueError(f"geglu: gate {g.shape} and up {u.shape} differ")
+    y = np.empty_like(g)
+    _lib.li_geglu_f16(_ptr(g), _ptr(u), _ptr(y), g.size, _ptr(_GELU_F16))
+    return y
 
 
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
