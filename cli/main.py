@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench, perplexity, quantize."""
+"""The `localinfer` command: run (chat), pull, list, info, bench, perplexity, quantize, quality."""
 from __future__ import annotations
 
 import json
@@ -139,10 +139,12 @@ def info(model, as_json, template):
 
 from .bench import bench  # noqa: E402  (registered on the group here)
 from .perplexity import perplexity  # noqa: E402
+from .quality import quality  # noqa: E402
 from .quantize import quantize  # noqa: E402
 
 main.add_command(bench)
 main.add_command(perplexity)
+main.add_command(quality)
 main.add_command(quantize)
 
 if __name__ == "__main__":
