@@ -21,7 +21,7 @@ DEFAULT_TYPES = "F16,Q8_0,Q6_K,Q5_K_M,Q5_0,Q4_K_M,Q4_1,Q4_0,Q3_K_M,Q2_K"
 @click.option("-f", "--file", "text_file", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The text for PPL and KLD.")
 @click.option("-c", "--ctx-size", type=click.IntRange(4), default=512, show_default=True, help="Tokens per chunk.")
-@click.option("--chunks", type=click.IntRange(1), default=8, show_default=True, help="Chunks of the text to score.")
+@click.option("--chunks", type=click.IntRange(1), default=4, show_default=True, help="Chunks of the text to score.")
 @click.option("-t", "--threads", type=click.IntRange(1), default=min(os.cpu_count() or 1, 2), show_default=True,
               help="CPU threads for every measurement (fixed, so the speeds compare).")
 @click.option("-p", "--n-prompt", type=click.IntRange(0), default=128, show_default=True,
@@ -39,7 +39,7 @@ def quality(models, types_spec, text_file, ctx_size, chunks, threads, n_prompt, 
     """Quantize each MODEL's de-quantized F16 base to every type and measure it.
 
     \b
-    localinfer quality smollm2 gemma3 -f TEXT -c 512 --chunks 8 --report docs/quality.md
+    localinfer quality smollm2 gemma3 -f TEXT -c 512 --chunks 4 --report docs/quality.md
 
     Per type: file size, bits per weight, PPL, Δppl and mean KLD against the base, top-1
     agreement, prefill and decode tokens/s. Progress goes to stderr, the table to stdout

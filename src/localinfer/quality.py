@@ -36,7 +36,7 @@ class Settings:
     """What one table is measured with (the command's flags)."""
     text: str                  # the evaluation text
     n_ctx: int = 512
-    n_chunks: int = 8
+    n_chunks: int = 4
     threads: int = 2           # for the PPL passes and the speed runs alike
     n_prompt: int = 128        # ppN
     n_gen: int = 32            # tgN
