@@ -7,8 +7,6 @@ import sys
 
 import click
 
-from .main import _set_threads
-
 # localinfer.quality.DEFAULT_TYPES, spelled out: importing localinfer imports numpy, which must wait
 # for _set_threads (a test checks that the two agree)
 DEFAULT_TYPES = "F16,Q8_0,Q6_K,Q5_K_M,Q5_0,Q4_K_M,Q4_1,Q4_0,Q3_K_M,Q2_K"
@@ -44,6 +42,7 @@ def quality(models, types_spec, text_file, ctx_size, chunks, threads, n_prompt, 
     Per type: file size, bits per weight, PPL, Δppl and mean KLD against the base, top-1
     agreement, prefill and decode tokens/s. Progress goes to stderr, the table to stdout
     (and to --report, rewritten after every row)."""
+    from .main import _set_threads  # here, not at the top: main imports this module
     _set_threads(threads)
     from localinfer import quality as Q
     from localinfer.bench_suite import machine
