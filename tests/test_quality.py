@@ -43,7 +43,8 @@ def test_bits_per_weight_by_hand(tmp_path):
 
 
 def _table():
-    t = Q.ModelTable("tiny", "tiny.Q4_1.gguf", "Q4_1+Q8_0", n_chunks=2, n_scored=510)
+    t = Q.ModelTable("tiny", "tiny.Q4_1.gguf", "Q4_1+Q8_0", n_chunks=2, n_scored=510, source_file_type="Q4_1",
+                     embd_share=0.21)
     t.rows = [Q.Row("F16", 200.0, 16.0, 10**8, 20.0, 0.5, pp_ts=10.0, tg_ts=5.0),
               Q.Row("Q8_0", 100.0, 8.5, 10**8, 20.2, 0.5, 0.2, 0.05, 0.004, 0.001, 0.95, 0.01, 40.0, 7.5)]
     return t
@@ -60,7 +61,11 @@ def test_report_states_the_base_and_the_ratios():
     cells = [c.strip() for c in row.strip("|").split("|")]
     # size × F16, bpw, ..., pp × F16, tg × F16
     assert cells[2] == "0.50" and cells[3] == "8.50" and cells[-2] == "4.00" and cells[-1] == "1.50"
-    assert "Q8_0 is 0.50× the F16 file" in md
+    assert "Q8_0 is 0.50× the F16 file" in md and "it is 21 % of the parameters" in md
+    assert "catalog file's own type" not in md  # no Q4_1 row
+    t = _table()
+    t.rows.append(Q.Row("Q4_1", 60.0, 5.0, 10**8, 20.1, 0.5))
+    assert "Q4_1 is the catalog file's own type" in Q.report([t], s, [], "c", machine, None, "t.txt")
     busy = Q.report([_table()], s, [], "c", machine, None, "t.txt", (3.9, 4.2))
     assert "speeds are from a busy machine" in busy
 
@@ -83,6 +88,7 @@ def test_cli_small_table_on_smollm2(smollm2_path, tmp_path):
     assert r.exit_code == 0, r.output
     md = report.read_text()
     assert "The base is not an F16 original" in md and "Q4_1+Q8_0 weights widened to F16" in md
+    assert re.search(r"it is 2\d % of the parameters", md)  # SmolLM2's 49152 x 576 embedding of 135M
     rows = {m.group(1): [c.strip() for c in m.group(2).split("|")]
             for m in re.finditer(r"^\| (F16|Q8_0) \|(.*)\|$", md, re.M)}
     f16, q8 = rows["F16"], rows["Q8_0"]

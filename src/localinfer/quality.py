@@ -72,6 +72,8 @@ class ModelTable:
     n_chunks: int = 0
     n_scored: int = 0
     rows: list[Row] = field(default_factory=list)
+    source_file_type: str | None = None  # its general.file_type by llama-quantize's name, e.g. "Q4_K_M"
+    embd_share: float = 0.0              # token_embd's share of the parameters
 
 
 def parse_types(spec: str | list[str]) -> list[str]:
@@ -117,6 +119,17 @@ def weight_types(path: str | os.PathLike) -> str:
     with GGUFFile(path) as f:
         c = Counter(t.ggml_type.name for t in f.tensors.values() if len(t.shape) > 1)
     return "+".join(t for t, _ in c.most_common())
+
+
+def source_facts(path: str | os.PathLike) -> tuple[str | None, float]:
+    """(the file type named by general.file_type, or None; token_embd's share of the parameters)."""
+    from .quant.mixes import FILE_TYPES
+    with GGUFFile(path) as f:
+        ftype = f.metadata.get("general.file_type")
+        n = sum(t.n_elements for t in f.tensors.values())
+        emb = f.tensors.get("token_embd.weight")
+    name = next((ft.name for ft in FILE_TYPES.values() if ft.ftype == ftype), None)
+    return name, (emb.n_elements / n if emb is not None and n else 0.0)
 
 
 def save_base(model, chunks, base_path: str, top_k: int | None, log: Callable[[str], None]):
@@ -179,6 +192,7 @@ def measure_model(name: str, types: list[str], s: Settings, work_dir: str | None
 
     src = str(resolve_model(name))
     table = ModelTable(name, os.path.basename(src), weight_types(src))
+    table.source_file_type, table.embd_share = source_facts(src)
     stem = os.path.splitext(os.path.basename(src))[0]
     with tempfile.TemporaryDirectory(prefix="localinfer-quality-") as tmp:
         wd = work_dir or tmp
@@ -262,7 +276,24 @@ def seeds_check(table: ModelTable) -> str:
         if r:
             parts.append(f"{t} is {r.file_mib / ref.file_mib:.2f}× the F16 file ({r.bpw:.2f} bits/weight), "
                          f"mean KLD {r.kld:.4f}, Δppl {r.dppl:+.2f} ({100 * r.dppl / ref.ppl:+.1f} %)")
-    return "; ".join(parts) + "." if parts else ""
+    if not parts:
+        return ""
+    text = "; ".join(parts) + "."
+    if table.embd_share:
+        text += (f" Every mix keeps the token embedding (here also the output matrix) at 6–8 bits, and in a "
+                 f"model this small it is {100 * table.embd_share:.0f} % of the parameters, so the 4-bit types "
+                 f"come to more than ¼ of F16.")
+    return text
+
+
+def own_type_note(table: ModelTable) -> str:
+    """The catalog file's own type re-creates (nearly) the catalog file: say why its loss is so low."""
+    ft = table.source_file_type
+    if ft and ft != BASE_TYPE and any(r.type == ft for r in table.rows):
+        return (f"{ft} is the catalog file's own type: its weights, widened to F16, fall back onto (nearly) the "
+                f"same {ft} grid, so its loss here is far below what quantizing an F16 original to {ft} would "
+                f"cost, and lower than that of some types with more bits.")
+    return ""
 
 
 def report(tables: list[ModelTable], s: Settings, types: list[str], command: str, machine: dict,
@@ -302,6 +333,9 @@ def report(tables: list[ModelTable], s: Settings, types: list[str], command: str
     for t in tables:
         lines += [f"## {t.name}", "", f"{t.source} → F16 base → each type; {t.n_chunks} chunks, "
                   f"{t.n_scored} scored tokens.", "", markdown_table(t, s), ""]
+        note = own_type_note(t)
+        if note:
+            lines += [note, ""]
         check = seeds_check(t)
         if check:
             lines += [f"Against the rule of thumb (INT8 ≈ ½ the memory of FP16 with negligible loss, INT4 ≈ ¼ "
