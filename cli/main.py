@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench, bench-serve, serve, perplexity, quantize, convert."""
+"""The `localinfer` command: run (chat), pull, list, info, bench, bench-serve, serve, perplexity, quantize, quality, convert."""
 from __future__ import annotations
 
 import json
@@ -141,6 +141,7 @@ from .bench import bench  # noqa: E402  (registered on the group here)
 from .bench_serve import bench_serve  # noqa: E402
 from .convert import convert  # noqa: E402
 from .perplexity import perplexity  # noqa: E402
+from .quality import quality  # noqa: E402
 from .quantize import quantize  # noqa: E402
 from .serve import serve  # noqa: E402
 
@@ -148,6 +149,7 @@ main.add_command(bench)
 main.add_command(bench_serve)
 main.add_command(convert)
 main.add_command(perplexity)
+main.add_command(quality)
 main.add_command(quantize)
 main.add_command(serve)
 
