@@ -29,12 +29,13 @@ def _alone(m, prefix, tokens, last_only):
 @pytest.mark.parametrize("last_only", [False, True])
 def test_batch_matches_each_sequence_alone(model_path, backend, atol, last_only):
     m = _model(model_path, backend)
-    rng = np.random.default_rng(0)
-    n_vocab = m.config.n_vocab
+    # real text, so the C path's rounding noise does not flip near-tie argmaxes as random ids do
+    import localinfer
+    ids = localinfer.load(str(model_path)).tokenize(
+        "The quick brown fox jumps over the lazy dog. Paris is the capital of France, and Berlin "
+        "is the capital of Germany. One, two, three, four, five, six", add_special=False)
     # sequences at different offsets: a fresh prompt, a decode step, a continuation
-    cases = [([], rng.integers(0, n_vocab, 11)),
-             (rng.integers(0, n_vocab, 20), rng.integers(0, n_vocab, 1)),
-             (rng.integers(0, n_vocab, 7), rng.integers(0, n_vocab, 5))]
+    cases = [([], ids[:11]), (ids[:20], ids[20:21]), (ids[3:10], ids[10:15])]
     caches = []
     for prefix, _ in cases:
         cache = m.new_cache(256)
@@ -51,7 +52,9 @@ def test_batch_matches_each_sequence_alone(model_path, backend, atol, last_only)
         else:  # the C path quantizes activations per matmul and a GEMM rounds differently from a
             # GEMV: on random tokens gemma3's C logits are ~0.35 (median) from the reference alone
             assert np.median(np.abs(got - want)) < 1.0
-            assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.8
+            # a near tie may flip, but each row's top token stays among its top 5 alone
+            top5 = np.argsort(want, axis=-1)[:, -5:]
+            assert all(g in t for g, t in zip(got.argmax(-1), top5))
 
 
 def test_a_full_cache_rejects_the_whole_batch(smollm2_path):

@@ -31,12 +31,13 @@ from .prefix_cache import PrefixCache
 from .request import Cancelled, Request
 
 
-# The C matmul multiplies fewer rows than this one at a time (GEMV, csrc/matmul.c LI_GEMM_MIN_M)
-# and more as a GEMM, which rounds differently; within the GEMM each row's result is independent
-# of the others. So a prompt whose prefix comes from the cache still computes at least this many
-# rows, and a chunked prefill never leaves fewer for last: a request's logits are then bitwise
-# the same whether its prefix was cached or not (when it runs alone), and a seed repeats.
-MIN_PREFILL_ROWS = 6
+# The C kernels take another summation order for a few rows than for many: the matmul below
+# csrc/matmul.c LI_GEMM_MIN_M (6) rows is a GEMV, and attention below csrc/attention.c
+# LI_ATTN_BATCH (16) queries sums P.V key after key. From this many rows on, each row's result is
+# independent of the others. So a prompt whose prefix comes from the cache still computes at least
+# this many rows, and a chunked prefill never leaves fewer for last: a request's logits are then
+# bitwise the same whether its prefix was cached or not (when it runs alone), and a seed repeats.
+MIN_PREFILL_ROWS = 16
 
 
 class QueueFullError(RuntimeError):
