@@ -16,7 +16,8 @@ from .bench import _int_list
               help="Concurrent clients per level, comma-separated.")
 @click.option("--requests", "requests_per_client", type=click.IntRange(1, 100), default=2, show_default=True,
               help="Requests each client sends per level (a single client sends at least 4).")
-@click.option("-n", "--max-tokens", type=click.IntRange(1, 4096), default=32, show_default=True)
+@click.option("-n", "--max-tokens", type=click.IntRange(1, 4096), default=128, show_default=True,
+              help="Tokens per answer: long enough that decode, not each request's prefill, dominates.")
 @click.option("--system-tokens", type=click.IntRange(32, 8000), default=1000, show_default=True,
               help="Length of the shared system prompt for the prefix-cache TTFT.")
 @click.option("-c", "--ctx-size", type=click.IntRange(64), default=2048, show_default=True)

@@ -24,13 +24,14 @@ import numpy as np
 
 from .bench_suite import machine
 from .serve.app import BackgroundServer
+from .serve.engine import MIN_PREFILL_ROWS
 
 WORDS = ("the river morning garden letter window village evening stone quiet market winter harbour "
          "lantern travel story friend mountain silver candle forest bridge music summer orchard").split()
 
 
 NOTE = ("With the cache the request still computes the tail of its prompt (the part past the last whole "
-        "32-token block, at least 6 tokens), and those tokens attend over every cached position.")
+        f"32-token block, at least {MIN_PREFILL_ROWS} tokens), and those tokens attend over every cached position.")
 
 
 @dataclass
