@@ -1,13 +1,14 @@
 """`localinfer quantize` against a llama-quantize binary, file for file (skipped without one).
 
-Set $LLAMA_QUANTIZE to a llama-quantize built from llama.cpp (nothing here builds
-it). On a synthetic llama model every file type must give the same file, byte
+Set $LLAMA_QUANTIZE to a llama-quantize built from llama.cpp, or put one on PATH (nothing
+here builds it). On a synthetic llama model every file type must give the same file, byte
 for byte: ggml's reference quantizers, llama_tensor_get_type's mix rules and
 llama-quantize's layout, reproduced.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from localinfer.cli.main import main
 from localinfer.gguf_file import GGUFFile
 from localinfer.quant.mixes import FILE_TYPES
 
-LLAMA_QUANTIZE = Path(os.environ.get("LLAMA_QUANTIZE", "/tmp/llamacpp/build/bin/llama-quantize"))
+LLAMA_QUANTIZE = Path(os.environ.get("LLAMA_QUANTIZE") or shutil.which("llama-quantize") or "llama-quantize")
 
 pytestmark = pytest.mark.skipif(not LLAMA_QUANTIZE.is_file(), reason="no llama-quantize binary ($LLAMA_QUANTIZE)")
 
