@@ -38,8 +38,11 @@ class Attention:
         if w.has(p + "attn_qkv.weight"):
             wq = wk = wv = None
             wqkv = w.linear(p + "attn_qkv.weight", (q_dim + 2 * kv_dim, c.n_embd), bias=p + "attn_qkv.bias")
+        elif (wqkv := w.stacked_linear([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"],
+                                       [(q_dim, c.n_embd), (kv_dim, c.n_embd), (kv_dim, c.n_embd)],
+                                       [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"])) is not None:
+            wq = wk = wv = None
         else:
-            wqkv = None
             wq = w.linear(p + "attn_q.weight", (q_dim, c.n_embd), bias=p + "attn_q.bias")
             wk = w.linear(p + "attn_k.weight", (kv_dim, c.n_embd), bias=p + "attn_k.bias")
             wv = w.linear(p + "attn_v.weight", (kv_dim, c.n_embd), bias=p + "attn_v.bias")
@@ -98,6 +101,11 @@ class GatedMLP:
     @classmethod
     def from_gguf(cls, w: WeightLoader, p: str, c) -> "GatedMLP":
         if w.has(p + "ffn_gate.weight"):
+            gate_up = w.stacked_linear([p + "ffn_gate.weight", p + "ffn_up.weight"], [(c.n_ff, c.n_embd)] * 2,
+                                       [p + "ffn_gate.bias", p + "ffn_up.bias"])
+            if gate_up is not None:
+                return cls(w_gate=None, w_up=gate_up, n_ff=c.n_ff,
+                           w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff), bias=p + "ffn_down.bias"))
             return cls(w_gate=w.linear(p + "ffn_gate.weight", (c.n_ff, c.n_embd), bias=p + "ffn_gate.bias"),
                        w_up=w.linear(p + "ffn_up.weight", (c.n_ff, c.n_embd), bias=p + "ffn_up.bias"),
                        w_down=w.linear(p + "ffn_down.weight", (c.n_embd, c.n_ff), bias=p + "ffn_down.bias"),

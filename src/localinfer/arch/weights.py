@@ -103,6 +103,28 @@ class WeightLoader:
                 pass  # a type the C core lacks: this one layer runs on the reference path
         return DenseLinear(dequantize(self.f.tensor_data(name), info.ggml_type, info.shape), b)
 
+    def stacked_linear(self, names: list[str], shapes: list[tuple[int, int]], biases: list[str]):
+        """One matrix whose rows are those of `names` in order, or None where stacking does not pay
+        or does not fit: only the C backend stacks (one matmul call and one activation quantization
+        instead of several; each row's result is the same bits as alone), and only matrices of one
+        type and width, with a bias on all or none. The stacked rows are a copy, outside the mmap."""
+        if self.backend != "c":
+            return None
+        infos = [self._info(n, s) for n, s in zip(names, shapes)]
+        if len({i.ggml_type for i in infos}) != 1 or len({s[1] for s in shapes}) != 1:
+            return None
+        has_bias = [self.has(b) for b in biases]
+        if any(has_bias) and not all(has_bias):
+            return None
+        from .. import kernels
+        from ..quant import UnsupportedQuantType
+        raw = np.concatenate([self.f.tensor_data(n) for n in names])
+        b = np.concatenate([self.vector(bn, (s[0],)) for bn, s in zip(biases, shapes)]) if all(has_bias) else None
+        try:
+            return KernelLinear(kernels.prepare(raw, infos[0].ggml_type), b)
+        except UnsupportedQuantType:
+            return None
+
     def optional_linear(self, name: str, shape: tuple[int, int], bias: str | None = None):
         return self.linear(name, shape, bias) if self.has(name) else None
 
