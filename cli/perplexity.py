@@ -5,7 +5,6 @@ progress and the ETA go to stderr.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -71,7 +70,7 @@ def perplexity(model, text_file, ctx_size, chunks, threads, base_path, kl, kl_to
 
 def _run_ppl(model_name, text_file, n_ctx, n_chunks, threads, base_path, top_k):
     from localinfer import perplexity as P
-    from localinfer.kld_file import DEFAULT_TOP_K, BaseHeader, BaseWriter, base_chunk, vocab_fingerprint
+    from localinfer.kld_file import BaseWriter, base_chunk, base_header
     from .main import _load
 
     with open(text_file, encoding="utf-8", errors="replace") as f:
@@ -84,20 +83,16 @@ def _run_ppl(model_name, text_file, n_ctx, n_chunks, threads, base_path, top_k):
     chunks = P.make_chunks(tokens, n_ctx, n_chunks)
     n_chunk = chunks.shape[0]
     _log(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={n_ctx}, batch_size={n_ctx}, n_seq=1")
-    writer = None
+    writer, keep = None, None
     if base_path:
-        k = min(top_k or DEFAULT_TOP_K, llm.n_vocab)
-        header = BaseHeader(n_ctx, n_chunk, llm.n_vocab, k, vocab_fingerprint(llm.tokenizer),
-                            model=os.path.basename(llm.path), bos_id=P.bos_for_chunks(llm))
-        _log(f"perplexity: saving the base distributions (top {k}) to {base_path}")
+        header = base_header(llm, chunks, top_k)
+        _log(f"perplexity: saving the base distributions (top {header.top_k}) to {base_path}")
         writer = BaseWriter(base_path, header, chunks)
+        keep = lambda logits, targets: writer.write(base_chunk(logits, targets, header.top_k))  # noqa: E731
     stats = P.PerplexityStats()
     t0 = time.perf_counter()
     try:
-        for i, (logits, targets) in enumerate(P.scored_logits(llm, chunks)):
-            stats.add(P.token_nll(logits, targets))
-            if writer:
-                writer.write(base_chunk(logits, targets, writer.header.top_k))
+        for i, stats in enumerate(P.perplexity_pass(llm, chunks, keep)):
             if i == 0:
                 _log("perplexity: " + _eta(time.perf_counter() - t0, n_chunk))
             _out(P.format_running(i + 1, stats.ppl), nl=False)
@@ -109,8 +104,7 @@ def _run_ppl(model_name, text_file, n_ctx, n_chunks, threads, base_path, top_k):
 
 
 def _run_kld(model_name, base_path, ctx_size, n_chunks, threads):
-    from localinfer import perplexity as P
-    from localinfer.kl_divergence import TABLE_HEADER, KLDStats, chunk_kld, format_report, format_row
+    from localinfer.kl_divergence import TABLE_HEADER, KLDStats, format_report, format_row, kld_pass
     from localinfer.kld_file import BaseReader
     from .main import _load
 
@@ -126,8 +120,7 @@ def _run_kld(model_name, base_path, ctx_size, n_chunks, threads):
          f"(base: {h.model}, top {h.top_k} of {h.n_vocab} tokens)")
     stats = KLDStats()
     t0 = time.perf_counter()
-    for i, (logits, targets) in enumerate(P.scored_logits(llm, chunks)):
-        stats.add(chunk_kld(logits, targets, base.chunk(i)))
+    for i, stats in enumerate(kld_pass(llm, chunks, base)):
         if i == 0:
             _log("kl_divergence: " + _eta(time.perf_counter() - t0, n_chunk))
             _out("")

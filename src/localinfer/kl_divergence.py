@@ -12,11 +12,12 @@ Per scored position, with P the base distribution and Q the model's:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
 from .kld_file import BaseChunk
-from .perplexity import ROW_BLOCK, log_softmax
+from .perplexity import ROW_BLOCK, log_softmax, scored_logits
 
 
 @dataclass
@@ -187,3 +188,12 @@ def format_report(s: dict) -> str:
 
 def _pct(q: float) -> str:
     return f"{100 * q:4.1f}%"
+
+
+def kld_pass(model, chunks: np.ndarray, base) -> Iterator[KLDStats]:
+    """Scores `model` on the chunks against the base file's chunks (a kld_file.BaseReader),
+    yielding the running stats after each chunk."""
+    stats = KLDStats()
+    for i, (logits, targets) in enumerate(scored_logits(model, chunks)):
+        stats.add(chunk_kld(logits, targets, base.chunk(i)))
+        yield stats

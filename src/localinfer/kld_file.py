@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .perplexity import log_softmax, n_scored
+from .perplexity import bos_for_chunks, log_softmax, n_scored
 
 MAGIC = b"LIKLD01\n"
 DEFAULT_TOP_K = 1024
@@ -89,6 +89,14 @@ class BaseHeader:
     def chunk_bytes(self) -> int:
         n, k = self.n_scored, self.top_k
         return n * k * 4 * 2 + n * 4 * 2
+
+
+def base_header(model, chunks: np.ndarray, top_k: int | None = None) -> BaseHeader:
+    """The header of `model`'s base file over `chunks` (n_chunk, n_ctx), keeping its top_k tokens."""
+    n_chunk, n_ctx = chunks.shape
+    return BaseHeader(n_ctx, n_chunk, model.n_vocab, min(top_k or DEFAULT_TOP_K, model.n_vocab),
+                      vocab_fingerprint(model.tokenizer), model=os.path.basename(model.path),
+                      bos_id=bos_for_chunks(model))
 
 
 class BaseWriter:

@@ -18,7 +18,7 @@ The method (tools/perplexity/perplexity.cpp, `perplexity()`):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -155,3 +155,15 @@ def scored_logits(model, chunks: np.ndarray) -> Iterator[tuple[np.ndarray, np.nd
         ctx.reset()
         logits = ctx.append(chunk_input(chunk, bos))  # (n_ctx, n_vocab)
         yield logits[scored_slice(n_ctx)], chunk_targets(chunk)
+
+
+def perplexity_pass(model, chunks: np.ndarray,
+                    keep: Callable[[np.ndarray, np.ndarray], None] | None = None) -> Iterator[PerplexityStats]:
+    """Scores the chunks one by one, yielding the running stats after each; `keep(logits, targets)`
+    also sees each chunk's scored logits (to save a base model's distributions)."""
+    stats = PerplexityStats()
+    for logits, targets in scored_logits(model, chunks):
+        stats.add(token_nll(logits, targets))
+        if keep is not None:
+            keep(logits, targets)
+        yield stats

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -136,33 +135,27 @@ def save_base(model, chunks, base_path: str, top_k: int | None, log: Callable[[s
     """One pass of the base model over `chunks`: its distributions go to `base_path`;
     returns its PerplexityStats."""
     from . import perplexity as P
-    from .kld_file import DEFAULT_TOP_K, BaseHeader, BaseWriter, base_chunk, vocab_fingerprint
+    from .kld_file import BaseWriter, base_chunk, base_header
 
-    n_chunk, n_ctx = chunks.shape
-    k = min(top_k or DEFAULT_TOP_K, model.n_vocab)
-    header = BaseHeader(n_ctx, n_chunk, model.n_vocab, k, vocab_fingerprint(model.tokenizer),
-                        model=os.path.basename(model.path), bos_id=P.bos_for_chunks(model))
+    header = base_header(model, chunks, top_k)
     stats = P.PerplexityStats()
     with BaseWriter(base_path, header, chunks) as w:
-        for i, (logits, targets) in enumerate(P.scored_logits(model, chunks)):
-            stats.add(P.token_nll(logits, targets))
-            w.write(base_chunk(logits, targets, k))
-            log(f"  base chunk {i + 1}/{n_chunk}: PPL {stats.ppl:.4f}")
+        keep = lambda logits, targets: w.write(base_chunk(logits, targets, header.top_k))  # noqa: E731
+        for i, stats in enumerate(P.perplexity_pass(model, chunks, keep)):
+            log(f"  base chunk {i + 1}/{header.n_chunk}: PPL {stats.ppl:.4f}")
     return stats
 
 
 def kld_against(model, base_path: str, log: Callable[[str], None]) -> dict:
     """One pass of `model` over the base file's chunks -> KLDStats.summary()."""
-    from . import perplexity as P
-    from .kl_divergence import KLDStats, chunk_kld
+    from .kl_divergence import KLDStats, kld_pass
     from .kld_file import BaseReader
 
     base = BaseReader(base_path)
     base.check_model(model, os.path.basename(model.path))
     chunks = base.tokens()
     stats = KLDStats()
-    for i, (logits, targets) in enumerate(P.scored_logits(model, chunks)):
-        stats.add(chunk_kld(logits, targets, base.chunk(i)))
+    for i, stats in enumerate(kld_pass(model, chunks, base)):
         log(f"  chunk {i + 1}/{chunks.shape[0]}: KLD {stats.summary()['kld'][0]:.5f}")
     return stats.summary()
 
