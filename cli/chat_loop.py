@@ -39,15 +39,44 @@ def answer(llm, prompt: str, system: str | None, raw: bool, verbose: bool, **opt
     _print_stream(chunks, verbose)
 
 
+class _AtPrompt(Exception):
+    """Ctrl-C while the prompt waited for a line."""
+
+
 def _read_line() -> str | None:
     try:
         return input(">>> ")
     except EOFError:
         return None
+    except KeyboardInterrupt:
+        raise _AtPrompt from None
+
+
+def _turn(session, verbose: bool) -> bool:
+    """Reads one line and acts on it; False when the user is done."""
+    from localinfer import ContextFullError
+    line = _read_line()
+    if line is None or line.strip() == "/bye":
+        if line is None:
+            sys.stdout.write("\n")
+        return False
+    text = line.strip()
+    if not text:
+        return True
+    if text == "/clear":
+        session.clear()
+        click.echo("(conversation cleared)", err=True)
+    elif text in ("/help", "/?"):
+        click.echo(HELP, err=True)
+    else:
+        try:
+            _print_stream(session.stream(text), verbose)
+        except ContextFullError as e:  # the session has already dropped the message that did not fit
+            click.echo(f"[{e}; /clear to start over]", err=True)
+    return True
 
 
 def interactive(llm, system: str | None, verbose: bool, **options) -> None:
-    from localinfer import ContextFullError
     try:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
@@ -55,29 +84,14 @@ def interactive(llm, system: str | None, verbose: bool, **options) -> None:
     session = llm.chat_session(system=system, **options)
     click.echo(f"localinfer: {llm.architecture} model {llm.path} loaded, context {llm.n_ctx} tokens. {HELP}",
                err=True)
-    while True:
+    going = True
+    while going:
+        # Ctrl-C never ends the program here, wherever it lands: at the prompt it says how to
+        # leave, during an answer _print_stream stops the answer, anywhere else (templating,
+        # tokenizing, between statements) the turn is dropped and the prompt comes back
         try:
-            line = _read_line()
-        except KeyboardInterrupt:
+            going = _turn(session, verbose)
+        except _AtPrompt:
             click.echo("\n(use /bye or Ctrl-D to exit)", err=True)
-            continue
-        if line is None or line.strip() == "/bye":
-            if line is None:
-                sys.stdout.write("\n")
-            return
-        text = line.strip()
-        if not text:
-            continue
-        if text == "/clear":
-            session.clear()
-            click.echo("(conversation cleared)", err=True)
-            continue
-        if text in ("/help", "/?"):
-            click.echo(HELP, err=True)
-            continue
-        try:
-            _print_stream(session.stream(text), verbose)
-        except KeyboardInterrupt:  # Ctrl-C before the answer started (templating, tokenizing)
+        except KeyboardInterrupt:
             click.echo("", err=True)
-        except ContextFullError as e:  # the session has already dropped the message that did not fit
-            click.echo(f"[{e}; /clear to start over]", err=True)

@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -130,6 +131,11 @@ static void stop_workers(void) {
 
 /* called with pool.busy held */
 static void start_workers(int n) {
+    /* the workers block every signal (they inherit the mask they are created with), so a
+       Ctrl-C always reaches the Python thread that can act on it, even while it sleeps in read() */
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
     pool.start_generation = atomic_load(&pool.generation);
     for (int i = 0; i < n; i++) {
         if (pthread_create(&pool.threads[i], NULL, worker_main, (void *)(intptr_t)(i + 1)) != 0) {
@@ -137,6 +143,7 @@ static void start_workers(int n) {
             break;
         }
     }
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
     pool.n_workers = n;
 }
 

@@ -104,8 +104,8 @@ class Terminal:
             if ready:
                 try:
                     self.out += os.read(self.fd, 4096)
-                except OSError:
-                    break
+                except OSError:  # the program has exited
+                    raise AssertionError(f"exited before {needle!r}:\n{self.out.decode(errors='replace')}")
         return self.out.decode(errors="replace")
 
     def wait(self, timeout: float = 30) -> int:
@@ -172,7 +172,8 @@ def test_ctrl_c_before_the_answer_starts(smollm2_path):
     term.send("\x03")
     term.expect(">>> ", timeout=120)
     term.send("/bye\r")
-    assert term.wait() == 0
+    code = term.wait()
+    assert code == 0, term.out.decode(errors="replace")
 
 
 def test_ctrl_d_exits(smollm2_path):
