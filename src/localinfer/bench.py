@@ -2,7 +2,8 @@
 
 One model x thread count is measured in its own process (`python -m localinfer.bench ...`),
 so the thread setting, load time and peak RSS are those of a fresh start. Test names and
-meaning follow llama-bench: ppN evaluates N random tokens in one batch on an empty context;
+meaning follow llama-bench: ppN evaluates N random tokens in one batch on an empty context and
+computes the logits of the last one (as llama-bench's batch asks, and all a prompt needs);
 tgN generates N tokens one at a time from an empty context. Each is repeated after one
 warm-up run; the rows carry every sample.
 """
@@ -63,7 +64,7 @@ def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], re
         ctx = model.new_context(n + 1)
         tokens = random_tokens(n)
         start = time.perf_counter_ns()
-        logits = ctx.append(tokens)
+        logits = ctx.append(tokens, last_only=True)
         int(np.argmax(logits[-1]))  # the first token is ready here: this is the TTFT of an n-token prompt
         return time.perf_counter_ns() - start
 
