@@ -24,10 +24,10 @@ def short_run(smollm2_path):
     calls = []  # (n_tokens, ns) of each Context.append, timed around the call
     original = Context.append
 
-    def timed_append(self, tokens):
+    def timed_append(self, tokens, **kw):
         t = time.perf_counter_ns()
         try:
-            return original(self, tokens)
+            return original(self, tokens, **kw)
         finally:
             calls.append((len(tokens), time.perf_counter_ns() - t))
 
