@@ -169,6 +169,7 @@ typedef struct {
     li_softmax_f16_fn softmax_f16;
     li_round_f16_fn round_f16;
     li_widen_f16_fn widen_f16;
+    void (*silu_mul)(const float *g, const float *u, float *y, int64_t n);   /* y = g / (1 + e^-g) * u */
 } li_isa_kernels;
 
 #define LI_MAX_NW 8
@@ -178,6 +179,7 @@ typedef struct {
 extern const li_type_traits li_traits_generic[LI_TYPE_COUNT];
 extern const li_isa_kernels li_kernels_generic;
 #if defined(__x86_64__) || defined(_M_X64)
+void li_exp_avx2(const float *x, float *y, int64_t n);   /* act_avx2.c: y = e^x, rounded as expf */
 extern const li_isa_kernels li_kernels_avx2;
 extern const li_isa_kernels li_kernels_avx512;
 #endif

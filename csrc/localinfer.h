@@ -51,8 +51,8 @@ int li_default_threads(void);
 int li_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t dim, float eps);
 int li_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
             const int64_t *pos, const double *inv_freq, int neox);
-int li_silu_mul(const float *g, const float *u, float *y, int64_t n);
-int li_geglu_f16(const float *g, const float *u, float *y, int64_t n, const float *table);
+int li_glu(const float *g, int64_t ldg, const float *u, int64_t ldu, float *y, int64_t n_rows, int64_t n_cols,
+           const float *table);
 int li_attention_f16(const float *q, const void *k, const void *v, float *out, int64_t n_q, int64_t n_head,
                      int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos, int64_t key_start,
                      float scale, int64_t window, float softcap);

@@ -52,21 +52,55 @@ int li_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n
     return 0;
 }
 
-/* y = silu(g) * u */
-int li_silu_mul(const float *g, const float *u, float *y, int64_t n) {
+static void silu_mul_generic(const float *g, const float *u, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    return 0;
 }
 
 /* y = gelu(g) * u the way ggml_geglu computes it on the CPU (GGML_GELU_FP16): gelu read from a
  * table indexed by the f16 bits of g and holding f16 results; g itself above 10, 0 below -10.
  * `table` (65536 floats) is built by the caller from the numpy reference (ops.py), so this is
  * bit for bit layers.geglu. */
-int li_geglu_f16(const float *g, const float *u, float *y, int64_t n, const float *table) {
+static void geglu_f16(const float *g, const float *u, float *y, int64_t n, const float *table) {
     for (int64_t i = 0; i < n; i++) {
         const float x = g[i];
         const float act = x >= 10.0f ? x : x <= -10.0f ? 0.0f : table[li_fp32_to_fp16(x)];
         y[i] = act * u[i];
     }
+}
+
+typedef struct {
+    const float *g, *u, *table;
+    float *y;
+    int64_t ldg, ldu, n_rows, n_cols;
+    void (*silu_mul)(const float *, const float *, float *, int64_t);
+} glu_job;
+
+static void task_glu(void *ctx, int ith, int nth) {
+    const glu_job *j = ctx;
+    /* by rows, or by 16-element pieces of the one row of a decode step */
+    const int64_t units = j->n_rows > 1 ? j->n_rows : (j->n_cols + 15) / 16;
+    const int64_t lo = units * ith / nth, hi = units * (ith + 1) / nth;
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t r = t, c0 = 0, n = j->n_cols;
+        if (j->n_rows <= 1) {
+            r = 0, c0 = t * 16;
+            n = j->n_cols - c0 < 16 ? j->n_cols - c0 : 16;
+        }
+        const float *g = j->g + r * j->ldg + c0, *u = j->u + r * j->ldu + c0;
+        float *y = j->y + r * j->n_cols + c0;
+        if (j->table) geglu_f16(g, u, y, n, j->table);
+        else j->silu_mul(g, u, y, n);
+    }
+}
+
+/* y (n_rows, n_cols) = act(g) * u, for gate and up rows `ldg` / `ldu` floats apart (the two
+ * halves of one fused gate|up matmul are read in place); act = GELU from `table` (see
+ * geglu_f16) or SiLU when table is NULL. Split over the pool's threads when it pays. */
+int li_glu(const float *g, int64_t ldg, const float *u, int64_t ldu, float *y, int64_t n_rows, int64_t n_cols,
+           const float *table) {
+    if (n_rows < 0 || n_cols < 0 || ldg < n_cols || ldu < n_cols) return -1;
+    const li_isa_kernels *kern = li_active_kernels();
+    glu_job j = {g, u, table, y, ldg, ldu, n_rows, n_cols, kern->silu_mul ? kern->silu_mul : silu_mul_generic};
+    li_pool_run(task_glu, &j, n_rows * n_cols >= 16384 ? 2 : 1);
     return 0;
 }

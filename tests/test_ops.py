@@ -44,10 +44,30 @@ def test_rope(ops, neox, n, heads, dim, n_rot):
     np.testing.assert_array_equal(ops.apply_rope(x, pos, f, neox), layers.apply_rope(x, pos, f, neox))
 
 
-def test_swiglu(ops):
+def test_swiglu(ops, isa):
     rng = np.random.default_rng(3)
     g, u = rng.normal(size=(2, 2, 1536)).astype(np.float32) * 4
     np.testing.assert_allclose(ops.swiglu(g, u), layers.swiglu(g, u), rtol=1e-6, atol=1e-6)
+
+
+def test_swiglu_extremes_and_layouts(ops, isa):
+    """exp's overflow/underflow edges, and the halves of one fused gate|up matmul read in place:
+    every row and every element comes out the same whatever the batch and the tail length."""
+    rng = np.random.default_rng(7)
+    n_ff = 1541  # not a multiple of 8 or 16: the SIMD tails
+    gu = rng.normal(size=(37, 2 * n_ff)).astype(np.float32) * 12
+    gu[0, :10] = [88.72, 88.73, -88.72, -103.9, -104.0, -150.0, 0.0, -0.0, 1e30, -1e30]
+    gate, up = gu[:, :n_ff], gu[:, n_ff:]
+    with np.errstate(all="ignore"):
+        want = layers.swiglu(np.ascontiguousarray(gate), np.ascontiguousarray(up))
+    got = ops.swiglu(gate, up)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30)
+    np.testing.assert_array_equal(got, ops.swiglu(np.ascontiguousarray(gate), np.ascontiguousarray(up)))
+    for r in (0, 5, 36):  # a decode step's single row
+        np.testing.assert_array_equal(ops.swiglu(gate[r:r + 1], up[r:r + 1]), got[r:r + 1])
+        np.testing.assert_array_equal(ops.swiglu(gate[r, 3:], up[r, 3:]), got[r, 3:])
+    special = ops.swiglu(np.float32([np.inf, -np.inf, np.nan]), np.ones(3, np.float32))
+    assert special[0] == np.inf and np.isnan(special[1]) and np.isnan(special[2])  # as x / (1 + exp(-x))
 
 
 def test_geglu_is_the_reference_bit_for_bit(ops):

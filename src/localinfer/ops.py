@@ -83,19 +83,36 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     return out
 
 
-def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    g, u = _f32(gate), _f32(up)
-    if g.shape != u.shape:
-        raise ValueError(f"geglu: gate {g.shape} and up {u.shape} differ")
-    y = np.empty_like(g)
-    _lib.li_geglu_f16(_ptr(g), _ptr(u), _ptr(y), g.size, _ptr(_GELU_F16))
+def _view_ptr(a: np.ndarray, ctype: str = "float *"):
+    """The address of a's first element, for a strided view cffi's from_buffer refuses; the
+    caller keeps `a` alive across the call and tells C the strides."""
+    return _ffi.cast(ctype, a.__array_interface__["data"][0])
+
+
+def _rows(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """a as float32 rows whose elements are adjacent -> (2-D array, row stride in floats); a column
+    slice of a matrix (one half of a fused gate|up output) is used in place, not copied."""
+    a = a.reshape(-1, a.shape[-1]) if a.ndim != 2 else a
+    if a.dtype != np.float32 or a.strides[-1] != 4 or a.strides[0] % 4 or a.strides[0] < 4 * a.shape[1]:
+        a = np.ascontiguousarray(a, dtype=np.float32)
+    return a, a.strides[0] // 4 if a.shape[0] > 1 else a.shape[1]
+
+
+def _glu(gate: np.ndarray, up: np.ndarray, table, name: str) -> np.ndarray:
+    if gate.shape != up.shape:
+        raise ValueError(f"{name}: gate {gate.shape} and up {up.shape} differ")
+    shape = gate.shape
+    g, ldg = _rows(gate)
+    u, ldu = _rows(up)
+    y = np.empty(shape, np.float32)
+    _lib.li_glu(_view_ptr(g), ldg, _view_ptr(u), ldu, _ptr(y), g.shape[0], g.shape[1],
+                _ptr(table) if table is not None else _ffi.NULL)
     return y
+
+
+def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    return _glu(gate, up, _GELU_F16, "geglu")
 
 
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    g, u = _f32(gate), _f32(up)
-    if g.shape != u.shape:
-        raise ValueError(f"swiglu: gate {g.shape} and up {u.shape} differ")
-    y = np.empty_like(g)
-    _lib.li_silu_mul(_ptr(g), _ptr(u), _ptr(y), g.size)
-    return y
+    return _glu(gate, up, None, "swiglu")
