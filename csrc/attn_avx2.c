@@ -139,6 +139,18 @@ void li_widen_f16_avx2(const ggml_half *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
 }
 
+/* the F16 type's row conversions (li_dequantize_fn / li_quantize_fn), F16C instead of bit
+ * arithmetic: the f32 GEMM widens every weight tile and rounds every activation row this way */
+void dequantize_row_f16_avx2(const void *x, float *y, int64_t n) { li_widen_f16_avx2(x, y, n); }
+
+void quantize_row_f16_avx2(const float *x, void *dst, int64_t n) {
+    ggml_half *y = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap) {
     float max = -INFINITY;
     int64_t j = 0;

@@ -81,6 +81,7 @@ static void merge(int v) {
         tr.vec_dot_rows = k->vec_dot[t] ? k->vec_dot_rows[t] : NULL;   /* only beside its own vec_dot */
         if (k->from_float[t]) tr.from_float = k->from_float[t];
         if (k->unpack[t]) tr.unpack = k->unpack[t];
+        if (k->dequantize[t]) tr.dequantize = k->dequantize[t];
         merged[v][t] = tr;
     }
 }

@@ -118,6 +118,8 @@ void li_panel_pack_w_avx2(const li_panel_plan *, const uint8_t *, const float *,
 
 void li_dot_rows_avx512(int64_t, const float *, int, int64_t, const float *, int64_t, int64_t, float *, int64_t);
 void li_softmax_f16_avx2(float *, int64_t, float, float);
+void dequantize_row_f16_avx2(const void *, float *, int64_t);
+void quantize_row_f16_avx2(const float *, void *, int64_t);
 void li_silu_mul_avx2(const float *, const float *, float *, int64_t);
 void li_dot_rows_f16_avx512(int64_t, const float *, int, int64_t, const ggml_half *, int64_t, int64_t, float *, int64_t);
 void li_axpy_rows_f16_avx512(int64_t, const float *, int, int64_t, const ggml_half *, int64_t, int64_t, float *, int64_t);
@@ -140,8 +142,9 @@ const li_isa_kernels li_kernels_avx512 = {
     },
     .from_float = {   /* the AVX2 quantizers: 8 lanes are plenty for O(k) work */
         [LI_TYPE_Q8_0] = quantize_row_q8_0_avx2, [LI_TYPE_Q8_1] = quantize_row_q8_1_avx2,
-        [LI_TYPE_Q8_K] = quantize_row_q8_K_avx2,
+        [LI_TYPE_Q8_K] = quantize_row_q8_K_avx2, [LI_TYPE_F16] = quantize_row_f16_avx2,
     },
+    .dequantize = {[LI_TYPE_F16] = dequantize_row_f16_avx2},
     .unpack = {
         [LI_TYPE_Q4_0] = unpack_q4_0_avx2, [LI_TYPE_Q4_1] = unpack_q4_1_avx2, [LI_TYPE_Q5_0] = unpack_q5_0_avx2,
         [LI_TYPE_Q8_0] = unpack_q8_0_avx2, [LI_TYPE_Q4_K] = unpack_q4_K_avx2, [LI_TYPE_Q6_K] = unpack_q6_K_avx2,

@@ -145,7 +145,7 @@ typedef struct {
     int offset;                    /* o in dw * (u - o) + mw */
     int umax;                      /* largest u (picks the AVX2 int16 flush interval) */
     int has_min;
-    li_dequantize_fn dequantize;   /* generic, bit-exact with the numpy oracle */
+    li_dequantize_fn dequantize;   /* bit-exact with the numpy oracle (SIMD ones too) */
     li_vec_dot_fn vec_dot;
     li_unpack_fn unpack;
     li_quantize_fn from_float;     /* for activation types */
@@ -158,6 +158,7 @@ typedef struct {
     li_vec_dot_fn vec_dot[LI_TYPE_COUNT];
     li_vec_dot_rows_fn vec_dot_rows[LI_TYPE_COUNT];
     li_quantize_fn from_float[LI_TYPE_COUNT];
+    li_dequantize_fn dequantize[LI_TYPE_COUNT];   /* only where bit-exact (f16 widening is) */
     li_unpack_fn unpack[LI_TYPE_COUNT];
     void (*pack_w)(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
                    uint8_t *dst);   /* NULL: li_panel_pack_w */

@@ -21,6 +21,7 @@
 #define LI_GEMV_ROW_ALIGN 16
 #define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
 #define LI_PARALLEL_MIN_WORK (1 << 16)   /* multiply-adds below which one thread is faster */
+#define LI_GEMM_PANEL_BUDGET (1u << 19)  /* bytes of activation panel a GEMM pass keeps in L2 */
 
 typedef struct {
     const li_type_traits *t;       /* weight type */
@@ -145,6 +146,12 @@ static void task_gemm(void *ctx, int ith, int nth) {
     void (*pack_w)(const li_panel_plan *, const uint8_t *, const float *, const float *, uint8_t *) =
         j->kern->pack_w ? j->kern->pack_w : li_panel_pack_w;
 
+    /* the activation panel is read once per weight tile: in blocks of tokens that stay in L2
+     * (each block unpacks the weight tiles again, cheap beside a block's multiply-adds) */
+    int64_t a_block = (int64_t)(LI_GEMM_PANEL_BUDGET / ((size_t)na * a_row)) * na;
+    if (a_block < 4 * na) a_block = 4 * na;
+    for (int64_t ab = a_lo; ab < a_hi; ab += a_block / na) {
+    const int64_t ab_hi = ab + a_block / na < a_hi ? ab + a_block / na : a_hi;
     for (int64_t wt = w_lo; wt < w_hi; wt++) {
         const int64_t j0 = wt * nw;
         const int nwv = (int)(j->n_out - j0 < nw ? j->n_out - j0 : nw);
@@ -161,7 +168,7 @@ static void task_gemm(void *ctx, int ith, int nth) {
                 t->dequantize(src, (float *)dst, k);
             }
         }
-        for (int64_t at = a_lo; at < a_hi; at++) {
+        for (int64_t at = ab; at < ab_hi; at++) {
             const int64_t i0 = at * na;
             const int nav = (int)(j->m - i0 < na ? j->m - i0 : na);
             if (nav <= 0) break;
@@ -173,6 +180,7 @@ static void task_gemm(void *ctx, int ith, int nth) {
                 j->kern->gemm_f(j->kp, (const float *)wpanel, (const float *)(j->apanel + i0 * a_row), y,
                                 j->n_out, nwv, nav);
         }
+    }
     }
 }
 

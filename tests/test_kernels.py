@@ -80,12 +80,14 @@ def random_activations(m: int, k: int, seed: int) -> np.ndarray:
 
 
 def n_blocks_cases(fmt: QuantFormat) -> list[tuple[int, int, int]]:
-    """(m, n_out, n_blocks): GEMV (m < 6) and GEMM (m >= 6), every panel tail (1..33 groups)."""
+    """(m, n_out, n_blocks): GEMV (m < 6) and GEMM (m >= 6), every panel tail (1..33 groups), and a
+    GEMM whose activation panel outgrows its L2 budget (LI_GEMM_PANEL_BUDGET: blocks of tokens)."""
     if fmt.block_size == 1:  # float types: k = n_blocks
-        return [(1, 1, 1), (1, 33, 7), (3, 7, 33), (17, 33, 300), (64, 7, 64), (6, 577, 17)]
+        return [(1, 1, 1), (1, 33, 7), (3, 7, 33), (17, 33, 300), (64, 7, 64), (6, 577, 17), (301, 9, 1024)]
     if fmt.block_size == 256:
-        return [(1, 1, 1), (1, 577, 3), (3, 7, 2), (17, 33, 1), (64, 33, 3), (6, 1, 2), (5, 7, 1)]
-    return [(1, 1, 1), (1, 577, 18), (3, 7, 3), (17, 33, 7), (64, 577, 2), (17, 1, 23), (6, 33, 33), (5, 7, 5)]
+        return [(1, 1, 1), (1, 577, 3), (3, 7, 2), (17, 33, 1), (64, 33, 3), (6, 1, 2), (5, 7, 1), (301, 9, 9)]
+    return [(1, 1, 1), (1, 577, 18), (3, 7, 3), (17, 33, 7), (64, 577, 2), (17, 1, 23), (6, 33, 33), (5, 7, 5),
+            (301, 9, 72)]
 
 
 # --- dequantize ------------------------------------------------------------------------------
