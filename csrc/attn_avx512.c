@@ -1,5 +1,6 @@
-/* attn_avx512.c -- li_dot_rows_fn in AVX-512 (F): tiles of 4 a-rows x 2 b-rows, eight 16-lane
- * accumulators fed by fused multiply-adds, each reduced with _mm512_reduce_add_ps (the tree
+/* attn_avx512.c -- li_dot_rows_fn in AVX-512 (F): tiles of 4 a-rows x 4 b-rows, sixteen 16-lane
+ * accumulators fed by fused multiply-adds (each b vector is loaded once per 4 a-rows and each a
+ * vector once per 4 b-rows), each reduced with _mm512_reduce_add_ps (the tree
  * l+8, l+4, l+2, l+1 that tinyBLAS's hsum uses). */
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
@@ -14,11 +15,11 @@
 
 static inline __attribute__((always_inline)) void tile(int64_t n, const float *a, int64_t lda, const float *b,
                                                        int64_t ldb, float *c, int64_t ldc, const int NA, const int NB) {
-    __m512 acc[4][2];
+    __m512 acc[4][4];
     for (int i = 0; i < NA; i++)
         for (int j = 0; j < NB; j++) acc[i][j] = _mm512_setzero_ps();
     for (int64_t l = 0; l < n; l += 16) {
-        __m512 bv[2];
+        __m512 bv[4];
         for (int j = 0; j < NB; j++) bv[j] = _mm512_loadu_ps(b + j * ldb + l);
         for (int i = 0; i < NA; i++) {
             const __m512 av = _mm512_loadu_ps(a + i * lda + l);
@@ -30,8 +31,12 @@ static inline __attribute__((always_inline)) void tile(int64_t n, const float *a
 }
 
 #define TILES(NA)                                                                                   \
-    for (; j + 2 <= nb; j += 2) tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 2);               \
-    if (j < nb) tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 1);
+    for (; j + 4 <= nb; j += 4) tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 4);               \
+    switch (nb - j) {                                                                               \
+    case 3: tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 3); break;                            \
+    case 2: tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 2); break;                            \
+    case 1: tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 1); break;                            \
+    }
 
 void li_dot_rows_avx512(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
                         int64_t ldb, float *c, int64_t ldc) {
@@ -49,11 +54,11 @@ void li_dot_rows_avx512(int64_t n, const float *a, int na, int64_t lda, const fl
 /* b in f16: the same tiles, b widened in registers */
 static inline __attribute__((always_inline)) void tile_f16(int64_t n, const float *a, int64_t lda, const ggml_half *b,
                                                            int64_t ldb, float *c, int64_t ldc, const int NA, const int NB) {
-    __m512 acc[4][2];
+    __m512 acc[4][4];
     for (int i = 0; i < NA; i++)
         for (int j = 0; j < NB; j++) acc[i][j] = _mm512_setzero_ps();
     for (int64_t l = 0; l < n; l += 16) {
-        __m512 bv[2];
+        __m512 bv[4];
         for (int j = 0; j < NB; j++) bv[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + j * ldb + l)));
         for (int i = 0; i < NA; i++) {
             const __m512 av = _mm512_loadu_ps(a + i * lda + l);
@@ -65,8 +70,12 @@ static inline __attribute__((always_inline)) void tile_f16(int64_t n, const floa
 }
 
 #define TILES_F16(NA)                                                                               \
-    for (; j + 2 <= nb; j += 2) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 2);           \
-    if (j < nb) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 1);
+    for (; j + 4 <= nb; j += 4) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 4);           \
+    switch (nb - j) {                                                                               \
+    case 3: tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 3); break;                        \
+    case 2: tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 2); break;                        \
+    case 1: tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 1); break;                        \
+    }
 
 void li_dot_rows_f16_avx512(int64_t n, const float *a, int na, int64_t lda, const ggml_half *b, int64_t nb,
                             int64_t ldb, float *c, int64_t ldc) {
