@@ -100,14 +100,16 @@ def test_attention(ops, isa, kw, n, n_kv, heads, kv_heads, dim):
     np.testing.assert_allclose(a, b, rtol=1e-3, atol=2e-3)
 
 
-def test_attention_simd_is_the_avx512_order(ops):
-    """AVX2 runs the 16 lanes as two halves: bit for bit what AVX-512 computes."""
+@pytest.mark.parametrize("n,dim", [(9, 80), (20, 64), (37, 80), (19, 256)])
+def test_attention_simd_is_the_avx512_order(ops, n, dim):
+    """AVX2 runs the 16 lanes as two halves: bit for bit what AVX-512 computes (whose 4 x 4 tiles
+    reduce 16 sums at once), for decode and batch queries, K read in place (d % 16 == 0) or widened."""
     if not {"avx2", "avx512"} <= set(ISAS):
         pytest.skip("needs a CPU with AVX-512")
     rng = np.random.default_rng(5)
-    q = rng.normal(size=(9, 4, 80)).astype(np.float32)
-    k, v = rng.normal(size=(2, 33, 2, 80)).astype(np.float16)
-    pos = np.arange(24, 33)
+    q = rng.normal(size=(n, 4, dim)).astype(np.float32)
+    k, v = rng.normal(size=(2, 33 + n, 2, dim)).astype(np.float16)
+    pos = np.arange(33, 33 + n)
     out = {}
     for name in ("avx2", "avx512"):
         with kernels._isa(name):
