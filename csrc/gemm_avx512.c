@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include "li.h"
+#include "reduce_avx512.h"
 
 #ifndef NW
 #define NW 4
@@ -24,7 +25,7 @@
 #ifndef NA
 #define NA 3
 #endif
-#define F_NW 4
+#define F_NW 4   /* the float tile is 4 x 4: li_reduce16_store */
 #define F_NA 4
 
 static inline __attribute__((always_inline)) void sg_tile(const uint8_t *w, size_t w_row, const uint8_t *a,
@@ -96,8 +97,10 @@ void li_gemm_f_avx512(int64_t kp, const float *w, const float *a, float *y, int6
         for (int j = 0; j < F_NW; j++)
             for (int i = 0; i < F_NA; i++) acc[j][i] = _mm512_fmadd_ps(wv[j], av[i], acc[j][i]);
     }
-    for (int j = 0; j < nw_valid; j++)
-        for (int i = 0; i < na_valid; i++) y[i * ldy + j] = _mm512_reduce_add_ps(acc[j][i]);
+    __m512 v[16];   /* y row i = activation row, column j = weight row; padding rows are zero */
+    for (int i = 0; i < F_NA; i++)
+        for (int j = 0; j < F_NW; j++) v[4 * i + j] = acc[j][i];
+    li_reduce16_store(v, y, ldy, na_valid, nw_valid);
 }
 
 #define DECLARE_DOT(w, a, isa) void vec_dot_##w##_##a##_##isa(int64_t, float *, const void *, const void *, const float *);
