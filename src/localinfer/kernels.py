@@ -203,6 +203,10 @@ def _raw_alignment(qt: T) -> int:
 # --- matmul ---------------------------------------------------------------------------------
 
 
+_FLOAT_ARRAY = _ffi.typeof("float[]") if _ffi is not None else None
+_from_buffer = _ffi.from_buffer if _ffi is not None else None
+
+
 class PreparedMatrix:
     """A weight matrix checked once: W (n_out, k) as raw GGUF rows (uint8 (n_out, row_bytes)) of
     any supported type, or float32 / float16 (n_out, k) for F32 / F16. Holds W without copying."""
@@ -260,8 +264,8 @@ class PreparedMatrix:
         if self.k == 0:
             out.fill(0.0)
             return out
-        xb = _ffi.from_buffer("float[]", x)
-        ob = _ffi.from_buffer("float[]", out)   # writability checked above
+        xb = _from_buffer(_FLOAT_ARRAY, x)     # a ctype object and no keyword: the cheapest call
+        ob = _from_buffer(_FLOAT_ARRAY, out)   # writability checked above
         if out_given:
             o0, x0 = int(_ffi.cast("uintptr_t", ob)), int(_ffi.cast("uintptr_t", xb))
             if (o0 < x0 + x.nbytes and x0 < o0 + out.nbytes) or (o0 < self._w_end and self._w_start < o0 + out.nbytes):
