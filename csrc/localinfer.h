@@ -57,4 +57,39 @@ int li_attention_f16(const float *q, const void *k, const void *v, float *out, i
                      int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos, int64_t key_start,
                      float scale, int64_t window, float softcap);
 
+typedef struct {
+    int wtype;                 /* ggml type id of w's rows */
+    const void *w;             /* (n_out, row_bytes) raw rows */
+    size_t row_bytes;
+    int64_t n_out, k;
+    const float *bias;         /* (n_out) or NULL */
+} li_linear;
+
+typedef struct {
+    int64_t n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot;
+    float eps;
+    float attn_scale;          /* multiplies the scores */
+    float q_scale;             /* multiplies q after rope when > 0 (phi3) */
+    float rope_mscale;         /* multiplies q and k's rotated dimensions (longrope); 1: none */
+    int neox;                  /* rope pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
+    const double *inv_freq;    /* (n_rot / 2) */
+} li_llama_config;
+
+typedef struct {
+    const float *attn_norm, *ffn_norm;   /* (n_embd) */
+    const float *q_norm, *k_norm;        /* (head_dim) or NULL */
+    li_linear qkv[3];
+    int n_qkv;                 /* 1: qkv[0] rows are q | k | v; 3: q, k, v */
+    li_linear wo;
+    li_linear gate_up[2];
+    int n_gate_up;             /* 1: gate_up[0] rows are gate | up; 2: gate, up */
+    li_linear down;
+} li_llama_layer;
+
+/* layers.c: n_layers llama-family layers on x (n, n_embd) in place, for n tokens of one sequence
+ * at positions pos, whose K/V go to rows [offset, offset + n) of caches (n_layers, n_ctx,
+ * n_head_kv, head_dim) f16 */
+int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int n_layers, float *x, int64_t n,
+                    const int64_t *pos, void *k_cache_f16, void *v_cache_f16, int64_t n_ctx, int64_t offset);
+
 #endif /* LOCALINFER_H */

@@ -168,3 +168,26 @@ def test_each_architecture_detail_matters(tmp_path, name, damage):
     damage(m)
     got = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))
     assert np.abs(got - want).max() > 100 * ATOL
+
+
+@pytest.mark.parametrize("outtype", ["f32", "q8_0"])
+def test_fused_layers_are_the_loop_bit_for_bit(tiny, outtype):
+    """On the C backend one sequence runs every layer in one C call (arch/fused.py): biases
+    (qwen2), per-head norms (qwen3), fused qkv / gate|up, scaled queries and longrope's factors
+    (phi3) give the same logits and cache as the Python loop over the same kernels."""
+    from localinfer import kernels
+    if not kernels.available():
+        pytest.skip("C kernels not built")
+    name, _, tok, folder, _ = tiny
+    m, _ = _load(convert_hf(folder, folder / f"fused-{outtype}.gguf", outtype), "c")
+    assert m.fused_layers() is not None
+    ids = _prompts(tok)[0]
+    runs = {}
+    for fuse in (True, False):
+        m.fuse = fuse
+        cache = m.new_cache(64)
+        logits = [m.forward(np.array(ids[:9]), cache), m.forward(np.array(ids[9:]), cache)]
+        logits += [m.forward(np.array([t]), cache) for t in ids[:3]]
+        runs[fuse] = logits + [cache.k[:, :cache.offset].copy(), cache.v[:, :cache.offset].copy()]
+    for got, want in zip(runs[True], runs[False]):
+        np.testing.assert_array_equal(got, want)

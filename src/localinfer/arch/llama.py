@@ -24,6 +24,7 @@ from .. import layers
 from ..layers import rope_freqs
 from .batch import Batch
 from .blocks import Attention, GatedMLP, attention_block
+from .fused import FusedLayers
 from .weights import Embedding, Linear, WeightLoader
 
 
@@ -121,6 +122,7 @@ class LlamaModel:
     def __init__(self, config: LlamaConfig, weights: LlamaWeights, ops=layers):
         self.config, self.weights = config, weights
         self.ops = ops  # layers (numpy reference) or localinfer.ops (C): the same functions
+        self.fuse, self._fused = True, None
         c, w = config, weights
 
         def inv_freq(factors):  # (n_rot/2,)
@@ -137,6 +139,15 @@ class LlamaModel:
                             f"{f.architecture} (supported: {', '.join(cls.rope_scaling_types)})")
         loader = WeightLoader(f, backend)
         return cls(config, LlamaWeights.from_gguf(loader, config, cls.qk_norm), loader.ops)
+
+    def fused_layers(self) -> FusedLayers | None:
+        """The layer stack as one C call when every weight is on the C kernels (built on first
+        use; `self.fuse = False` keeps the Python loop, e.g. to compare the two)."""
+        if not self.fuse:
+            return None
+        if self._fused is None:
+            self._fused = FusedLayers.build(self) or False
+        return self._fused or None
 
     def rope_inv_freq(self, batch: Batch) -> np.ndarray:
         """The long-context frequencies when a cache of the batch holds more than n_ctx_orig
@@ -163,11 +174,16 @@ class LlamaModel:
         q_scale = scale if self.scale_q else None
         inv_freq = self.rope_inv_freq(batch)
         x = w.token_embd(batch.tokens)  # (n, n_embd)
-        for li, layer in enumerate(w.layers):
-            h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
-            x = x + attention_block(ops, batch, li, layer.attn, h, c, inv_freq, self.rope_neox,
-                                    attention, q_scale, c.rope_attn_factor)
-            x = x + layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.swiglu)
+        fused = self.fused_layers() if FusedLayers.applies(batch) else None
+        if fused is not None:  # the loop below in one C call, bit for bit (arch/fused.py)
+            x = fused.run(x, batch, inv_freq, 1.0 if self.scale_q else scale, q_scale, c.rope_attn_factor,
+                          self.rope_neox)
+        else:
+            for li, layer in enumerate(w.layers):
+                h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
+                x = x + attention_block(ops, batch, li, layer.attn, h, c, inv_freq, self.rope_neox,
+                                        attention, q_scale, c.rope_attn_factor)
+                x = x + layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.swiglu)
         batch.advance()
         if last_only:
             x = batch.last_rows(x)

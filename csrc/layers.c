@@ -1,0 +1,110 @@
+/* layers.c -- the decoder layers of the llama family (llama, mistral, qwen2, qwen3, phi3) in one
+ * C call: what arch/llama.py's loop does op by op, with the same kernels in the same order, so
+ * the result is the same bits. A decode step made ~13 Python-level calls per layer (each a few
+ * microseconds of checks and buffer handling around microseconds of work); here it is one call
+ * for the whole stack.
+ *
+ * Per layer, for n tokens of one sequence at positions pos (cache rows [offset, offset + n)):
+ *   h = rms_norm(x, attn_norm);  q | k | v = h . Wqkv (+ bias), one stacked matmul or three
+ *   q, k = per-head rms_norm (if the layer has q_norm / k_norm), rope, times rope_mscale on the
+ *   rotated dimensions; q *= q_scale (if > 0)
+ *   cache[offset ..] = f16(k), f16(v);  a = attention(q, cache[0 .. offset + n))
+ *   x += a . Wo (+ bias)
+ *   h = rms_norm(x, ffn_norm);  x += down(silu(gate(h)) * up(h)), gate | up one matmul or two
+ * The Python wrapper (arch/fused.py) checks every shape and pointer before calling.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "li.h"
+#include "localinfer.h"
+
+static int linear(const li_linear *w, const float *x, int64_t n, float *y) {
+    int rc = li_matmul(w->wtype, w->w, w->row_bytes, w->n_out, w->k, x, n, y);
+    if (rc == LI_OK && w->bias)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t o = 0; o < w->n_out; o++) y[i * w->n_out + o] += w->bias[o];
+    return rc;
+}
+
+/* rows [lo, lo + width) of each of n rows of `ld` floats -> dst (n, width) */
+static void take_cols(const float *src, int64_t ld, int64_t lo, int64_t width, int64_t n, float *dst) {
+    for (int64_t i = 0; i < n; i++) memcpy(dst + i * width, src + i * ld + lo, sizeof(float) * (size_t)width);
+}
+
+int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int n_layers, float *x, int64_t n,
+                    const int64_t *pos, void *k_cache_f16, void *v_cache_f16, int64_t n_ctx, int64_t offset) {
+    ggml_half *k_cache = k_cache_f16, *v_cache = v_cache_f16;
+    if (!c || !layers || !x || !pos || !k_cache || !v_cache || n <= 0 || offset < 0 || offset + n > n_ctx ||
+        c->n_head_kv <= 0 || c->n_head % c->n_head_kv)
+        return LI_EINVAL;
+    const int64_t d = c->n_embd, hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
+    const int64_t qkv_dim = q_dim + 2 * kv_dim, n_ff = c->n_ff;
+    /* scratch: h (n, d) | qkv (n, qkv_dim) | q, k, v (n, q_dim + 2 kv_dim) | a (n, q_dim) |
+     * gu (n, 2 n_ff) | act (n, n_ff) | o (n, d) */
+    const size_t floats = (size_t)n * (size_t)(d + qkv_dim + qkv_dim + q_dim + 2 * n_ff + n_ff + d);
+    float *buf = malloc(sizeof(float) * floats);
+    if (!buf) return LI_ENOMEM;
+    float *h = buf, *qkv = h + n * d, *q = qkv + n * qkv_dim, *k = q + n * q_dim, *v = k + n * kv_dim;
+    float *a = v + n * kv_dim, *gu = a + n * q_dim, *act = gu + 2 * n * n_ff, *o = act + n * n_ff;
+    const li_quantize_fn to_f16 = li_traits(LI_TYPE_F16)->from_float;
+    const size_t layer_halves = (size_t)n_ctx * (size_t)kv_dim;
+    int rc = LI_OK;
+
+    for (int l = 0; l < n_layers && rc == LI_OK; l++) {
+        const li_llama_layer *L = &layers[l];
+        /* attention */
+        li_rms_norm(x, L->attn_norm, h, n, d, c->eps);
+        if (L->n_qkv == 1) {
+            if ((rc = linear(&L->qkv[0], h, n, qkv)) != LI_OK) break;
+            take_cols(qkv, qkv_dim, 0, q_dim, n, q);
+            take_cols(qkv, qkv_dim, q_dim, kv_dim, n, k);
+            take_cols(qkv, qkv_dim, q_dim + kv_dim, kv_dim, n, v);
+        } else {
+            if ((rc = linear(&L->qkv[0], h, n, q)) != LI_OK || (rc = linear(&L->qkv[1], h, n, k)) != LI_OK ||
+                (rc = linear(&L->qkv[2], h, n, v)) != LI_OK)
+                break;
+        }
+        if (L->q_norm) li_rms_norm(q, L->q_norm, q, n * c->n_head, hd, c->eps);
+        if (L->k_norm) li_rms_norm(k, L->k_norm, k, n * c->n_head_kv, hd, c->eps);
+        if (li_rope(q, n, c->n_head, hd, c->n_rot, pos, c->inv_freq, c->neox) ||
+            li_rope(k, n, c->n_head_kv, hd, c->n_rot, pos, c->inv_freq, c->neox)) {
+            rc = LI_ENOMEM;
+            break;
+        }
+        if (c->rope_mscale != 1.0f) {
+            for (int64_t r = 0; r < n * c->n_head; r++)
+                for (int64_t i = 0; i < c->n_rot; i++) q[r * hd + i] *= c->rope_mscale;
+            for (int64_t r = 0; r < n * c->n_head_kv; r++)
+                for (int64_t i = 0; i < c->n_rot; i++) k[r * hd + i] *= c->rope_mscale;
+        }
+        if (c->q_scale > 0.0f)
+            for (int64_t i = 0; i < n * q_dim; i++) q[i] *= c->q_scale;
+        ggml_half *kc = k_cache + (size_t)l * layer_halves, *vc = v_cache + (size_t)l * layer_halves;
+        to_f16(k, kc + offset * kv_dim, n * kv_dim);
+        to_f16(v, vc + offset * kv_dim, n * kv_dim);
+        const int arc = li_attention_f16(q, kc, vc, a, n, c->n_head, c->n_head_kv, hd, offset + n, pos, 0,
+                                         c->attn_scale, 0, 0.0f);
+        if (arc) {
+            rc = arc == -2 ? LI_ENOMEM : LI_EINVAL;
+            break;
+        }
+        if ((rc = linear(&L->wo, a, n, o)) != LI_OK) break;
+        for (int64_t i = 0; i < n * d; i++) x[i] += o[i];
+        /* gated MLP */
+        li_rms_norm(x, L->ffn_norm, h, n, d, c->eps);
+        if (L->n_gate_up == 1) {
+            if ((rc = linear(&L->gate_up[0], h, n, gu)) != LI_OK) break;
+            li_glu(gu, 2 * n_ff, gu + n_ff, 2 * n_ff, act, n, n_ff, NULL);
+        } else {
+            if ((rc = linear(&L->gate_up[0], h, n, gu)) != LI_OK ||
+                (rc = linear(&L->gate_up[1], h, n, gu + n * n_ff)) != LI_OK)
+                break;
+            li_glu(gu, n_ff, gu + n * n_ff, n_ff, act, n, n_ff, NULL);
+        }
+        if ((rc = linear(&L->down, act, n, o)) != LI_OK) break;
+        for (int64_t i = 0; i < n * d; i++) x[i] += o[i];
+    }
+    free(buf);
+    return rc;
+}

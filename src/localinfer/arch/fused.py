@@ -1,0 +1,104 @@
+"""The llama family's decoder layers in one C call (csrc/layers.c), for the C backend.
+
+LlamaModel.forward_batch's loop is the readable version; for one sequence over a plain f16 KV
+cache, on C kernels, `FusedLayers.run` does the same steps with the same kernels in C, so the
+logits are the same bits (tests/test_fused_layers.py) and a decode step costs one Python->C call
+instead of ~13 per layer. Everything C will dereference is checked or built here: the weight
+pointers come from PreparedMatrix (checked when the model loaded), the per-call arguments
+(activations, positions, cache, frequencies) are checked on every call.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kv_cache import KVCache
+from .weights import KernelLinear
+
+
+class FusedLayers:
+    def __init__(self, model, ffi, lib):
+        c, w = model.config, model.weights
+        self.ffi, self.lib, self.config = ffi, lib, c
+        self._keep = []  # every numpy buffer a pointer below refers to
+        self.layers = ffi.new("li_llama_layer[]", c.n_layer)
+        for layer, spec in zip(w.layers, self.layers):
+            spec.attn_norm = self._floats(layer.attn_norm, c.n_embd)
+            spec.ffn_norm = self._floats(layer.ffn_norm, c.n_embd)
+            attn, mlp = layer.attn, layer.mlp
+            spec.q_norm = self._floats(attn.q_norm, c.head_dim) if attn.q_norm is not None else ffi.NULL
+            spec.k_norm = self._floats(attn.k_norm, c.head_dim) if attn.k_norm is not None else ffi.NULL
+            projections = [attn.wqkv] if attn.wqkv is not None else [attn.wq, attn.wk, attn.wv]
+            spec.n_qkv = len(projections)
+            for i, lin in enumerate(projections):
+                self._linear(spec.qkv[i], lin)
+            self._linear(spec.wo, attn.wo)
+            gate_up = [mlp.w_up] if mlp.w_gate is None else [mlp.w_gate, mlp.w_up]
+            spec.n_gate_up = len(gate_up)
+            for i, lin in enumerate(gate_up):
+                self._linear(spec.gate_up[i], lin)
+            self._linear(spec.down, mlp.w_down)
+
+    @classmethod
+    def build(cls, model) -> "FusedLayers | None":
+        """None unless every linear layer of the model runs on the C kernels."""
+        from .. import kernels
+        if not kernels.available():
+            return None
+        for layer in model.weights.layers:
+            a, m = layer.attn, layer.mlp
+            linears = [a.wqkv, a.wq, a.wk, a.wv, a.wo, m.w_gate, m.w_up, m.w_down]
+            if not all(lin is None or isinstance(lin, KernelLinear) for lin in linears):
+                return None
+        return cls(model, kernels._ffi, kernels._lib)
+
+    def _floats(self, a: np.ndarray, n: int):
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        if a.shape != (n,):
+            raise ValueError(f"fused layers: expected ({n},) floats, got {a.shape}")
+        self._keep.append(a)
+        return self.ffi.from_buffer("float[]", a)
+
+    def _linear(self, spec, lin: KernelLinear) -> None:
+        mat = lin.mat
+        spec.wtype, spec.w, spec.row_bytes = mat._wtype_id, mat._wbuf, mat.row_bytes
+        spec.n_out, spec.k = mat.n_out, mat.k
+        spec.bias = self._floats(lin.bias, mat.n_out) if lin.bias is not None else self.ffi.NULL
+
+    @staticmethod
+    def applies(batch) -> bool:
+        """One sequence over a plain f16 cache (sliding-window or other caches take the loop)."""
+        if len(batch.caches) != 1:
+            return False
+        cache = batch.caches[0]
+        return type(cache) is KVCache and cache.dtype == np.float16 and cache.k.flags.c_contiguous \
+            and cache.v.flags.c_contiguous
+
+    def run(self, x: np.ndarray, batch, inv_freq: np.ndarray, attn_scale: float, q_scale: float | None,
+            rope_mscale: float, neox: bool) -> np.ndarray:
+        """x (n, n_embd) after the embedding -> x after every layer; stores the batch's K/V."""
+        c, ffi = self.config, self.ffi
+        cache = batch.caches[0]
+        x = np.array(x, dtype=np.float32, order="C", copy=True)
+        n = x.shape[0]
+        pos = np.ascontiguousarray(batch.positions, dtype=np.int64)
+        freq = np.ascontiguousarray(inv_freq, dtype=np.float64)
+        expect_kv = (c.n_layer, cache.n_ctx, c.n_head_kv, c.head_dim)
+        if x.shape != (n, c.n_embd) or pos.shape != (n,) or cache.k.shape != expect_kv or \
+                cache.v.shape != expect_kv or 2 * freq.shape[0] > c.head_dim or \
+                cache.offset + n > cache.n_ctx or not np.array_equal(pos, np.arange(cache.offset, cache.offset + n)):
+            raise ValueError("fused layers: the batch does not fit this model's shapes or its cache")
+        cfg = ffi.new("li_llama_config *", dict(
+            n_embd=c.n_embd, n_head=c.n_head, n_head_kv=c.n_head_kv, head_dim=c.head_dim, n_ff=c.n_ff,
+            n_rot=2 * freq.shape[0], eps=c.rms_eps, attn_scale=attn_scale, q_scale=q_scale or 0.0,
+            rope_mscale=rope_mscale, neox=int(neox)))
+        cfg.inv_freq = ffi.from_buffer("double[]", freq)
+        rc = self.lib.li_llama_layers(cfg, self.layers, c.n_layer, ffi.from_buffer("float[]", x, require_writable=True),
+                                      n, ffi.from_buffer("int64_t[]", pos),
+                                      ffi.from_buffer("char[]", cache.k, require_writable=True),
+                                      ffi.from_buffer("char[]", cache.v, require_writable=True),
+                                      cache.n_ctx, cache.offset)
+        if rc == -3:
+            raise MemoryError("fused layers: out of memory")
+        if rc:
+            raise ValueError(f"fused layers: the C call failed ({rc})")
+        return x

@@ -1,0 +1,65 @@
+"""The llama family's layers in one C call (arch/fused.py, csrc/layers.c) against the Python loop
+over the same C ops: the same logits and the same KV cache, bit for bit, on the real SmolLM2.
+(test_hf_oracle.py does the same for qwen2, qwen3, phi3, mistral and llama3 layouts.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from localinfer import kernels
+from localinfer.arch import build_model
+from localinfer.gguf_file import GGUFFile
+from localinfer.kv_cache import RotatingKVCache
+
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
+
+
+@pytest.fixture(scope="module")
+def smollm2_c(smollm2_path):
+    with GGUFFile(smollm2_path) as f:
+        yield build_model(f, "c")
+
+
+def _run(m, fuse: bool, chunks):
+    m.fuse = fuse
+    cache = m.new_cache(128)
+    logits = [m.forward(np.array(c), cache) for c in chunks]
+    return logits, cache
+
+
+def test_fused_is_the_loop_bit_for_bit(smollm2_c):
+    m = smollm2_c
+    assert m.fused_layers() is not None
+    chunks = [list(range(400, 437)), [5], [77], list(range(1000, 1020)), [9]]  # prefill, decode, chunk
+    (fused, cf), (loop, cl) = _run(m, True, chunks), _run(m, False, chunks)
+    for a, b in zip(fused, loop):
+        np.testing.assert_array_equal(a, b)
+    assert cf.offset == cl.offset == 60
+    np.testing.assert_array_equal(cf.k[:, :60], cl.k[:, :60])
+    np.testing.assert_array_equal(cf.v[:, :60], cl.v[:, :60])
+
+
+def test_batches_and_other_caches_take_the_loop(smollm2_c):
+    m = smollm2_c
+    m.fuse = True
+    a, b = m.new_cache(64), m.new_cache(64)
+    two = m.forward_batch([([1, 2, 3], a), ([4, 5], b)])  # several sequences: the loop
+    np.testing.assert_array_equal(two[0], m.forward(np.array([1, 2, 3]), m.new_cache(64)))
+    f32 = m.new_cache(64, dtype=np.float32)  # not an f16 cache: the loop (and the numpy attention)
+    assert np.isfinite(m.forward(np.array([1, 2, 3]), f32)).all()
+    ring = RotatingKVCache(m.config.n_layer, 64, 8, m.config.n_head_kv, m.config.head_dim)
+    from localinfer.arch.batch import Batch
+    from localinfer.arch.fused import FusedLayers
+    assert not FusedLayers.applies(Batch([([1], ring)]))
+
+
+def test_a_full_context_is_refused_before_any_layer_runs(smollm2_c):
+    m = smollm2_c
+    m.fuse = True
+    cache = m.new_cache(8)
+    m.forward(np.arange(6), cache)
+    before = cache.k.copy()
+    with pytest.raises(ValueError):
+        m.forward(np.arange(5), cache)
+    assert cache.offset == 6
+    np.testing.assert_array_equal(cache.k, before)
