@@ -9,9 +9,9 @@
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 
 #include <immintrin.h>
@@ -72,6 +72,26 @@ void li_silu_mul_avx2(const float *g, const float *u, float *y, int64_t n) {
         for (int64_t j = i; j < n; j++) e[j - i] = -g[j];
         li_exp_avx2(e, e, n - i);
         for (int64_t j = i; j < n; j++) y[j] = g[j] / (1.0f + e[j - i]) * u[j];
+    }
+}
+
+/* y = gelu(g) * u from ggml's f16 table (see ops.c): the index is g rounded to f16 by F16C,
+ * the same round-to-nearest-even as the portable conversion, so the same entries */
+void li_geglu_f16_avx2(const float *g, const float *u, float *y, int64_t n, const float *table) {
+    const __m256 hi = _mm256_set1_ps(10.0f), lo = _mm256_set1_ps(-10.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256i idx = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        __m256 act = _mm256_i32gather_ps(table, idx, 4);
+        act = _mm256_blendv_ps(act, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LE_OQ));
+        act = _mm256_blendv_ps(act, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(act, _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) {
+        const float x = g[i];
+        const float act = x >= 10.0f ? x : x <= -10.0f ? 0.0f : table[_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)];
+        y[i] = act * u[i];
     }
 }
 

@@ -154,6 +154,7 @@ void li_softmax_f16_avx2(float *, int64_t, float, float);
 void dequantize_row_f16_avx2(const void *, float *, int64_t);
 void quantize_row_f16_avx2(const float *, void *, int64_t);
 void li_silu_mul_avx2(const float *, const float *, float *, int64_t);
+void li_geglu_f16_avx2(const float *, const float *, float *, int64_t, const float *);
 void li_dot_rows_f16_avx2(int64_t, const float *, int, int64_t, const ggml_half *, int64_t, int64_t, float *, int64_t);
 void li_axpy_rows_f16_avx2(int64_t, const float *, int, int64_t, const ggml_half *, int64_t, int64_t, float *, int64_t);
 void li_round_f16_avx2(const float *, float *, int64_t);
@@ -183,6 +184,7 @@ const li_isa_kernels li_kernels_avx2 = {
     .dot_rows = li_dot_rows_avx2, .dot_rows_f16 = li_dot_rows_f16_avx2, .axpy_rows_f16 = li_axpy_rows_f16_avx2,
     .softmax_f16 = li_softmax_f16_avx2, .round_f16 = li_round_f16_avx2,
     .widen_f16 = li_widen_f16_avx2, .silu_mul = li_silu_mul_avx2,
+    .geglu_f16 = li_geglu_f16_avx2,
 };
 
 #if defined(__clang__)

@@ -171,6 +171,7 @@ typedef struct {
     li_round_f16_fn round_f16;
     li_widen_f16_fn widen_f16;
     void (*silu_mul)(const float *g, const float *u, float *y, int64_t n);   /* y = g / (1 + e^-g) * u */
+    void (*geglu_f16)(const float *g, const float *u, float *y, int64_t n, const float *table);   /* ops.c */
 } li_isa_kernels;
 
 #define LI_MAX_NW 8

@@ -24,7 +24,7 @@ def isa(request):
         yield request.param
 
 
-@pytest.mark.parametrize("shape", [(1, 576), (7, 640), (3, 4, 256), (2, 1)])
+@pytest.mark.parametrize("shape", [(1, 576), (7, 640), (3, 4, 256), (2, 1), (97, 576)])  # the last: threads
 def test_rms_norm(ops, shape):
     rng = np.random.default_rng(1)
     x = rng.normal(size=shape).astype(np.float32) * 3
@@ -35,7 +35,8 @@ def test_rms_norm(ops, shape):
 
 
 @pytest.mark.parametrize("neox", [False, True])
-@pytest.mark.parametrize("n,heads,dim,n_rot", [(1, 9, 64, 64), (5, 4, 256, 256), (3, 2, 128, 64)])
+@pytest.mark.parametrize("n,heads,dim,n_rot", [(1, 9, 64, 64), (5, 4, 256, 256), (3, 2, 128, 64),
+                                               (97, 9, 64, 64)])  # the last is split over the threads
 def test_rope(ops, neox, n, heads, dim, n_rot):
     rng = np.random.default_rng(2)
     x = rng.normal(size=(n, heads, dim)).astype(np.float32)
@@ -70,7 +71,7 @@ def test_swiglu_extremes_and_layouts(ops, isa):
     assert special[0] == np.inf and np.isnan(special[1]) and np.isnan(special[2])  # as x / (1 + exp(-x))
 
 
-def test_geglu_is_the_reference_bit_for_bit(ops):
+def test_geglu_is_the_reference_bit_for_bit(ops, isa):
     """ggml's f16 table, its +-10 cut-offs, and what lies between table entries."""
     rng = np.random.default_rng(6)
     g = np.concatenate([rng.normal(size=4093).astype(np.float32) * 6,
