@@ -4,11 +4,12 @@
  * microseconds of checks and buffer handling around microseconds of work); here it is one call
  * for the whole stack.
  *
- * Per layer, for n tokens of one sequence at positions pos (cache rows [offset, offset + n)):
+ * Per layer, for the n rows of a batch (the tokens of each sequence in turn, at positions pos;
+ * each sequence's go to rows [offset, offset + n_tokens) of its own cache):
  *   h = rms_norm(x, attn_norm);  q | k | v = h . Wqkv (+ bias), one stacked matmul or three
  *   q, k = per-head rms_norm (if the layer has q_norm / k_norm), rope, times rope_mscale on the
  *   rotated dimensions; q *= q_scale (if > 0)
- *   cache[offset ..] = f16(k), f16(v);  a = attention(q, cache[0 .. offset + n))
+ *   per sequence: cache[offset ..] = f16(k), f16(v);  a = attention(q, cache[0 .. offset + n_tokens))
  *   x += a . Wo (+ bias)
  *   h = rms_norm(x, ffn_norm);  x += down(silu(gate(h)) * up(h)), gate | up one matmul or two
  * The Python wrapper (arch/fused.py) checks every shape and pointer before calling.
@@ -32,12 +33,17 @@ static void take_cols(const float *src, int64_t ld, int64_t lo, int64_t width, i
     for (int64_t i = 0; i < n; i++) memcpy(dst + i * width, src + i * ld + lo, sizeof(float) * (size_t)width);
 }
 
-int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int n_layers, float *x, int64_t n,
-                    const int64_t *pos, void *k_cache_f16, void *v_cache_f16, int64_t n_ctx, int64_t offset) {
-    ggml_half *k_cache = k_cache_f16, *v_cache = v_cache_f16;
-    if (!c || !layers || !x || !pos || !k_cache || !v_cache || n <= 0 || offset < 0 || offset + n > n_ctx ||
-        c->n_head_kv <= 0 || c->n_head % c->n_head_kv)
+int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int n_layers, float *x,
+                    const int64_t *pos, const li_kv_seq *seqs, int n_seqs) {
+    if (!c || !layers || !x || !pos || !seqs || n_seqs <= 0 || c->n_head_kv <= 0 || c->n_head % c->n_head_kv)
         return LI_EINVAL;
+    int64_t n = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const li_kv_seq *q = &seqs[s];
+        if (!q->k || !q->v || q->n_tokens <= 0 || q->offset < 0 || q->offset + q->n_tokens > q->n_ctx)
+            return LI_EINVAL;
+        n += q->n_tokens;
+    }
     const int64_t d = c->n_embd, hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
     const int64_t qkv_dim = q_dim + 2 * kv_dim, n_ff = c->n_ff;
     /* scratch: h (n, d) | qkv (n, qkv_dim) | q, k, v (n, q_dim + 2 kv_dim) | a (n, q_dim) |
@@ -48,7 +54,6 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
     float *h = buf, *qkv = h + n * d, *q = qkv + n * qkv_dim, *k = q + n * q_dim, *v = k + n * kv_dim;
     float *a = v + n * kv_dim, *gu = a + n * q_dim, *act = gu + 2 * n * n_ff, *o = act + n * n_ff;
     const li_quantize_fn to_f16 = li_traits(LI_TYPE_F16)->from_float;
-    const size_t layer_halves = (size_t)n_ctx * (size_t)kv_dim;
     int rc = LI_OK;
 
     for (int l = 0; l < n_layers && rc == LI_OK; l++) {
@@ -80,15 +85,20 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
         }
         if (c->q_scale > 0.0f)
             for (int64_t i = 0; i < n * q_dim; i++) q[i] *= c->q_scale;
-        ggml_half *kc = k_cache + (size_t)l * layer_halves, *vc = v_cache + (size_t)l * layer_halves;
-        to_f16(k, kc + offset * kv_dim, n * kv_dim);
-        to_f16(v, vc + offset * kv_dim, n * kv_dim);
-        const int arc = li_attention_f16(q, kc, vc, a, n, c->n_head, c->n_head_kv, hd, offset + n, pos, 0,
-                                         c->attn_scale, 0, 0.0f);
-        if (arc) {
-            rc = arc == -2 ? LI_ENOMEM : LI_EINVAL;
-            break;
+        int64_t row = 0;   /* each sequence: its rows into its own cache, attention over it */
+        for (int s = 0; s < n_seqs && rc == LI_OK; s++) {
+            const li_kv_seq *sq = &seqs[s];
+            const size_t layer_halves = (size_t)sq->n_ctx * (size_t)kv_dim;
+            ggml_half *kc = (ggml_half *)sq->k + (size_t)l * layer_halves, *vc = (ggml_half *)sq->v + (size_t)l * layer_halves;
+            const int64_t m = sq->n_tokens;
+            to_f16(k + row * kv_dim, kc + sq->offset * kv_dim, m * kv_dim);
+            to_f16(v + row * kv_dim, vc + sq->offset * kv_dim, m * kv_dim);
+            const int arc = li_attention_f16(q + row * q_dim, kc, vc, a + row * q_dim, m, c->n_head, c->n_head_kv, hd,
+                                             sq->offset + m, pos + row, 0, c->attn_scale, 0, 0.0f);
+            if (arc) rc = arc == -2 ? LI_ENOMEM : LI_EINVAL;
+            row += m;
         }
+        if (rc != LI_OK) break;
         if ((rc = linear(&L->wo, a, n, o)) != LI_OK) break;
         for (int64_t i = 0; i < n * d; i++) x[i] += o[i];
         /* gated MLP */

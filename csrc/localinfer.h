@@ -86,10 +86,15 @@ typedef struct {
     li_linear down;
 } li_llama_layer;
 
-/* layers.c: n_layers llama-family layers on x (n, n_embd) in place, for n tokens of one sequence
- * at positions pos, whose K/V go to rows [offset, offset + n) of caches (n_layers, n_ctx,
- * n_head_kv, head_dim) f16 */
-int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int n_layers, float *x, int64_t n,
-                    const int64_t *pos, void *k_cache_f16, void *v_cache_f16, int64_t n_ctx, int64_t offset);
+typedef struct {
+    void *k, *v;               /* the sequence's caches, (n_layers, n_ctx, n_head_kv, head_dim) f16 */
+    int64_t n_ctx, offset;     /* its new keys go to rows [offset, offset + n_tokens) */
+    int64_t n_tokens;          /* its rows of x, after those of the sequences before it */
+} li_kv_seq;
+
+/* layers.c: n_layers llama-family layers on x (n, n_embd) in place, n the sum of the sequences'
+ * n_tokens, at positions pos (n) */
+int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int n_layers, float *x,
+                    const int64_t *pos, const li_kv_seq *seqs, int n_seqs);
 
 #endif /* LOCALINFER_H */

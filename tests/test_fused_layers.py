@@ -39,18 +39,31 @@ def test_fused_is_the_loop_bit_for_bit(smollm2_c):
     np.testing.assert_array_equal(cf.v[:, :60], cl.v[:, :60])
 
 
-def test_batches_and_other_caches_take_the_loop(smollm2_c):
+def test_a_batch_of_sequences_is_the_loop_bit_for_bit(smollm2_c):
+    """Continuous batching: rows of several sequences, each with its own cache and offset."""
     m = smollm2_c
-    m.fuse = True
-    a, b = m.new_cache(64), m.new_cache(64)
-    two = m.forward_batch([([1, 2, 3], a), ([4, 5], b)])  # several sequences: the loop
-    np.testing.assert_array_equal(two[0], m.forward(np.array([1, 2, 3]), m.new_cache(64)))
-    f32 = m.new_cache(64, dtype=np.float32)  # not an f16 cache: the loop (and the numpy attention)
-    assert np.isfinite(m.forward(np.array([1, 2, 3]), f32)).all()
-    ring = RotatingKVCache(m.config.n_layer, 64, 8, m.config.n_head_kv, m.config.head_dim)
+    runs = {}
+    for fuse in (True, False):
+        m.fuse = fuse
+        a, b, c = m.new_cache(64), m.new_cache(64), m.new_cache(64)
+        m.forward(np.arange(300, 320), a)
+        m.forward(np.arange(500, 507), b)
+        step = m.forward_batch([([7], a), (list(range(40, 58)), c), ([9], b)])  # decode, prefill, decode
+        runs[fuse] = step + [x.k[:, :x.offset].copy() for x in (a, b, c)]
+    for got, want in zip(runs[True], runs[False]):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_other_caches_take_the_loop(smollm2_c):
     from localinfer.arch.batch import Batch
     from localinfer.arch.fused import FusedLayers
-    assert not FusedLayers.applies(Batch([([1], ring)]))
+    m = smollm2_c
+    m.fuse = True
+    f32 = m.new_cache(64, dtype=np.float32)  # not an f16 cache: the loop (and the numpy attention)
+    assert not FusedLayers.applies(Batch([([1, 2, 3], f32)]))
+    assert np.isfinite(m.forward(np.array([1, 2, 3]), f32)).all()
+    ring = RotatingKVCache(m.config.n_layer, 64, 8, m.config.n_head_kv, m.config.head_dim)
+    assert not FusedLayers.applies(Batch([([1], m.new_cache(8)), ([1], ring)]))
 
 
 def test_a_full_context_is_refused_before_any_layer_runs(smollm2_c):

@@ -188,6 +188,8 @@ def test_fused_layers_are_the_loop_bit_for_bit(tiny, outtype):
         cache = m.new_cache(64)
         logits = [m.forward(np.array(ids[:9]), cache), m.forward(np.array(ids[9:]), cache)]
         logits += [m.forward(np.array([t]), cache) for t in ids[:3]]
+        other = m.new_cache(64)
+        logits += m.forward_batch([(ids[:5], other), (ids[3:4], cache)])  # two sequences in one pass
         runs[fuse] = logits + [cache.k[:, :cache.offset].copy(), cache.v[:, :cache.offset].copy()]
     for got, want in zip(runs[True], runs[False]):
         np.testing.assert_array_equal(got, want)

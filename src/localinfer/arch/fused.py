@@ -1,9 +1,9 @@
 """The llama family's decoder layers in one C call (csrc/layers.c), for the C backend.
 
-LlamaModel.forward_batch's loop is the readable version; for one sequence over a plain f16 KV
-cache, on C kernels, `FusedLayers.run` does the same steps with the same kernels in C, so the
-logits are the same bits (tests/test_fused_layers.py) and a decode step costs one Python->C call
-instead of ~13 per layer. Everything C will dereference is checked or built here: the weight
+LlamaModel.forward_batch's loop is the readable version; for a batch whose sequences all use a
+plain f16 KV cache, on C kernels, `FusedLayers.run` does the same steps with the same kernels in
+C, so the logits are the same bits (tests/test_fused_layers.py) and a decode step costs one
+Python->C call instead of ~13 per layer (plus one attention call per sequence). Everything C will dereference is checked or built here: the weight
 pointers come from PreparedMatrix (checked when the model loaded), the per-call arguments
 (activations, positions, cache, frequencies) are checked on every call.
 """
@@ -66,37 +66,37 @@ class FusedLayers:
 
     @staticmethod
     def applies(batch) -> bool:
-        """One sequence over a plain f16 cache (sliding-window or other caches take the loop)."""
-        if len(batch.caches) != 1:
-            return False
-        cache = batch.caches[0]
-        return type(cache) is KVCache and cache.dtype == np.float16 and cache.k.flags.c_contiguous \
-            and cache.v.flags.c_contiguous
+        """Every sequence over a plain f16 cache (sliding-window or other caches take the loop)."""
+        return all(type(cache) is KVCache and cache.dtype == np.float16 and cache.k.flags.c_contiguous
+                   and cache.v.flags.c_contiguous for cache in batch.caches)
 
     def run(self, x: np.ndarray, batch, inv_freq: np.ndarray, attn_scale: float, q_scale: float | None,
             rope_mscale: float, neox: bool) -> np.ndarray:
         """x (n, n_embd) after the embedding -> x after every layer; stores the batch's K/V."""
         c, ffi = self.config, self.ffi
-        cache = batch.caches[0]
         x = np.array(x, dtype=np.float32, order="C", copy=True)
         n = x.shape[0]
         pos = np.ascontiguousarray(batch.positions, dtype=np.int64)
         freq = np.ascontiguousarray(inv_freq, dtype=np.float64)
-        expect_kv = (c.n_layer, cache.n_ctx, c.n_head_kv, c.head_dim)
-        if x.shape != (n, c.n_embd) or pos.shape != (n,) or cache.k.shape != expect_kv or \
-                cache.v.shape != expect_kv or 2 * freq.shape[0] > c.head_dim or \
-                cache.offset + n > cache.n_ctx or not np.array_equal(pos, np.arange(cache.offset, cache.offset + n)):
-            raise ValueError("fused layers: the batch does not fit this model's shapes or its cache")
+        if x.shape != (n, c.n_embd) or pos.shape != (n,) or 2 * freq.shape[0] > c.head_dim:
+            raise ValueError("fused layers: the batch does not fit this model's shapes")
+        seqs = ffi.new("li_kv_seq[]", len(batch.spans))
+        for seq, span, cache in zip(seqs, batch.spans, batch.caches):
+            m = span.stop - span.start
+            expect = (c.n_layer, cache.n_ctx, c.n_head_kv, c.head_dim)
+            if cache.k.shape != expect or cache.v.shape != expect or cache.offset + m > cache.n_ctx or \
+                    not np.array_equal(pos[span], np.arange(cache.offset, cache.offset + m)):
+                raise ValueError("fused layers: a sequence does not fit its cache")
+            seq.k = ffi.from_buffer("char[]", cache.k, require_writable=True)
+            seq.v = ffi.from_buffer("char[]", cache.v, require_writable=True)
+            seq.n_ctx, seq.offset, seq.n_tokens = cache.n_ctx, cache.offset, m
         cfg = ffi.new("li_llama_config *", dict(
             n_embd=c.n_embd, n_head=c.n_head, n_head_kv=c.n_head_kv, head_dim=c.head_dim, n_ff=c.n_ff,
             n_rot=2 * freq.shape[0], eps=c.rms_eps, attn_scale=attn_scale, q_scale=q_scale or 0.0,
             rope_mscale=rope_mscale, neox=int(neox)))
         cfg.inv_freq = ffi.from_buffer("double[]", freq)
         rc = self.lib.li_llama_layers(cfg, self.layers, c.n_layer, ffi.from_buffer("float[]", x, require_writable=True),
-                                      n, ffi.from_buffer("int64_t[]", pos),
-                                      ffi.from_buffer("char[]", cache.k, require_writable=True),
-                                      ffi.from_buffer("char[]", cache.v, require_writable=True),
-                                      cache.n_ctx, cache.offset)
+                                      ffi.from_buffer("int64_t[]", pos), seqs, len(batch.spans))
         if rc == -3:
             raise MemoryError("fused layers: out of memory")
         if rc:
