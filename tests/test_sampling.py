@@ -75,3 +75,20 @@ def test_processors_only_look_at_recent_tokens():
     assert make_logits_processors() == []
     with pytest.raises(ValueError):
         make_logits_processors(repeat_penalty=0)
+
+
+def test_the_draw_is_the_full_vocabulary_chain():
+    """make_sampler works on top-k's survivors only; it draws what the chain of apply_* steps over
+    the whole vocabulary (dropped tokens at -inf) draws, seed for seed, ties at the k-th included."""
+    from localinfer.sampling import _probs, apply_min_p, apply_top_k, apply_top_p
+    rng = np.random.default_rng(11)
+    for case in range(40):
+        logits = (rng.standard_normal(5000) * 3).astype(np.float32)
+        logits[rng.integers(0, 5000, 30)] = logits.max() - 0.5  # a run of ties near the top
+        top_k = [0, 1, 40, 100][case % 4]
+        sampler = make_sampler(temperature=0.7, top_k=top_k, top_p=0.9, min_p=0.02, seed=case)
+        ref_rng = np.random.default_rng(case)
+        for _ in range(5):
+            x = apply_min_p(apply_top_p(apply_top_k(logits, top_k), 0.9), 0.02)
+            probs = _probs(x / 0.7)
+            assert sampler(logits) == int(ref_rng.choice(probs.shape[0], p=probs))

@@ -60,11 +60,17 @@ def make_sampler(temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
     rng = np.random.default_rng(seed)
 
     def sample(logits: np.ndarray) -> int:
-        x = apply_top_k(np.asarray(logits, dtype=np.float32), top_k)
-        x = apply_top_p(x, top_p)
-        x = apply_min_p(x, min_p)
-        probs = _probs(x / temperature)
-        return int(rng.choice(probs.shape[0], p=probs))
+        x = np.asarray(logits, dtype=np.float32)
+        # top-k first, and only its survivors (in token order) go on: the later steps and the draw
+        # then touch ~k values, not the whole vocabulary (1.3 ms per token for 49k, the cost of a
+        # batched decode step's worth of matmuls when 16 sequences sample); the same tokens and
+        # probabilities as running every step on the full vocabulary with the dropped at -inf
+        ids = np.flatnonzero(np.isfinite(apply_top_k(x, top_k))) if 0 < top_k < x.shape[-1] else None
+        v = x[ids] if ids is not None else x
+        v = apply_min_p(apply_top_p(v, top_p), min_p)
+        probs = _probs(v / temperature)
+        choice = int(rng.choice(probs.shape[0], p=probs))
+        return int(ids[choice]) if ids is not None else choice
 
     return sample
 
