@@ -27,16 +27,24 @@ class FusedLayers:
             attn, mlp = layer.attn, layer.mlp
             spec.q_norm = self._floats(attn.q_norm, c.head_dim) if attn.q_norm is not None else ffi.NULL
             spec.k_norm = self._floats(attn.k_norm, c.head_dim) if attn.k_norm is not None else ffi.NULL
-            projections = [attn.wqkv] if attn.wqkv is not None else [attn.wq, attn.wk, attn.wv]
+            # the shapes C sizes its buffers by (the loader checked them against the file; again here)
+            q_dim, kv_dim, d = c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_embd
+            if attn.wqkv is not None:
+                projections = [(attn.wqkv, (q_dim + 2 * kv_dim, d))]
+            else:
+                projections = [(attn.wq, (q_dim, d)), (attn.wk, (kv_dim, d)), (attn.wv, (kv_dim, d))]
             spec.n_qkv = len(projections)
-            for i, lin in enumerate(projections):
-                self._linear(spec.qkv[i], lin)
-            self._linear(spec.wo, attn.wo)
-            gate_up = [mlp.w_up] if mlp.w_gate is None else [mlp.w_gate, mlp.w_up]
+            for i, (lin, shape) in enumerate(projections):
+                self._linear(spec.qkv[i], lin, shape)
+            self._linear(spec.wo, attn.wo, (d, q_dim))
+            if mlp.w_gate is None:
+                gate_up = [(mlp.w_up, (2 * c.n_ff, d))]
+            else:
+                gate_up = [(mlp.w_gate, (c.n_ff, d)), (mlp.w_up, (c.n_ff, d))]
             spec.n_gate_up = len(gate_up)
-            for i, lin in enumerate(gate_up):
-                self._linear(spec.gate_up[i], lin)
-            self._linear(spec.down, mlp.w_down)
+            for i, (lin, shape) in enumerate(gate_up):
+                self._linear(spec.gate_up[i], lin, shape)
+            self._linear(spec.down, mlp.w_down, (d, c.n_ff))
 
     @classmethod
     def build(cls, model) -> "FusedLayers | None":
@@ -58,8 +66,10 @@ class FusedLayers:
         self._keep.append(a)
         return self.ffi.from_buffer("float[]", a)
 
-    def _linear(self, spec, lin: KernelLinear) -> None:
+    def _linear(self, spec, lin: KernelLinear, shape: tuple[int, int]) -> None:
         mat = lin.mat
+        if mat.shape != shape:
+            raise ValueError(f"fused layers: a {mat.shape} weight where {shape} belongs")
         spec.wtype, spec.w, spec.row_bytes = mat._wtype_id, mat._wbuf, mat.row_bytes
         spec.n_out, spec.k = mat.n_out, mat.k
         spec.bias = self._floats(lin.bias, mat.n_out) if lin.bias is not None else self.ffi.NULL
