@@ -1,5 +1,5 @@
-/* layers.c -- the decoder layers of the llama family (llama, mistral, qwen2, qwen3, phi3) in one
- * C call: what arch/llama.py's loop does op by op, with the same kernels in the same order, so
+/* layers.c -- the decoder layers of the llama family (llama, mistral, qwen2, qwen3, phi3) and of
+ * gemma3 (post-norms, GeGLU, sliding-window layers over a ring cache) in one C call: what arch/llama.py's loop does op by op, with the same kernels in the same order, so
  * the result is the same bits. A decode step made ~13 Python-level calls per layer (each a few
  * microseconds of checks and buffer handling around microseconds of work); here it is one call
  * for the whole stack.
@@ -11,7 +11,9 @@
  *   rotated dimensions; q *= q_scale (if > 0)
  *   per sequence: cache[offset ..] = f16(k), f16(v);  a = attention(q, cache[0 .. offset + n_tokens))
  *   x += a . Wo (+ bias)
+ *   (gemma3: the branch output goes through attn_post_norm before the add)
  *   h = rms_norm(x, ffn_norm);  x += down(silu(gate(h)) * up(h)), gate | up one matmul or two
+ *   (gemma3: GELU from the f16 table, and ffn_post_norm before the add)
  * The Python wrapper (arch/fused.py) checks every shape and pointer before calling.
  */
 #include <stdlib.h>
@@ -37,11 +39,18 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
                     const int64_t *pos, const li_kv_seq *seqs, int n_seqs) {
     if (!c || !layers || !x || !pos || !seqs || n_seqs <= 0 || c->n_head_kv <= 0 || c->n_head % c->n_head_kv)
         return LI_EINVAL;
-    int64_t n = 0;
+    int64_t n = 0, max_window = 0, ring_rows = 0;
+    for (int l = 0; l < n_layers; l++)
+        if (layers[l].ring) max_window = layers[l].window > max_window ? layers[l].window : max_window;
     for (int s = 0; s < n_seqs; s++) {
         const li_kv_seq *q = &seqs[s];
         if (!q->k || !q->v || q->n_tokens <= 0 || q->offset < 0 || q->offset + q->n_tokens > q->n_ctx)
             return LI_EINVAL;
+        if (max_window > 0) {   /* a ring layer gathers its visible keys into one buffer */
+            if (!q->ring_k || !q->ring_v || q->n_slots <= 0) return LI_EINVAL;
+            const int64_t old = q->offset < max_window - 1 ? q->offset : max_window - 1;
+            ring_rows = old + q->n_tokens > ring_rows ? old + q->n_tokens : ring_rows;
+        }
         n += q->n_tokens;
     }
     const int64_t d = c->n_embd, hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
@@ -49,8 +58,9 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
     /* scratch: h (n, d) | qkv (n, qkv_dim) | q, k, v (n, q_dim + 2 kv_dim) | a (n, q_dim) |
      * gu (n, 2 n_ff) | act (n, n_ff) | o (n, d) */
     const size_t floats = (size_t)n * (size_t)(d + qkv_dim + qkv_dim + q_dim + 2 * n_ff + n_ff + d);
-    float *buf = malloc(sizeof(float) * floats);
+    float *buf = malloc(sizeof(float) * floats + sizeof(ggml_half) * 2 * (size_t)ring_rows * (size_t)kv_dim);
     if (!buf) return LI_ENOMEM;
+    ggml_half *ring_kv = (ggml_half *)(buf + floats);   /* gathered keys | values of one ring layer */
     float *h = buf, *qkv = h + n * d, *q = qkv + n * qkv_dim, *k = q + n * q_dim, *v = k + n * kv_dim;
     float *a = v + n * kv_dim, *gu = a + n * q_dim, *act = gu + 2 * n * n_ff, *o = act + n * n_ff;
     const li_quantize_fn to_f16 = li_traits(LI_TYPE_F16)->from_float;
@@ -72,8 +82,9 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
         }
         if (L->q_norm) li_rms_norm(q, L->q_norm, q, n * c->n_head, hd, c->eps);
         if (L->k_norm) li_rms_norm(k, L->k_norm, k, n * c->n_head_kv, hd, c->eps);
-        if (li_rope(q, n, c->n_head, hd, c->n_rot, pos, c->inv_freq, c->neox) ||
-            li_rope(k, n, c->n_head_kv, hd, c->n_rot, pos, c->inv_freq, c->neox)) {
+        const double *freq = L->inv_freq ? L->inv_freq : c->inv_freq;
+        if (li_rope(q, n, c->n_head, hd, c->n_rot, pos, freq, c->neox) ||
+            li_rope(k, n, c->n_head_kv, hd, c->n_rot, pos, freq, c->neox)) {
             rc = LI_ENOMEM;
             break;
         }
@@ -88,31 +99,60 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
         int64_t row = 0;   /* each sequence: its rows into its own cache, attention over it */
         for (int s = 0; s < n_seqs && rc == LI_OK; s++) {
             const li_kv_seq *sq = &seqs[s];
-            const size_t layer_halves = (size_t)sq->n_ctx * (size_t)kv_dim;
-            ggml_half *kc = (ggml_half *)sq->k + (size_t)l * layer_halves, *vc = (ggml_half *)sq->v + (size_t)l * layer_halves;
-            const int64_t m = sq->n_tokens;
-            to_f16(k + row * kv_dim, kc + sq->offset * kv_dim, m * kv_dim);
-            to_f16(v + row * kv_dim, vc + sq->offset * kv_dim, m * kv_dim);
-            const int arc = li_attention_f16(q + row * q_dim, kc, vc, a + row * q_dim, m, c->n_head, c->n_head_kv, hd,
-                                             sq->offset + m, pos + row, 0, c->attn_scale, 0, 0.0f);
+            const int64_t m = sq->n_tokens, off = sq->offset;
+            const ggml_half *keys, *values;
+            int64_t n_kv, key_start;
+            if (!L->ring) {   /* every position from 0 */
+                const size_t layer_halves = (size_t)sq->n_ctx * (size_t)kv_dim;
+                ggml_half *kc = (ggml_half *)sq->k + (size_t)L->cache_layer * layer_halves;
+                ggml_half *vc = (ggml_half *)sq->v + (size_t)L->cache_layer * layer_halves;
+                to_f16(k + row * kv_dim, kc + off * kv_dim, m * kv_dim);
+                to_f16(v + row * kv_dim, vc + off * kv_dim, m * kv_dim);
+                keys = kc, values = vc, n_kv = off + m, key_start = 0;
+            } else {   /* the ring (kv_cache.RotatingKVCache): the window before the first new token, then the new */
+                const size_t ring_halves = (size_t)sq->n_slots * (size_t)kv_dim;
+                ggml_half *rk = (ggml_half *)sq->ring_k + (size_t)L->cache_layer * ring_halves;
+                ggml_half *rv = (ggml_half *)sq->ring_v + (size_t)L->cache_layer * ring_halves;
+                key_start = off - L->window + 1 > 0 ? off - L->window + 1 : 0;
+                const int64_t n_old = off - key_start;
+                n_kv = n_old + m;
+                ggml_half *kb = ring_kv, *vb = ring_kv + n_kv * kv_dim;
+                for (int64_t p = key_start; p < off; p++) {
+                    memcpy(kb + (p - key_start) * kv_dim, rk + (p % sq->n_slots) * kv_dim, sizeof(ggml_half) * (size_t)kv_dim);
+                    memcpy(vb + (p - key_start) * kv_dim, rv + (p % sq->n_slots) * kv_dim, sizeof(ggml_half) * (size_t)kv_dim);
+                }
+                to_f16(k + row * kv_dim, kb + n_old * kv_dim, m * kv_dim);
+                to_f16(v + row * kv_dim, vb + n_old * kv_dim, m * kv_dim);
+                const int64_t n_store = m < sq->n_slots ? m : sq->n_slots;   /* the newest go to their slots */
+                for (int64_t i = m - n_store; i < m; i++) {
+                    const int64_t slot = (off + i) % sq->n_slots;
+                    memcpy(rk + slot * kv_dim, kb + (n_old + i) * kv_dim, sizeof(ggml_half) * (size_t)kv_dim);
+                    memcpy(rv + slot * kv_dim, vb + (n_old + i) * kv_dim, sizeof(ggml_half) * (size_t)kv_dim);
+                }
+                keys = kb, values = vb;
+            }
+            const int arc = li_attention_f16(q + row * q_dim, keys, values, a + row * q_dim, m, c->n_head, c->n_head_kv,
+                                             hd, n_kv, pos + row, key_start, c->attn_scale, L->window, 0.0f);
             if (arc) rc = arc == -2 ? LI_ENOMEM : LI_EINVAL;
             row += m;
         }
         if (rc != LI_OK) break;
         if ((rc = linear(&L->wo, a, n, o)) != LI_OK) break;
+        if (L->attn_post_norm) li_rms_norm(o, L->attn_post_norm, o, n, d, c->eps);
         for (int64_t i = 0; i < n * d; i++) x[i] += o[i];
         /* gated MLP */
         li_rms_norm(x, L->ffn_norm, h, n, d, c->eps);
         if (L->n_gate_up == 1) {
             if ((rc = linear(&L->gate_up[0], h, n, gu)) != LI_OK) break;
-            li_glu(gu, 2 * n_ff, gu + n_ff, 2 * n_ff, act, n, n_ff, NULL);
+            li_glu(gu, 2 * n_ff, gu + n_ff, 2 * n_ff, act, n, n_ff, c->geglu_table);
         } else {
             if ((rc = linear(&L->gate_up[0], h, n, gu)) != LI_OK ||
                 (rc = linear(&L->gate_up[1], h, n, gu + n * n_ff)) != LI_OK)
                 break;
-            li_glu(gu, n_ff, gu + n * n_ff, n_ff, act, n, n_ff, NULL);
+            li_glu(gu, n_ff, gu + n * n_ff, n_ff, act, n, n_ff, c->geglu_table);
         }
         if ((rc = linear(&L->down, act, n, o)) != LI_OK) break;
+        if (L->ffn_post_norm) li_rms_norm(o, L->ffn_post_norm, o, n, d, c->eps);
         for (int64_t i = 0; i < n * d; i++) x[i] += o[i];
     }
     free(buf);

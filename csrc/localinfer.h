@@ -72,7 +72,8 @@ typedef struct {
     float q_scale;             /* multiplies q after rope when > 0 (phi3) */
     float rope_mscale;         /* multiplies q and k's rotated dimensions (longrope); 1: none */
     int neox;                  /* rope pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
-    const double *inv_freq;    /* (n_rot / 2) */
+    const double *inv_freq;    /* (n_rot / 2), unless a layer has its own */
+    const float *geglu_table;  /* NULL: SiLU gating; else GELU from ggml's f16 table (ops.c) */
 } li_llama_config;
 
 typedef struct {
@@ -84,12 +85,20 @@ typedef struct {
     li_linear gate_up[2];
     int n_gate_up;             /* 1: gate_up[0] rows are gate | up; 2: gate, up */
     li_linear down;
+    const float *attn_post_norm, *ffn_post_norm;   /* (n_embd) on each branch's output, or NULL (gemma3) */
+    const double *inv_freq;    /* this layer's rope frequencies, or NULL: the config's */
+    int64_t window;            /* sliding window (keys within the last `window` positions), 0: none */
+    int ring;                  /* 0: K/V in the sequence's full cache, 1: in its ring (sliding window) */
+    int64_t cache_layer;       /* this layer's index inside that cache */
 } li_llama_layer;
 
 typedef struct {
-    void *k, *v;               /* the sequence's caches, (n_layers, n_ctx, n_head_kv, head_dim) f16 */
+    void *k, *v;               /* the sequence's full caches, (n_full_layers, n_ctx, n_head_kv, head_dim) f16 */
     int64_t n_ctx, offset;     /* its new keys go to rows [offset, offset + n_tokens) */
     int64_t n_tokens;          /* its rows of x, after those of the sequences before it */
+    void *ring_k, *ring_v;     /* sliding-window layers: (n_ring_layers, n_slots, ...) f16, position p in
+                                  slot p % n_slots; NULL when no layer uses them */
+    int64_t n_slots;
 } li_kv_seq;
 
 /* layers.c: n_layers llama-family layers on x (n, n_embd) in place, n the sum of the sequences'

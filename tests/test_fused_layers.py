@@ -56,14 +56,13 @@ def test_a_batch_of_sequences_is_the_loop_bit_for_bit(smollm2_c):
 
 def test_other_caches_take_the_loop(smollm2_c):
     from localinfer.arch.batch import Batch
-    from localinfer.arch.fused import FusedLayers
     m = smollm2_c
     m.fuse = True
     f32 = m.new_cache(64, dtype=np.float32)  # not an f16 cache: the loop (and the numpy attention)
-    assert not FusedLayers.applies(Batch([([1, 2, 3], f32)]))
+    assert not m.fused_layers().applies(Batch([([1, 2, 3], f32)]))
     assert np.isfinite(m.forward(np.array([1, 2, 3]), f32)).all()
     ring = RotatingKVCache(m.config.n_layer, 64, 8, m.config.n_head_kv, m.config.head_dim)
-    assert not FusedLayers.applies(Batch([([1], m.new_cache(8)), ([1], ring)]))
+    assert not m.fused_layers().applies(Batch([([1], m.new_cache(8)), ([1], ring)]))
 
 
 def test_a_full_context_is_refused_before_any_layer_runs(smollm2_c):
@@ -76,3 +75,22 @@ def test_a_full_context_is_refused_before_any_layer_runs(smollm2_c):
         m.forward(np.arange(5), cache)
     assert cache.offset == 6
     np.testing.assert_array_equal(cache.k, before)
+
+
+def test_gemma3_fused_is_the_loop_bit_for_bit(gemma3_path):
+    """gemma3: post-norms, GeGLU, per-layer rope bases, and sliding-window layers whose ring cache
+    wraps (a prompt longer than the 512-token window), alone and batched."""
+    with GGUFFile(gemma3_path) as f:
+        m = build_model(f, "c")
+    assert m.fused_layers() is not None
+    runs = {}
+    for fuse in (True, False):
+        m.fuse = fuse
+        a, b = m.new_cache(700), m.new_cache(700)
+        out = [m.forward(np.arange(1000, 1600), a), m.forward(np.array([5]), a), m.forward(np.array([77]), a)]
+        out.append(m.forward(np.arange(2000, 2030), b))
+        out += m.forward_batch([([9], a), (list(range(50, 70)), b)])
+        out += [a.full.k[:, :a.offset].copy(), a.swa.k.copy(), b.swa.v.copy()]
+        runs[fuse] = out
+    for got, want in zip(runs[True], runs[False]):
+        np.testing.assert_array_equal(got, want)

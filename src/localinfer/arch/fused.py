@@ -1,4 +1,4 @@
-"""The llama family's decoder layers in one C call (csrc/layers.c), for the C backend.
+"""The decoder layers of the llama family and gemma3 in one C call (csrc/layers.c), for the C backend.
 
 LlamaModel.forward_batch's loop is the readable version; for a batch whose sequences all use a
 plain f16 KV cache, on C kernels, `FusedLayers.run` does the same steps with the same kernels in
@@ -11,17 +11,45 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kv_cache import KVCache
+from ..kv_cache import InterleavedKVCache, KVCache
 from .weights import KernelLinear
 
 
+def _parts(cache):
+    """(full cache, ring cache or None) of a cache the C layers understand, else None."""
+    if type(cache) is KVCache:
+        return cache, None
+    if type(cache) is InterleavedKVCache:
+        return cache.full, cache.swa
+    return None
+
+
 class FusedLayers:
-    def __init__(self, model, ffi, lib):
+    def __init__(self, model, ffi, lib, ring_layers=(), window: int = 0, layer_freqs=(), geglu: bool = False):
+        """ring_layers: per layer, whether its K/V live in a sliding-window ring (gemma3);
+        layer_freqs: per layer rope frequencies (else the call's); geglu: GELU gating (ggml's
+        f16 table, as ops.geglu) instead of SiLU."""
+        from .. import ops
         c, w = model.config, model.weights
         self.ffi, self.lib, self.config = ffi, lib, c
         self._keep = []  # every numpy buffer a pointer below refers to
+        self.ring_flags = [bool(r) for r in ring_layers] or [False] * c.n_layer
+        self.window = int(window)
+        self.geglu_table = self._floats(ops._GELU_F16, 65536) if geglu else None
         self.layers = ffi.new("li_llama_layer[]", c.n_layer)
-        for layer, spec in zip(w.layers, self.layers):
+        counts = {False: 0, True: 0}
+        for li, (layer, spec) in enumerate(zip(w.layers, self.layers)):
+            ring = self.ring_flags[li]
+            spec.ring, spec.window, spec.cache_layer = int(ring), self.window if ring else 0, counts[ring]
+            counts[ring] += 1
+            freq = layer_freqs[li] if layer_freqs else None
+            if freq is not None:
+                freq = np.ascontiguousarray(freq, dtype=np.float64)
+                self._keep.append(freq)
+                spec.inv_freq = ffi.from_buffer("double[]", freq)
+            post = getattr(layer, "attn_post_norm", None), getattr(layer, "ffn_post_norm", None)
+            spec.attn_post_norm = self._floats(post[0], c.n_embd) if post[0] is not None else ffi.NULL
+            spec.ffn_post_norm = self._floats(post[1], c.n_embd) if post[1] is not None else ffi.NULL
             spec.attn_norm = self._floats(layer.attn_norm, c.n_embd)
             spec.ffn_norm = self._floats(layer.ffn_norm, c.n_embd)
             attn, mlp = layer.attn, layer.mlp
@@ -47,7 +75,7 @@ class FusedLayers:
             self._linear(spec.down, mlp.w_down, (d, c.n_ff))
 
     @classmethod
-    def build(cls, model) -> "FusedLayers | None":
+    def build(cls, model, **options) -> "FusedLayers | None":
         """None unless every linear layer of the model runs on the C kernels."""
         from .. import kernels
         if not kernels.available():
@@ -57,7 +85,7 @@ class FusedLayers:
             linears = [a.wqkv, a.wq, a.wk, a.wv, a.wo, m.w_gate, m.w_up, m.w_down]
             if not all(lin is None or isinstance(lin, KernelLinear) for lin in linears):
                 return None
-        return cls(model, kernels._ffi, kernels._lib)
+        return cls(model, kernels._ffi, kernels._lib, **options)
 
     def _floats(self, a: np.ndarray, n: int):
         a = np.ascontiguousarray(a, dtype=np.float32)
@@ -74,11 +102,21 @@ class FusedLayers:
         spec.n_out, spec.k = mat.n_out, mat.k
         spec.bias = self._floats(lin.bias, mat.n_out) if lin.bias is not None else self.ffi.NULL
 
-    @staticmethod
-    def applies(batch) -> bool:
-        """Every sequence over a plain f16 cache (sliding-window or other caches take the loop)."""
-        return all(type(cache) is KVCache and cache.dtype == np.float16 and cache.k.flags.c_contiguous
-                   and cache.v.flags.c_contiguous for cache in batch.caches)
+    def applies(self, batch) -> bool:
+        """Every sequence's cache is one these layers write: f16, plain, or split into full and
+        ring caches the way this model's layers are."""
+        for cache in batch.caches:
+            parts = _parts(cache)
+            if parts is None or cache.dtype != np.float16:
+                return False
+            full, ring = parts
+            if ring is not None and [c is ring for c, _ in cache.route] != self.ring_flags:
+                return False
+            if ring is None and any(self.ring_flags):
+                return False
+            if not all(a.flags.c_contiguous for p in parts if p is not None for a in (p.k, p.v)):
+                return False
+        return True
 
     def run(self, x: np.ndarray, batch, inv_freq: np.ndarray, attn_scale: float, q_scale: float | None,
             rope_mscale: float, neox: bool) -> np.ndarray:
@@ -91,20 +129,33 @@ class FusedLayers:
         if x.shape != (n, c.n_embd) or pos.shape != (n,) or 2 * freq.shape[0] > c.head_dim:
             raise ValueError("fused layers: the batch does not fit this model's shapes")
         seqs = ffi.new("li_kv_seq[]", len(batch.spans))
+        n_ring = sum(self.ring_flags)
         for seq, span, cache in zip(seqs, batch.spans, batch.caches):
             m = span.stop - span.start
-            expect = (c.n_layer, cache.n_ctx, c.n_head_kv, c.head_dim)
-            if cache.k.shape != expect or cache.v.shape != expect or cache.offset + m > cache.n_ctx or \
-                    not np.array_equal(pos[span], np.arange(cache.offset, cache.offset + m)):
+            full, ring = _parts(cache)
+            expect = (c.n_layer - n_ring, full.n_ctx, c.n_head_kv, c.head_dim)
+            if full.k.shape != expect or full.v.shape != expect or full.offset + m > full.n_ctx or \
+                    not np.array_equal(pos[span], np.arange(full.offset, full.offset + m)):
                 raise ValueError("fused layers: a sequence does not fit its cache")
-            seq.k = ffi.from_buffer("char[]", cache.k, require_writable=True)
-            seq.v = ffi.from_buffer("char[]", cache.v, require_writable=True)
-            seq.n_ctx, seq.offset, seq.n_tokens = cache.n_ctx, cache.offset, m
+            seq.k = ffi.from_buffer("char[]", full.k, require_writable=True)
+            seq.v = ffi.from_buffer("char[]", full.v, require_writable=True)
+            seq.n_ctx, seq.offset, seq.n_tokens = full.n_ctx, full.offset, m
+            if n_ring:
+                expect = (n_ring, ring.n_slots, c.n_head_kv, c.head_dim)
+                start = max(0, full.offset - self.window + 1)
+                if ring.k.shape != expect or ring.v.shape != expect or ring.window != self.window or \
+                        ring.offset != full.offset or start < ring.held_start:
+                    raise ValueError("fused layers: a sequence's sliding-window cache does not fit")
+                seq.ring_k = ffi.from_buffer("char[]", ring.k, require_writable=True)
+                seq.ring_v = ffi.from_buffer("char[]", ring.v, require_writable=True)
+                seq.n_slots = ring.n_slots
         cfg = ffi.new("li_llama_config *", dict(
             n_embd=c.n_embd, n_head=c.n_head, n_head_kv=c.n_head_kv, head_dim=c.head_dim, n_ff=c.n_ff,
             n_rot=2 * freq.shape[0], eps=c.rms_eps, attn_scale=attn_scale, q_scale=q_scale or 0.0,
             rope_mscale=rope_mscale, neox=int(neox)))
         cfg.inv_freq = ffi.from_buffer("double[]", freq)
+        if self.geglu_table is not None:
+            cfg.geglu_table = self.geglu_table
         rc = self.lib.li_llama_layers(cfg, self.layers, c.n_layer, ffi.from_buffer("float[]", x, require_writable=True),
                                       ffi.from_buffer("int64_t[]", pos), seqs, len(batch.spans))
         if rc == -3:

@@ -31,6 +31,7 @@ from .. import layers
 from ..layers import rope_freqs
 from .batch import Batch
 from .blocks import Attention, GatedMLP, attention_block
+from .fused import FusedLayers
 from .weights import Embedding, Linear, WeightLoader
 
 SWA_PATTERN_DEFAULT = 6  # llama.cpp's load_swa_pattern(ml, 6) for gemma3: every 6th layer is global
@@ -145,6 +146,7 @@ class Gemma3Model:
     def __init__(self, config: Gemma3Config, weights: Gemma3Weights, ops=layers):
         self.config, self.weights = config, weights
         self.ops = ops  # layers (numpy reference) or localinfer.ops (C): the same functions
+        self.fuse, self._fused = True, None
         c = config
         # linear rope scaling multiplies positions by rope_scale, i.e. the frequencies
         self.inv_freq_global = rope_freqs(c.head_dim, c.rope_base, c.n_rot) * c.rope_scale
@@ -170,18 +172,12 @@ class Gemma3Model:
         """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
         c, w, ops = self.config, self.weights, self.ops
         batch = Batch(seqs)
-        attention_global = partial(ops.attention, scale=1.0)  # queries are scaled beforehand
-        attention_swa = partial(ops.attention, scale=1.0, sliding_window=c.sliding_window)
         x = w.token_embd(batch.tokens) * np.float32(np.sqrt(c.n_embd))  # (n, n_embd)
-        for li, layer in enumerate(w.layers):
-            swa = c.is_swa[li]
-            inv_freq = self.inv_freq_swa if swa else self.inv_freq_global
-            h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
-            a = attention_block(ops, batch, li, layer.attn, h, c, inv_freq, True,
-                                attention_swa if swa else attention_global, q_scale=c.attn_scale)
-            x = x + ops.rms_norm(a, layer.attn_post_norm, c.rms_eps)
-            ffn = layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.geglu)
-            x = x + ops.rms_norm(ffn, layer.ffn_post_norm, c.rms_eps)
+        fused = self.fused_layers()
+        if fused is not None and fused.applies(batch):  # the loop below in one C call, bit for bit
+            x = fused.run(x, batch, self.inv_freq_global, 1.0, c.attn_scale, 1.0, True)
+        else:
+            x = self._layers(x, batch)
         batch.advance()
         if last_only:
             x = batch.last_rows(x)
@@ -191,3 +187,30 @@ class Gemma3Model:
             cap = np.float32(c.final_logit_softcap)
             logits = np.tanh(logits / cap) * cap
         return batch.split(logits, last_only)
+
+    def fused_layers(self) -> FusedLayers | None:
+        """The layer stack as one C call (arch/fused.py) when every weight is on the C kernels;
+        `self.fuse = False` keeps the Python loop."""
+        if not self.fuse:
+            return None
+        if self._fused is None:
+            c = self.config
+            self._fused = FusedLayers.build(
+                self, ring_layers=c.is_swa, window=c.sliding_window or 0,
+                layer_freqs=[self.inv_freq_swa if swa else None for swa in c.is_swa], geglu=True) or False
+        return self._fused or None
+
+    def _layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
+        c, w, ops = self.config, self.weights, self.ops
+        attention_global = partial(ops.attention, scale=1.0)  # queries are scaled beforehand
+        attention_swa = partial(ops.attention, scale=1.0, sliding_window=c.sliding_window)
+        for li, layer in enumerate(w.layers):
+            swa = c.is_swa[li]
+            inv_freq = self.inv_freq_swa if swa else self.inv_freq_global
+            h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
+            a = attention_block(ops, batch, li, layer.attn, h, c, inv_freq, True,
+                                attention_swa if swa else attention_global, q_scale=c.attn_scale)
+            x = x + ops.rms_norm(a, layer.attn_post_norm, c.rms_eps)
+            ffn = layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.geglu)
+            x = x + ops.rms_norm(ffn, layer.ffn_post_norm, c.rms_eps)
+        return x

@@ -174,8 +174,8 @@ class LlamaModel:
         q_scale = scale if self.scale_q else None
         inv_freq = self.rope_inv_freq(batch)
         x = w.token_embd(batch.tokens)  # (n, n_embd)
-        fused = self.fused_layers() if FusedLayers.applies(batch) else None
-        if fused is not None:  # the loop below in one C call, bit for bit (arch/fused.py)
+        fused = self.fused_layers()
+        if fused is not None and fused.applies(batch):  # the loop below in one C call, bit for bit (arch/fused.py)
             x = fused.run(x, batch, inv_freq, 1.0 if self.scale_q else scale, q_scale, c.rope_attn_factor,
                           self.rope_neox)
         else:
