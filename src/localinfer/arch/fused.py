@@ -1,11 +1,12 @@
 """The decoder layers of the llama family and gemma3 in one C call (csrc/layers.c), for the C backend.
 
-LlamaModel.forward_batch's loop is the readable version; for a batch whose sequences all use a
-plain f16 KV cache, on C kernels, `FusedLayers.run` does the same steps with the same kernels in
-C, so the logits are the same bits (tests/test_fused_layers.py) and a decode step costs one
-Python->C call instead of ~13 per layer (plus one attention call per sequence). Everything C will dereference is checked or built here: the weight
+The architectures' Python loops (LlamaModel / Gemma3Model.forward_batch) are the readable
+version; for a batch whose caches are all f16 (plain, or gemma3's full + sliding-window ring),
+on C kernels, `FusedLayers.run` does the same steps with the same kernels in C, so the logits
+are the same bits (tests/test_fused_layers.py) and a decode step costs one Python->C call
+instead of ~13 per layer. Everything C will dereference is checked or built here: the weight
 pointers come from PreparedMatrix (checked when the model loaded), the per-call arguments
-(activations, positions, cache, frequencies) are checked on every call.
+(activations, positions, caches, frequencies) are checked on every call.
 """
 from __future__ import annotations
 
