@@ -16,6 +16,7 @@
  *   (gemma3: GELU from the f16 table, and ffn_post_norm before the add)
  * The Python wrapper (arch/fused.py) checks every shape and pointer before calling.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,72 @@ static int linear(const li_linear *w, const float *x, int64_t n, float *y) {
 /* rows [lo, lo + width) of each of n rows of `ld` floats -> dst (n, width) */
 static void take_cols(const float *src, int64_t ld, int64_t lo, int64_t width, int64_t n, float *dst) {
     for (int64_t i = 0; i < n; i++) memcpy(dst + i * width, src + i * ld + lo, sizeof(float) * (size_t)width);
+}
+
+typedef struct {
+    const li_llama_config *c;
+    const li_llama_layer *L;
+    const li_kv_seq *seqs;
+    int n_seqs;
+    const int64_t *seq_row;        /* first row of each sequence */
+    const float *q, *k, *v;
+    float *a;
+    const int64_t *pos;
+    ggml_half *ring_kv;            /* ring_stride halves per sequence: its gathered keys | values */
+    size_t ring_stride;
+    li_quantize_fn to_f16;
+    atomic_int rc;
+} attn_seqs_job;
+
+/* sequence s of the batch at one layer: its new K/V into its cache, attention over what it sees */
+static int attend_seq(attn_seqs_job *j, int s) {
+    const li_llama_config *c = j->c;
+    const li_llama_layer *L = j->L;
+    const li_kv_seq *sq = &j->seqs[s];
+    const int64_t hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
+    const int64_t m = sq->n_tokens, off = sq->offset, row = j->seq_row[s];
+    const ggml_half *keys, *values;
+    int64_t n_kv, key_start;
+    if (!L->ring) {   /* every position from 0 */
+        const size_t layer_halves = (size_t)sq->n_ctx * (size_t)kv_dim;
+        ggml_half *kc = (ggml_half *)sq->k + (size_t)L->cache_layer * layer_halves;
+        ggml_half *vc = (ggml_half *)sq->v + (size_t)L->cache_layer * layer_halves;
+        j->to_f16(j->k + row * kv_dim, kc + off * kv_dim, m * kv_dim);
+        j->to_f16(j->v + row * kv_dim, vc + off * kv_dim, m * kv_dim);
+        keys = kc, values = vc, n_kv = off + m, key_start = 0;
+    } else {   /* the ring (kv_cache.RotatingKVCache): the window before the first new token, then the new */
+        const size_t ring_halves = (size_t)sq->n_slots * (size_t)kv_dim, row_bytes = sizeof(ggml_half) * (size_t)kv_dim;
+        ggml_half *rk = (ggml_half *)sq->ring_k + (size_t)L->cache_layer * ring_halves;
+        ggml_half *rv = (ggml_half *)sq->ring_v + (size_t)L->cache_layer * ring_halves;
+        key_start = off - L->window + 1 > 0 ? off - L->window + 1 : 0;
+        const int64_t n_old = off - key_start;
+        n_kv = n_old + m;
+        ggml_half *kb = j->ring_kv + (size_t)s * j->ring_stride, *vb = kb + n_kv * kv_dim;
+        for (int64_t p = key_start; p < off; p++) {
+            memcpy(kb + (p - key_start) * kv_dim, rk + (p % sq->n_slots) * kv_dim, row_bytes);
+            memcpy(vb + (p - key_start) * kv_dim, rv + (p % sq->n_slots) * kv_dim, row_bytes);
+        }
+        j->to_f16(j->k + row * kv_dim, kb + n_old * kv_dim, m * kv_dim);
+        j->to_f16(j->v + row * kv_dim, vb + n_old * kv_dim, m * kv_dim);
+        const int64_t n_store = m < sq->n_slots ? m : sq->n_slots;   /* the newest go to their slots */
+        for (int64_t i = m - n_store; i < m; i++) {
+            const int64_t slot = (off + i) % sq->n_slots;
+            memcpy(rk + slot * kv_dim, kb + (n_old + i) * kv_dim, row_bytes);
+            memcpy(rv + slot * kv_dim, vb + (n_old + i) * kv_dim, row_bytes);
+        }
+        keys = kb, values = vb;
+    }
+    const int arc = li_attention_f16(j->q + row * q_dim, keys, values, j->a + row * q_dim, m, c->n_head, c->n_head_kv,
+                                     hd, n_kv, j->pos + row, key_start, c->attn_scale, L->window, 0.0f);
+    return arc == 0 ? LI_OK : arc == -2 ? LI_ENOMEM : LI_EINVAL;
+}
+
+static void task_attend_seqs(void *ctx, int ith, int nth) {
+    attn_seqs_job *j = ctx;
+    for (int s = ith; s < j->n_seqs; s += nth) {
+        const int rc = attend_seq(j, s);
+        if (rc != LI_OK) atomic_store(&j->rc, rc);
+    }
 }
 
 int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int n_layers, float *x,
@@ -58,9 +125,16 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
     /* scratch: h (n, d) | qkv (n, qkv_dim) | q, k, v (n, q_dim + 2 kv_dim) | a (n, q_dim) |
      * gu (n, 2 n_ff) | act (n, n_ff) | o (n, d) */
     const size_t floats = (size_t)n * (size_t)(d + qkv_dim + qkv_dim + q_dim + 2 * n_ff + n_ff + d);
-    float *buf = malloc(sizeof(float) * floats + sizeof(ggml_half) * 2 * (size_t)ring_rows * (size_t)kv_dim);
+    const size_t ring_stride = 2 * (size_t)ring_rows * (size_t)kv_dim;   /* halves per sequence */
+    float *buf = malloc(sizeof(float) * floats + sizeof(int64_t) * (size_t)n_seqs +
+                        sizeof(ggml_half) * ring_stride * (size_t)n_seqs);
     if (!buf) return LI_ENOMEM;
-    ggml_half *ring_kv = (ggml_half *)(buf + floats);   /* gathered keys | values of one ring layer */
+    int64_t *seq_row = (int64_t *)(buf + floats), max_tokens = 0;
+    ggml_half *ring_kv = (ggml_half *)(seq_row + n_seqs);   /* per sequence: gathered keys | values */
+    for (int s = 0, row = 0; s < n_seqs; row += (int)seqs[s].n_tokens, s++) {
+        seq_row[s] = row;
+        max_tokens = seqs[s].n_tokens > max_tokens ? seqs[s].n_tokens : max_tokens;
+    }
     float *h = buf, *qkv = h + n * d, *q = qkv + n * qkv_dim, *k = q + n * q_dim, *v = k + n * kv_dim;
     float *a = v + n * kv_dim, *gu = a + n * q_dim, *act = gu + 2 * n * n_ff, *o = act + n * n_ff;
     const li_quantize_fn to_f16 = li_traits(LI_TYPE_F16)->from_float;
@@ -96,46 +170,11 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
         }
         if (c->q_scale > 0.0f)
             for (int64_t i = 0; i < n * q_dim; i++) q[i] *= c->q_scale;
-        int64_t row = 0;   /* each sequence: its rows into its own cache, attention over it */
-        for (int s = 0; s < n_seqs && rc == LI_OK; s++) {
-            const li_kv_seq *sq = &seqs[s];
-            const int64_t m = sq->n_tokens, off = sq->offset;
-            const ggml_half *keys, *values;
-            int64_t n_kv, key_start;
-            if (!L->ring) {   /* every position from 0 */
-                const size_t layer_halves = (size_t)sq->n_ctx * (size_t)kv_dim;
-                ggml_half *kc = (ggml_half *)sq->k + (size_t)L->cache_layer * layer_halves;
-                ggml_half *vc = (ggml_half *)sq->v + (size_t)L->cache_layer * layer_halves;
-                to_f16(k + row * kv_dim, kc + off * kv_dim, m * kv_dim);
-                to_f16(v + row * kv_dim, vc + off * kv_dim, m * kv_dim);
-                keys = kc, values = vc, n_kv = off + m, key_start = 0;
-            } else {   /* the ring (kv_cache.RotatingKVCache): the window before the first new token, then the new */
-                const size_t ring_halves = (size_t)sq->n_slots * (size_t)kv_dim;
-                ggml_half *rk = (ggml_half *)sq->ring_k + (size_t)L->cache_layer * ring_halves;
-                ggml_half *rv = (ggml_half *)sq->ring_v + (size_t)L->cache_layer * ring_halves;
-                key_start = off - L->window + 1 > 0 ? off - L->window + 1 : 0;
-                const int64_t n_old = off - key_start;
-                n_kv = n_old + m;
-                ggml_half *kb = ring_kv, *vb = ring_kv + n_kv * kv_dim;
-                for (int64_t p = key_start; p < off; p++) {
-                    memcpy(kb + (p - key_start) * kv_dim, rk + (p % sq->n_slots) * kv_dim, sizeof(ggml_half) * (size_t)kv_dim);
-                    memcpy(vb + (p - key_start) * kv_dim, rv + (p % sq->n_slots) * kv_dim, sizeof(ggml_half) * (size_t)kv_dim);
-                }
-                to_f16(k + row * kv_dim, kb + n_old * kv_dim, m * kv_dim);
-                to_f16(v + row * kv_dim, vb + n_old * kv_dim, m * kv_dim);
-                const int64_t n_store = m < sq->n_slots ? m : sq->n_slots;   /* the newest go to their slots */
-                for (int64_t i = m - n_store; i < m; i++) {
-                    const int64_t slot = (off + i) % sq->n_slots;
-                    memcpy(rk + slot * kv_dim, kb + (n_old + i) * kv_dim, sizeof(ggml_half) * (size_t)kv_dim);
-                    memcpy(rv + slot * kv_dim, vb + (n_old + i) * kv_dim, sizeof(ggml_half) * (size_t)kv_dim);
-                }
-                keys = kb, values = vb;
-            }
-            const int arc = li_attention_f16(q + row * q_dim, keys, values, a + row * q_dim, m, c->n_head, c->n_head_kv,
-                                             hd, n_kv, pos + row, key_start, c->attn_scale, L->window, 0.0f);
-            if (arc) rc = arc == -2 ? LI_ENOMEM : LI_EINVAL;
-            row += m;
-        }
+        attn_seqs_job job = {c, L, seqs, n_seqs, seq_row, q, k, v, a, pos, ring_kv, ring_stride, to_f16, 0};
+        /* a decode step of several sequences: one sequence per pool slot (each attention is too small
+         * to split); otherwise sequence after sequence, each attention over the pool's threads */
+        li_pool_run(task_attend_seqs, &job, n_seqs > 1 && max_tokens <= 4 ? 2 : 1);
+        rc = atomic_load(&job.rc);
         if (rc != LI_OK) break;
         if ((rc = linear(&L->wo, a, n, o)) != LI_OK) break;
         if (L->attn_post_norm) li_rms_norm(o, L->attn_post_norm, o, n, d, c->eps);

@@ -49,6 +49,7 @@ def test_a_batch_of_sequences_is_the_loop_bit_for_bit(smollm2_c):
         m.forward(np.arange(300, 320), a)
         m.forward(np.arange(500, 507), b)
         step = m.forward_batch([([7], a), (list(range(40, 58)), c), ([9], b)])  # decode, prefill, decode
+        step += m.forward_batch([([11], a), ([12], b), ([13], c)])  # decodes only: a sequence per thread
         runs[fuse] = step + [x.k[:, :x.offset].copy() for x in (a, b, c)]
     for got, want in zip(runs[True], runs[False]):
         np.testing.assert_array_equal(got, want)
@@ -90,6 +91,7 @@ def test_gemma3_fused_is_the_loop_bit_for_bit(gemma3_path):
         out = [m.forward(np.arange(1000, 1600), a), m.forward(np.array([5]), a), m.forward(np.array([77]), a)]
         out.append(m.forward(np.arange(2000, 2030), b))
         out += m.forward_batch([([9], a), (list(range(50, 70)), b)])
+        out += m.forward_batch([([4], a), ([6], b)])  # decodes only: a sequence per thread, ring and full
         out += [a.full.k[:, :a.offset].copy(), a.swa.k.copy(), b.swa.v.copy()]
         runs[fuse] = out
     for got, want in zip(runs[True], runs[False]):
