@@ -121,47 +121,52 @@ def make_qkx2_quants(nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
 
 
 @_jit
-def make_qx_quants_rmse1(nmax, x, L):
-    """Symmetric quants L in 0..2*nmax-1 (offset nmax), weights x^2 (ggml's rmse_type 1). Returns scale."""
-    n = x.shape[0]
+def _signed_max(x):
+    """(the element of largest magnitude, that magnitude); the first one on ties."""
     mx = f32(0)
     amax = f32(0)
-    for i in range(n):
+    for i in range(x.shape[0]):
         ax = abs(x[i])
         if ax > amax:
             amax = ax
             mx = x[i]
-    if amax < GROUP_MAX_EPS:
-        for i in range(n):
-            L[i] = 0
-        return f32(0)
-    iscale = f32(-nmax) / mx
+    return mx, amax
+
+
+@_jit
+def _signed_sums(nmax, x, iscale, L, offset, store):
+    """l = clamp(round(iscale * x), -nmax, nmax - 1) per element (into L as l + offset when
+    `store`) -> (sum w x l, sum w l^2) with weights w = x^2."""
     sumlx = f32(0)
     suml2 = f32(0)
-    for i in range(n):
+    for i in range(x.shape[0]):
         l = max(-nmax, min(nmax - 1, nearest_int(iscale * x[i])))
-        L[i] = l + nmax
+        if store:
+            L[i] = l + offset
         w = x[i] * x[i]
         fl = f32(l)
         sumlx += w * x[i] * fl
         suml2 += w * fl * fl
+    return sumlx, suml2
+
+
+@_jit
+def make_qx_quants_rmse1(nmax, x, L):
+    """Symmetric quants L in 0..2*nmax-1 (offset nmax), weights x^2 (ggml's rmse_type 1). Returns scale."""
+    mx, amax = _signed_max(x)
+    if amax < GROUP_MAX_EPS:
+        L[:] = 0
+        return f32(0)
+    sumlx, suml2 = _signed_sums(nmax, x, f32(-nmax) / mx, L, nmax, True)
     scale = sumlx / suml2 if suml2 != 0 else f32(0)
     best = scale * sumlx
     for step in range(-9, 10):
         if step == 0:
             continue
         iscale = -(f32(nmax) + f32(0.1) * f32(step)) / mx
-        sumlx = f32(0)
-        suml2 = f32(0)
-        for i in range(n):
-            l = max(-nmax, min(nmax - 1, nearest_int(iscale * x[i])))
-            w = x[i] * x[i]
-            fl = f32(l)
-            sumlx += w * x[i] * fl
-            suml2 += w * fl * fl
+        sumlx, suml2 = _signed_sums(nmax, x, iscale, L, nmax, False)
         if suml2 > 0 and sumlx * sumlx > best * suml2:
-            for i in range(n):
-                L[i] = nmax + max(-nmax, min(nmax - 1, nearest_int(iscale * x[i])))
+            _signed_sums(nmax, x, iscale, L, nmax, True)
             scale = sumlx / suml2
             best = scale * sumlx
     return scale
@@ -171,27 +176,11 @@ def make_qx_quants_rmse1(nmax, x, L):
 def make_q3_quants_rmse(nmax, x, L):
     """Symmetric quants L in 0..2*nmax-1 refined element by element (weights x^2). Returns scale."""
     n = x.shape[0]
-    mx = f32(0)
-    amax = f32(0)
-    for i in range(n):
-        ax = abs(x[i])
-        if ax > amax:
-            amax = ax
-            mx = x[i]
+    mx, amax = _signed_max(x)
     if amax < GROUP_MAX_EPS:
-        for i in range(n):
-            L[i] = 0
+        L[:] = 0
         return f32(0)
-    iscale = f32(-nmax) / mx
-    sumlx = f32(0)
-    suml2 = f32(0)
-    for i in range(n):
-        l = max(-nmax, min(nmax - 1, nearest_int(iscale * x[i])))
-        L[i] = l
-        w = x[i] * x[i]
-        fl = f32(l)
-        sumlx += w * x[i] * fl
-        suml2 += w * fl * fl
+    sumlx, suml2 = _signed_sums(nmax, x, f32(-nmax) / mx, L, 0, True)
     for _ in range(5):
         n_changed = 0
         for i in range(n):

@@ -163,6 +163,16 @@ def _quantize_q5_K(x, out, dd):
 
 
 @_jit
+def _pack_2bit(L, qs):
+    """256 values of 0..3 -> qs[64]: in each half of 128, element 32k + l in bits 2k of byte l
+    (the qs layout of Q2_K and Q3_K)."""
+    for h in range(2):
+        for l in range(32):
+            base = 128 * h + l
+            qs[32 * h + l] = L[base] | (L[base + 32] << 2) | (L[base + 64] << 4) | (L[base + 96] << 6)
+
+
+@_jit
 def _block_q2_K(xb, ob, ddb):
     # block_q2_K { scales[16] (scale | min << 4); qs[64]; d; dmin }
     L = np.zeros(QK_K, np.int32)
@@ -205,10 +215,7 @@ def _block_q2_K(xb, ob, ddb):
         dm = dmin * f32(int(sc[j]) >> 4)
         for ii in range(16):
             L[16 * j + ii] = max(0, min(3, nearest_int((xb[16 * j + ii] + dm) / dl)))
-    for h in range(2):  # in each half of 128: element 32k + l in bits 2k of byte l
-        for l in range(32):
-            base = 128 * h + l
-            ob[16 + 32 * h + l] = L[base] | (L[base + 32] << 2) | (L[base + 64] << 4) | (L[base + 96] << 6)
+    _pack_2bit(L, ob[16:80])
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -264,10 +271,7 @@ def _block_q3_K(xb, ob, ddb):
         if L[j] > 3:
             hmask[j % 32] |= 1 << (j // 32)
             L[j] -= 4
-    for h in range(2):
-        for l in range(32):
-            base = 128 * h + l
-            ob[32 + 32 * h + l] = L[base] | (L[base + 32] << 2) | (L[base + 64] << 4) | (L[base + 96] << 6)
+    _pack_2bit(L, ob[32:96])
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
