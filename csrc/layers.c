@@ -106,19 +106,20 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
                     const int64_t *pos, const li_kv_seq *seqs, int n_seqs) {
     if (!c || !layers || !x || !pos || !seqs || n_seqs <= 0 || c->n_head_kv <= 0 || c->n_head % c->n_head_kv)
         return LI_EINVAL;
-    int64_t n = 0, max_window = 0, ring_rows = 0;
+    int64_t n = 0, max_window = 0, ring_rows = 0, max_tokens = 0;
     for (int l = 0; l < n_layers; l++)
         if (layers[l].ring) max_window = layers[l].window > max_window ? layers[l].window : max_window;
     for (int s = 0; s < n_seqs; s++) {
         const li_kv_seq *q = &seqs[s];
         if (!q->k || !q->v || q->n_tokens <= 0 || q->offset < 0 || q->offset + q->n_tokens > q->n_ctx)
             return LI_EINVAL;
-        if (max_window > 0) {   /* a ring layer gathers its visible keys into one buffer */
+        if (max_window > 0) {   /* a ring layer gathers each sequence's visible keys into its own buffer */
             if (!q->ring_k || !q->ring_v || q->n_slots <= 0) return LI_EINVAL;
             const int64_t old = q->offset < max_window - 1 ? q->offset : max_window - 1;
             ring_rows = old + q->n_tokens > ring_rows ? old + q->n_tokens : ring_rows;
         }
         n += q->n_tokens;
+        max_tokens = q->n_tokens > max_tokens ? q->n_tokens : max_tokens;
     }
     const int64_t d = c->n_embd, hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
     const int64_t qkv_dim = q_dim + 2 * kv_dim, n_ff = c->n_ff;
@@ -129,12 +130,10 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
     float *buf = malloc(sizeof(float) * floats + sizeof(int64_t) * (size_t)n_seqs +
                         sizeof(ggml_half) * ring_stride * (size_t)n_seqs);
     if (!buf) return LI_ENOMEM;
-    int64_t *seq_row = (int64_t *)(buf + floats), max_tokens = 0;
+    int64_t *seq_row = (int64_t *)(buf + floats);
     ggml_half *ring_kv = (ggml_half *)(seq_row + n_seqs);   /* per sequence: gathered keys | values */
-    for (int s = 0, row = 0; s < n_seqs; row += (int)seqs[s].n_tokens, s++) {
-        seq_row[s] = row;
-        max_tokens = seqs[s].n_tokens > max_tokens ? seqs[s].n_tokens : max_tokens;
-    }
+    seq_row[0] = 0;
+    for (int s = 1; s < n_seqs; s++) seq_row[s] = seq_row[s - 1] + seqs[s - 1].n_tokens;
     float *h = buf, *qkv = h + n * d, *q = qkv + n * qkv_dim, *k = q + n * q_dim, *v = k + n * kv_dim;
     float *a = v + n * kv_dim, *gu = a + n * q_dim, *act = gu + 2 * n * n_ff, *o = act + n * n_ff;
     const li_quantize_fn to_f16 = li_traits(LI_TYPE_F16)->from_float;

@@ -38,6 +38,7 @@ class FusedLayers:
         self.window = int(window)
         self.geglu_table = self._floats(ops._GELU_F16, 65536) if geglu else None
         self.layers = ffi.new("li_llama_layer[]", c.n_layer)
+        self.layer_freq_sizes = set()  # each must match the call's frequencies (C reads n_rot / 2 of each)
         counts = {False: 0, True: 0}
         for li, (layer, spec) in enumerate(zip(w.layers, self.layers)):
             ring = self.ring_flags[li]
@@ -47,6 +48,7 @@ class FusedLayers:
             if freq is not None:
                 freq = np.ascontiguousarray(freq, dtype=np.float64)
                 self._keep.append(freq)
+                self.layer_freq_sizes.add(freq.shape)
                 spec.inv_freq = ffi.from_buffer("double[]", freq)
             post = getattr(layer, "attn_post_norm", None), getattr(layer, "ffn_post_norm", None)
             spec.attn_post_norm = self._floats(post[0], c.n_embd) if post[0] is not None else ffi.NULL
@@ -127,7 +129,8 @@ class FusedLayers:
         n = x.shape[0]
         pos = np.ascontiguousarray(batch.positions, dtype=np.int64)
         freq = np.ascontiguousarray(inv_freq, dtype=np.float64)
-        if x.shape != (n, c.n_embd) or pos.shape != (n,) or 2 * freq.shape[0] > c.head_dim:
+        if x.shape != (n, c.n_embd) or pos.shape != (n,) or 2 * freq.shape[0] > c.head_dim or \
+                any(size != freq.shape for size in self.layer_freq_sizes):
             raise ValueError("fused layers: the batch does not fit this model's shapes")
         seqs = ffi.new("li_kv_seq[]", len(batch.spans))
         n_ring = sum(self.ring_flags)
