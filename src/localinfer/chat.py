@@ -13,9 +13,12 @@ from .model import Model, collect
 
 
 class ChatSession:
-    def __init__(self, model: Model, system: str | None = None, **defaults):
+    def __init__(self, model: Model, system: str | None = None, allow_special_in_content: bool = False,
+                 **defaults):
+        """allow_special_in_content: as for Model.chat_tokens (messages are plain text unless set)."""
         self.model = model
         self.system = system
+        self.allow_special_in_content = allow_special_in_content
         self.defaults = defaults  # generation options for every turn (temperature, max_tokens, ...)
         self.context = model.new_context()
         self.messages: list[dict] = []
@@ -32,7 +35,7 @@ class ChatSession:
         partial answer in the conversation."""
         self.messages.append({"role": "user", "content": user_text})
         try:
-            tokens = self.model.chat_tokens(self.messages)
+            tokens = self.model.chat_tokens(self.messages, self.allow_special_in_content)
             chunks = self.model.stream(tokens, context=self.context, **{**self.defaults, **options})
         except BaseException:
             self.messages.pop()

@@ -8,6 +8,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from .arch import build_model
+from .chat_prompt import chat_prompt_tokens
 from .chat_template import ChatTemplate, template_for
 from .context import Context
 from .fetch import resolve_model
@@ -159,23 +160,25 @@ class Model:
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
         return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt)
 
-    def chat_tokens(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    def chat_tokens(self, messages: Sequence[Mapping[str, Any]], allow_special_in_content: bool = False) -> list[int]:
         """The rendered conversation as tokens; BOS is added by the model's rules unless the
-        template already wrote it (llama.cpp does the same)."""
-        text = self.apply_chat_template(messages, add_generation_prompt=True)
-        ids = self.tokenize(text, add_special=False, parse_special=True)
-        bos = self.tokenizer.bos_id
-        if self.tokenizer.add_bos and ids[:1] != [bos]:
-            ids = [bos] + ids
-        return ids
+        template already wrote it (llama.cpp does the same).
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], **kwargs):
-        """Like generate, with the conversation rendered by the chat template."""
-        return self.generate(self.chat_tokens(messages), **kwargs)
+        Message content is plain text: control-token text in it (`<|im_end|>`, `<start_of_turn>`)
+        becomes ordinary text tokens, so a message cannot forge a turn; only the template's own
+        control tokens are control tokens. A content with control-token text that the template
+        does not write as it is raises ChatContentError (a ValueError). allow_special_in_content=True
+        tokenizes content like the template (llama.cpp's behaviour): only for trusted content."""
+        return chat_prompt_tokens(self.chat_template, self.tokenizer, messages, allow_special_in_content)
 
-    def chat_session(self, system: str | None = None, **defaults) -> "ChatSession":
+    def chat(self, messages: Sequence[Mapping[str, Any]], allow_special_in_content: bool = False, **kwargs):
+        """Like generate, with the conversation rendered by the chat template (see chat_tokens)."""
+        return self.generate(self.chat_tokens(messages, allow_special_in_content), **kwargs)
+
+    def chat_session(self, system: str | None = None, allow_special_in_content: bool = False,
+                     **defaults) -> "ChatSession":
         from .chat import ChatSession
-        return ChatSession(self, system=system, **defaults)
+        return ChatSession(self, system=system, allow_special_in_content=allow_special_in_content, **defaults)
 
     # -- description -----------------------------------------------------------------------------
     def info(self) -> dict:

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..chat_prompt import ChatContentError
 from ..chat_template import ChatTemplateError
 from .request import Request, SamplingParams
 
@@ -189,6 +190,8 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
         tokens = model.chat_tokens(clean)
     except ChatTemplateError as e:
         raise bad(str(e), "messages") from None
+    except ChatContentError as e:  # control-token text in content the template rewrites
+        raise bad(str(e), f"messages[{e.index}].content") from None
     return _common(body, "chat", model_name, tokens, n_ctx, None)
 
 

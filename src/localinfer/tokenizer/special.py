@@ -10,9 +10,10 @@ tokens).  LSTRIP/RSTRIP attributes eat C-locale whitespace next to a match.
 
 from __future__ import annotations
 
+import bisect
 import operator
 from dataclasses import dataclass
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, Sequence, Union
 
 from .vocab import K, TokenAttr, Vocab
 
@@ -99,9 +100,17 @@ def _strip_attrs(vocab: Vocab, special_ids: list[int], metadata: Mapping[str, An
     return bits
 
 
-def partition(text: str, specials: list[SpecialToken], parse_special: bool) -> list[Fragment]:
-    """Split `text` into raw-text fragments and special token ids."""
+def partition(text: str, specials: list[SpecialToken], parse_special: bool,
+              text_spans: Sequence[tuple[int, int]] = ()) -> list[Fragment]:
+    """Split `text` into raw-text fragments and special token ids.
+
+    `text_spans`: [start, end) character ranges of `text` that are plain text (a chat
+    message's content): a CONTROL or UNKNOWN token whose match overlaps one is not
+    recognized there, as if that text were tokenized with parse_special=False; USER_DEFINED
+    tokens still are.  Matches outside the spans are found exactly as without them."""
     fragments: list[Fragment] = [text] if text else []
+    offsets: list[int] = [0]   # where each fragment starts in `text` (ids: unused)
+    guard = _SpanGuard(text_spans) if text_spans else None
     present = text_ngrams(text) if len(text) >= _FILTER_MIN_LEN else None
     for tok in specials:
         if not (parse_special or tok.parse_always):
@@ -110,27 +119,57 @@ def partition(text: str, specials: list[SpecialToken], parse_special: bool) -> l
             continue  # cheap filters: vocabularies can hold thousands of special tokens
         if tok.text not in text:
             continue
+        guarded = guard is not None and not tok.parse_always
         out: list[Fragment] = []
-        for frag in fragments:
+        out_offsets: list[int] = []
+        for frag, at in zip(fragments, offsets):
             if isinstance(frag, int) or tok.text not in frag:
                 out.append(frag)
+                out_offsets.append(at)
                 continue
-            start = 0
+            start = search = 0
             while True:
-                hit = frag.find(tok.text, start)
+                hit = frag.find(tok.text, search)
                 if hit < 0:
                     break
+                end = hit + len(tok.text)
+                if guarded and guard.overlaps(at + hit, at + end):
+                    search = hit + 1   # text here; a later match may still start inside it
+                    continue
                 left = frag[start:hit]
                 if tok.lstrip:
                     left = left.rstrip(_C_SPACE)
                 if left:
                     out.append(left)
+                    out_offsets.append(at + start)
                 out.append(tok.id)
-                start = hit + len(tok.text)
+                out_offsets.append(at + hit)
+                start = search = end
                 if tok.rstrip:
                     while start < len(frag) and frag[start] in _C_SPACE:
                         start += 1
+                    search = start
             if start < len(frag):
                 out.append(frag[start:])
-        fragments = out
+                out_offsets.append(at + start)
+        fragments, offsets = out, out_offsets
     return fragments
+
+
+class _SpanGuard:
+    """Does [a, b) overlap any of the spans?  Spans are merged, so one bisect answers it."""
+
+    def __init__(self, spans: Sequence[tuple[int, int]]):
+        merged: list[list[int]] = []
+        for a, b in sorted((int(a), int(b)) for a, b in spans if b > a):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self.starts = [a for a, _ in merged]
+        self.ends = [b for _, b in merged]
+
+    def overlaps(self, a: int, b: int) -> bool:
+        # the last span starting before b is the only candidate: merged spans' ends increase too
+        i = bisect.bisect_left(self.starts, b) - 1
+        return i >= 0 and self.ends[i] > a

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -183,15 +183,18 @@ class Tokenizer:
 
     # ---- text -> ids ------------------------------------------------------
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True,
+                 text_spans: Sequence[tuple[int, int]] = ()) -> list[int]:
         """llama_tokenize: add_special adds BOS/EOS as the vocab asks; parse_special
-        lets CONTROL tokens written in the text become their ids."""
+        lets CONTROL tokens written in the text become their ids, except where a match
+        overlaps one of `text_spans` ([start, end) character ranges that are plain text,
+        such as a chat message's content inside a rendered template)."""
         out: list[int] = []
         if add_special and self.vocab.add_bos:
             out.append(self.vocab.special["bos"])
         space_prefix = self.model.space_prefix_after_special and self.vocab.add_space_prefix
         prev_special = True   # the start of the text counts as "after a special token"
-        for frag in partition(text, self._specials, parse_special):
+        for frag in partition(text, self._specials, parse_special, text_spans):
             if isinstance(frag, int):
                 out.append(frag)
                 prev_special = True
@@ -203,6 +206,14 @@ class Tokenizer:
         if add_special and self.vocab.add_eos:
             out.append(self.vocab.special["eos"])
         return out
+
+    def control_text(self, text: str) -> str | None:
+        """The first CONTROL/UNKNOWN token text that tokenize(parse_special=True) would
+        turn into its id in `text`, or None: text that is the same token by token either way."""
+        for frag in partition(text, self._specials, parse_special=True):
+            if isinstance(frag, int) and self.vocab.attrs[frag] & _HIDDEN_UNLESS_RENDERED:
+                return self.vocab.tokens[frag]
+        return None
 
     # ---- ids -> text ------------------------------------------------------
 
