@@ -96,6 +96,96 @@ def test_huge_and_missing_bodies(server):
         assert s.recv(4096).startswith(b"HTTP/1.1 400")
 
 
+def _answer(url, seed: int) -> str:
+    """A normal request (a seed keeps it out of the completion cache): the server still serves."""
+    status, _, body = raw(url, "POST", "/v1/completions", {**COUNTING, "max_tokens": 8, "seed": seed})
+    assert status == 200, body
+    return body["choices"][0]["text"]
+
+
+def test_lone_surrogates_and_overlong_integers_are_400(server, baseline):
+    u = server.url
+    for path, body in [
+        ("/v1/completions", b'{"prompt": "hi \\ud800 there", "max_tokens": 2}'),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}'),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udc00"}]}]}'),
+        ("/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "stop": ["\\ud83d"]}'),  # a pair cut in half
+        ("/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "\\ud800": 1}'),
+        ("/v1/completions", '{"prompt": "hi \ud800"}'.encode("utf-8", "surrogatepass")),  # as raw bytes
+    ]:
+        _error(raw(u, "POST", path, body), 400, "lone UTF-16 surrogate")
+    # a surrogate pair is one character: json.dumps writes an emoji so by default
+    status, _, body = raw(u, "POST", "/v1/completions", {"prompt": "\U0001F600 1, 2,", "max_tokens": 2})
+    assert status == 200, body
+    for body in (b'{"prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}",
+                 b'{"prompt": [' + b"1" * 4301 + b"]}",
+                 b'{"prompt": "hi", "seed": -' + b"7" * 10000 + b"}"):
+        _error(raw(u, "POST", "/v1/completions", body), 400, "integer longer than")
+    assert wait_idle(u)["slots_busy"] == 0
+    assert _answer(u, seed=11) == baseline
+
+
+def _exchange(url, data: bytes) -> bytes:
+    """Sends data on a fresh connection; everything the server answers until it closes."""
+    with connect(url, timeout=10) as s:
+        s.sendall(data)
+        return _read_until(s, b"never sent", timeout=10)
+
+
+def _one_error(reply: bytes, status: int, needle: str) -> dict:
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status), reply
+    assert b"\r\nConnection: close" in head, head
+    assert reply.count(b"HTTP/1.1 ") == 1, reply  # nothing after it was read as a request
+    err = json.loads(payload)["error"]
+    assert set(err) == {"message", "type", "param", "code"} and needle in err["message"], err
+    return err
+
+
+def test_ambiguous_framing_is_refused_and_the_connection_closed(server, baseline):
+    u = server.url
+    body = json.dumps({**COUNTING, "max_tokens": 2}).encode()
+    n = len(body)
+    # behind each body, a request a proxy that framed it differently would not have seen
+    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    for headers, status, needle in [
+        (f"Content-Length: {n}\r\nContent-Length: {n}\r\n", 400, "2 Content-Length headers"),
+        (f"Content-Length: {n}\r\nContent-Length: 5\r\n", 400, "2 Content-Length headers"),
+        (f"Content-Length: 5\r\nContent-Length: {n}\r\n", 400, "2 Content-Length headers"),
+        (f"Content-Length: {n}, {n}\r\n", 400, "not a number of bytes"),
+        (f"Content-Length: +{n}\r\n", 400, "not a number of bytes"),
+        (f"Content-Length: {n // 10}_{n % 10}\r\n", 400, "not a number of bytes"),
+        (f"Content-Length: {n}\r\nTransfer-Encoding: chunked\r\n", 411, "Content-Length"),
+        (f"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\nContent-Length: {n}\r\n", 411,
+         "Content-Length"),
+    ]:
+        request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   + headers.encode() + b"\r\n" + body + smuggled)
+        _one_error(_exchange(u, request), status, needle)
+    # a GET is held to the same framing
+    _one_error(_exchange(u, b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"),
+               400, "2 Content-Length headers")
+    # leading zeros are still one length, and a single well-formed one is served on a kept-alive connection
+    reply = _exchange(u, post_bytes("/v1/completions", body).replace(b"Content-Length: ", b"Content-Length: 00")
+                      + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200") and reply.count(b"HTTP/1.1 200") == 2, reply
+    assert wait_idle(u)["slots_busy"] == 0
+    assert _answer(u, seed=12) == baseline
+
+
+def test_a_body_answered_before_it_is_read_closes_the_connection(server, baseline):
+    """An error before the body is read (no route, wrong method) and a GET with a body: the
+    body's bytes are never taken for the next request on the connection."""
+    u = server.url
+    inner = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    for method, path, status in (("POST", "/v1/nowhere", 404), ("POST", "/v1/models", 405), ("GET", "/health", 200)):
+        reply = _exchange(u, f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(inner)}\r\n\r\n".encode()
+                          + inner)
+        assert reply.startswith(b"HTTP/1.1 %d " % status) and reply.count(b"HTTP/1.1 ") == 1, reply
+        assert b"\r\nConnection: close" in reply.partition(b"\r\n\r\n")[0]
+    assert _answer(u, seed=13) == baseline
+
+
 def test_slow_clients_are_dropped_while_others_are_served(server):
     u = server.url
     t0 = time.monotonic()

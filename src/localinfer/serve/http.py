@@ -7,6 +7,11 @@ explicit here:
 
 - a request body must say its Content-Length and stay under `max_body` (413 otherwise, before
   a byte of it is read), and arrive within `body_timeout` seconds whatever its pace (408);
+- framing is never ambiguous: one Content-Length of plain digits and no Transfer-Encoding, on
+  every route (400/411 otherwise), and a body not read before the answer closes the connection,
+  so no byte of a body is taken for a request (what a proxy in front would not have seen);
+- the body is JSON whose strings are Unicode text and whose integers Python will convert: a
+  lone surrogate escape or an integer past the digit limit is a 400, not a crash later on;
 - every socket read and write has a timeout, so a silent or slowloris client only holds its
   own connection thread, never a slot;
 - a client that disconnects cancels its request: streaming notices on the next write, a
@@ -19,8 +24,10 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 import select
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -59,6 +66,30 @@ class Server(ThreadingHTTPServer):
         return f"http://{host}:{port}"
 
 
+_DIGITS = re.compile(r"[0-9]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(obj) -> str | None:
+    """The first lone surrogate in any string (key or value) of parsed JSON, or None.
+
+    json.loads lets `"\\ud800"` through (and bytes that encode a surrogate), but no such
+    string can be encoded as UTF-8 later. Iterative: the body may be as deep as json allows."""
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, str):
+            m = _SURROGATE.search(o)
+            if m:
+                return m.group()
+        elif isinstance(o, dict):
+            stack.extend(o)
+            stack.extend(o.values())
+        elif isinstance(o, list):
+            stack.extend(o)
+    return None
+
+
 class Gone(Exception):
     """The client went away."""
 
@@ -67,6 +98,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as OpenAI's client expects
     server_version = "localinfer"
     server: Server
+    _unread_body = False  # the request has a body not read yet (an answer then closes the connection)
 
     # -- plumbing ---------------------------------------------------------------------------------
     def log_message(self, fmt, *args):
@@ -113,23 +145,43 @@ class Handler(BaseHTTPRequestHandler):
         got = self.headers.get("Authorization", "")
         return hmac.compare_digest(got.encode(), f"Bearer {key}".encode())
 
-    def _read_json(self) -> dict:
-        if self.headers.get("Transfer-Encoding"):
+    def _content_length(self) -> int | None:
+        """The body's size from its one Content-Length header (None without one), checked for
+        every request whatever its route. Where the framing is in doubt (several lengths, a
+        transfer coding, a length int() would read but a proxy might not) a proxy in front may
+        split the stream differently than we do and smuggle a request past itself: such a
+        request is refused and its connection closed."""
+        if self.headers.get_all("Transfer-Encoding"):
             self.close_connection = True
             raise api.ApiError(411, "send the body with a Content-Length (chunked bodies are not accepted)")
-        length = self.headers.get("Content-Length")
-        try:
-            n = int(length)
-            if n < 0:
-                raise ValueError
-        except (TypeError, ValueError):
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            return None
+        if len(lengths) > 1:
             self.close_connection = True
-            raise api.ApiError(411, "a Content-Length header with the body size is required") from None
+            raise api.bad(f"the request has {len(lengths)} Content-Length headers; send exactly one")
+        value = lengths[0].strip(" \t")
+        if not _DIGITS.fullmatch(value):  # int() would also take "+5", "-0" and "5_0"
+            self.close_connection = True
+            raise api.bad(f"the Content-Length header {value[:40]!r} is not a number of bytes")
+        digits = value.lstrip("0") or "0"
         limit = self.server.config.max_body
-        if n > limit:
+        if len(digits) > 30 or int(digits) > limit:
             self.close_connection = True  # the body is never read: the connection cannot be reused
-            raise api.ApiError(413, f"the request body is {n} bytes, the limit is {limit} bytes",
+            size = digits if len(digits) <= 30 else "more than 10^30"
+            raise api.ApiError(413, f"the request body is {size} bytes, the limit is {limit} bytes",
                                code="request_too_large")
+        return int(digits)
+
+    def send_response(self, code, message=None):
+        if self._unread_body:  # its bytes must not be read as the next request on this connection
+            self.close_connection = True
+        super().send_response(code, message)
+
+    def _read_json(self, n: int | None) -> dict:
+        if n is None:
+            self.close_connection = True
+            raise api.ApiError(411, "a Content-Length header with the body size is required")
         deadline = time.monotonic() + self.server.config.body_timeout
         parts, got = [], 0
         while got < n:
@@ -147,14 +199,22 @@ class Handler(BaseHTTPRequestHandler):
             if part:
                 parts.append(part)
                 got += len(part)
+        self._unread_body = False
         try:
             body = json.loads(b"".join(parts))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise api.bad(f"the request body is not valid JSON: {e}") from None
         except RecursionError:
             raise api.bad("the request body is nested too deeply") from None
+        except ValueError:  # Python's limit on int-string conversion (CVE-2020-10735)
+            raise api.bad(f"the request body holds an integer longer than "
+                          f"{sys.get_int_max_str_digits()} digits") from None
         if not isinstance(body, dict):
             raise api.bad("the request body must be a JSON object")
+        where = _lone_surrogate(body)
+        if where is not None:
+            raise api.bad(f"the request body holds a lone UTF-16 surrogate (\\u{ord(where):04x}), which is not "
+                          f"Unicode text: a surrogate escape must be one of a high-low pair")
         return body
 
     def _client_gone(self) -> bool:
@@ -184,7 +244,10 @@ class Handler(BaseHTTPRequestHandler):
         routes = {"/health": ("GET", self._health), "/metrics": ("GET", self._metrics),
                   "/models": ("GET", self._models), "/chat/completions": ("POST", self._chat),
                   "/completions": ("POST", self._completions)}
+        self._unread_body = False
         try:
+            length = self._content_length()
+            self._unread_body = bool(length)  # until _read_json has it: an answer before closes
             if path.startswith("/models/"):
                 target = ("GET", lambda: self._model(path[len("/models/"):]))
             else:
@@ -198,7 +261,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise api.ApiError(401, "a valid API key is required (Authorization: Bearer ...)",
                                    code="invalid_api_key")
             if method == "POST":
-                target[1](self._read_json())
+                target[1](self._read_json(length))
             else:
                 target[1]()
         except api.ApiError as e:
