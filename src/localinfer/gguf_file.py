@@ -12,6 +12,8 @@ GGUF layout (little-endian, https://github.com/ggml-org/ggml/blob/master/docs/gg
 Files come from the internet, so every length, count and offset is checked against the
 bytes that are really there before it is used: a truncated, bit-flipped or hostile file
 raises `GGUFError` naming what is wrong, never crashes, hangs or allocates unbounded memory.
+The tensors' data must tile the data section in the order of their infos, as llama.cpp requires,
+so no two tensors share bytes and a tensor given another type or shape does not go unnoticed.
 The constants (value and tensor types, block sizes) come from the `gguf` package.
 """
 from __future__ import annotations
@@ -63,6 +65,10 @@ class TensorInfo:
     @property
     def n_elements(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
+
+
+def _describe(t: TensorInfo) -> str:
+    return f"{t.ggml_type.name}, shape {t.shape}, {t.nbytes} bytes"
 
 
 class _Cursor:
@@ -124,7 +130,8 @@ class GGUFFile:
         cur = _Cursor(self._mmap, self.path)
         magic = bytes(self._mmap[:4])
         if magic != GGUF_MAGIC:
-            raise GGUFError(f"{self.path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+            # the bytes are not echoed: the path may name any file, and its content is none of our business
+            raise GGUFError(f"{self.path}: not a GGUF file (it does not begin with the magic bytes 'GGUF')")
         cur.pos = 4
         version = cur.scalar("<I", "version")
         if version not in SUPPORTED_VERSIONS:
@@ -172,6 +179,7 @@ class GGUFFile:
         self.tensors: dict[str, TensorInfo] = {}
         for name, dims, raw_type, offset in infos:
             self.tensors[name] = self._tensor_info(name, dims, raw_type, offset)
+        self._check_data_layout()
 
     def _value_type(self, raw: int, key: str) -> GGUFValueType:
         try:
@@ -223,6 +231,30 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: truncated GGUF: tensor {name!r} needs bytes "
                             f"{start}..{start + nbytes}, but the file has {len(self._mmap)} bytes")
         return TensorInfo(name, ggml_type, tuple(reversed(dims)), start, nbytes)
+
+    def _check_data_layout(self) -> None:
+        """Tensor data lies in the order of the tensor infos, each padded to the alignment, up to
+        the end of the file: what llama.cpp's reader requires (gguf_init_from_file_impl: "tensor
+        has offset X, expected Y") and every GGUF writer does. So no two tensors share bytes, and a
+        tensor whose type or shape was changed to a smaller one leaves a gap and is caught here,
+        instead of reading its neighbour's bytes as weights."""
+        expected, prev = 0, None  # the next tensor's offset inside the data section; the tensor before it
+        for t in self.tensors.values():
+            at = t.offset - self.data_offset
+            if at < expected:
+                raise GGUFError(f"{self.path}: tensor {t.name!r} data at offset {at} overlaps the data before it "
+                                f"(up to offset {expected}, the end of tensor {prev.name!r}, {_describe(prev)}): "
+                                f"tensors must not share bytes")
+            if at > expected:
+                after = f"tensor {prev.name!r} ({_describe(prev)}) ends" if prev else "the data section begins"
+                raise GGUFError(f"{self.path}: tensor {t.name!r} data at offset {at}, but {after} at offset "
+                                f"{expected}: a tensor's type or shape does not match its data")
+            expected += -(-t.nbytes // self.alignment) * self.alignment
+            prev = t
+        extra = len(self._mmap) - (self.data_offset + expected)
+        if prev is not None and extra > 0:
+            raise GGUFError(f"{self.path}: {extra} bytes after the data of the last tensor {prev.name!r} "
+                            f"({_describe(prev)}): a tensor's type or shape does not match its data")
 
     # -- access -------------------------------------------------------------------------------
     def raw_bytes(self, start: int, end: int) -> bytes:
