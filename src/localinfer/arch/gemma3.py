@@ -25,13 +25,14 @@ from functools import partial
 
 import numpy as np
 
-from ..gguf_file import GGUFError, GGUFFile
+from ..gguf_file import GGUFFile
 from ..kv_cache import InterleavedKVCache
 from .. import layers
 from ..layers import rope_freqs
 from .batch import Batch
 from .blocks import Attention, GatedMLP, attention_block
 from .fused import FusedLayers
+from .hparams import HParams
 from .weights import Embedding, Linear, WeightLoader
 
 SWA_PATTERN_DEFAULT = 6  # llama.cpp's load_swa_pattern(ml, 6) for gemma3: every 6th layer is global
@@ -61,46 +62,48 @@ class Gemma3Config:
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Gemma3Config":
-        n_embd, n_layer = f.arch_value("embedding_length"), f.arch_value("block_count")
-        n_head = f.arch_value("attention.head_count")
-        head_dim = f.arch_value("attention.key_length", n_embd // n_head)
-        if f.arch_value("attention.value_length", head_dim) != head_dim:
-            raise GGUFError(f"{f.path}: gemma3 with key_length != value_length is not supported")
-        tokens = f.metadata.get("tokenizer.ggml.tokens")
-        n_vocab = f.arch_value("vocab_size", len(tokens) if tokens else None)
-        if n_vocab is None:
-            raise GGUFError(f"{f.path}: cannot tell the vocabulary size")
-        window = f.arch_value("attention.sliding_window", 0) or None
-        softcap = f.arch_value("final_logit_softcapping", 0.0) or None
-        scaling = f.arch_value("rope.scaling.type", "linear")
+        """Every value checked before it sizes anything (hparams.py): a bad one is an error naming its key."""
+        h = HParams(f)
+        n_embd, n_head = h.count("embedding_length"), h.count("attention.head_count")
+        n_layer, head_dim = h.block_count(), h.head_dim(n_embd, n_head)
+        value_length = h.count("attention.value_length", head_dim)
+        if value_length != head_dim:
+            raise h.error("attention.value_length", value_length,
+                          f"gemma3 needs it equal to the key length {head_dim}")
+        window = h.count("attention.sliding_window", 0, minimum=0) or None
+        softcap = h.real("final_logit_softcapping", 0.0, zero_means_none=True) or None
+        scaling = h.text("rope.scaling.type", "linear")
         if scaling not in ("linear", "none"):
-            raise GGUFError(f"{f.path}: gemma3 rope scaling {scaling!r} is not supported")
-        factor = f.arch_value("rope.scaling.factor", 0.0) or f.arch_value("rope.scale_linear", 0.0)
+            raise h.error("rope.scaling.type", scaling, "not supported for gemma3 (supported: linear, none)")
+        factor = (h.real("rope.scaling.factor", 0.0, zero_means_none=True)
+                  or h.real("rope.scale_linear", 0.0, zero_means_none=True))
         head_dim_for_scale = n_embd // n_head if n_layer == N_LAYER_27B else head_dim
         return cls(
-            n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
-            n_head_kv=f.arch_value("attention.head_count_kv", n_head), head_dim=head_dim,
-            n_ff=f.arch_value("feed_forward_length"), n_ctx_train=f.arch_value("context_length", 8192),
-            rms_eps=f.arch_value("attention.layer_norm_rms_epsilon", 1e-6),
-            n_rot=f.arch_value("rope.dimension_count", head_dim),
-            rope_base=f.arch_value("rope.freq_base", 10000.0),
+            n_vocab=h.vocab_size(n_embd), n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+            n_head_kv=h.head_count_kv(n_head), head_dim=head_dim,
+            n_ff=h.count("feed_forward_length"), n_ctx_train=h.count("context_length", 8192),
+            rms_eps=h.real("attention.layer_norm_rms_epsilon", 1e-6),
+            n_rot=h.rope_dimension_count(head_dim),
+            rope_base=h.real("rope.freq_base", 10000.0),
             rope_scale=1.0 / factor if factor else 1.0,
-            rope_base_swa=f.arch_value("rope.freq_base_swa", ROPE_BASE_SWA_DEFAULT),
-            sliding_window=window, is_swa=_swa_layers(f, n_layer, window),
+            rope_base_swa=h.real("rope.freq_base_swa", ROPE_BASE_SWA_DEFAULT),
+            sliding_window=window, is_swa=_swa_layers(h, n_layer, window),
             attn_scale=1.0 / float(np.sqrt(head_dim_for_scale)), final_logit_softcap=softcap,
         )
 
 
-def _swa_layers(f: GGUFFile, n_layer: int, window: int | None) -> tuple[bool, ...]:
+def _swa_layers(h: HParams, n_layer: int, window: int | None) -> tuple[bool, ...]:
     """Which layers use the sliding window: an explicit per-layer array, or a period n where
     layer i is global when i % n == n - 1 (llama_hparams::set_swa_pattern; 0: all sliding)."""
     if window is None:
         return (False,) * n_layer
-    pattern = f.arch_value("attention.sliding_window_pattern", SWA_PATTERN_DEFAULT)
-    if isinstance(pattern, (list, tuple)):
+    key = "attention.sliding_window_pattern"
+    pattern = h.f.metadata.get(h.key(key))
+    if isinstance(pattern, list):
         if len(pattern) != n_layer:
-            raise GGUFError(f"{f.path}: sliding_window_pattern has {len(pattern)} entries for {n_layer} layers")
+            raise h.error(key, pattern, f"has {len(pattern)} entries for {n_layer} layers")
         return tuple(bool(p) for p in pattern)
+    pattern = h.count(key, SWA_PATTERN_DEFAULT, minimum=0)
     return tuple(pattern == 0 or i % pattern < pattern - 1 for i in range(n_layer))
 
 

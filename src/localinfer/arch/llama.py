@@ -25,6 +25,7 @@ from ..layers import rope_freqs
 from .batch import Batch
 from .blocks import Attention, GatedMLP, attention_block
 from .fused import FusedLayers
+from .hparams import HParams, show
 from .weights import Embedding, Linear, WeightLoader
 
 
@@ -48,26 +49,22 @@ class LlamaConfig:
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "LlamaConfig":
-        n_embd = f.arch_value("embedding_length")
-        n_head = f.arch_value("attention.head_count")
-        head_dim = f.arch_value("attention.key_length", n_embd // n_head)
-        tokens = f.metadata.get("tokenizer.ggml.tokens")
-        n_vocab = f.arch_value("vocab_size", len(tokens) if tokens else None)
-        if n_vocab is None:
-            raise GGUFError(f"{f.path}: cannot tell the vocabulary size")
-        scaling = f.arch_value("rope.scaling.type", "none")  # llama3 scaling is a tensor, rope_freqs
-        factor = f.arch_value("rope.scaling.factor", 0.0) if scaling == "linear" else 0.0
-        n_ctx_train = f.arch_value("context_length", 2048)
+        """Every value checked before it sizes anything (hparams.py): a bad one is an error naming its key."""
+        h = HParams(f)
+        n_embd, n_head = h.count("embedding_length"), h.count("attention.head_count")
+        n_head_kv, head_dim = h.head_count_kv(n_head), h.head_dim(n_embd, n_head)
+        scaling = h.text("rope.scaling.type", "none")  # llama3 scaling is a tensor, rope_freqs
+        factor = h.real("rope.scaling.factor", 0.0, zero_means_none=True) if scaling == "linear" else 0.0
+        n_ctx_train = h.count("context_length", 2048)
         return cls(
-            n_vocab=n_vocab, n_embd=n_embd, n_layer=f.arch_value("block_count"), n_head=n_head,
-            n_head_kv=f.arch_value("attention.head_count_kv", n_head), head_dim=head_dim,
-            n_ff=f.arch_value("feed_forward_length"), n_ctx_train=n_ctx_train,
-            rms_eps=f.arch_value("attention.layer_norm_rms_epsilon", 1e-5),
-            rope_base=f.arch_value("rope.freq_base", 10000.0),
-            n_rot=f.arch_value("rope.dimension_count", head_dim),
+            n_vocab=h.vocab_size(n_embd), n_embd=n_embd, n_layer=h.block_count(), n_head=n_head,
+            n_head_kv=n_head_kv, head_dim=head_dim, n_ff=h.count("feed_forward_length"), n_ctx_train=n_ctx_train,
+            rms_eps=h.real("attention.layer_norm_rms_epsilon", 1e-5),
+            rope_base=h.real("rope.freq_base", 10000.0),
+            n_rot=h.rope_dimension_count(head_dim),
             rope_scaling=scaling, rope_scale=1.0 / factor if factor else 1.0,
-            rope_attn_factor=f.arch_value("rope.scaling.attn_factor", 1.0),
-            n_ctx_orig=f.arch_value("rope.scaling.original_context_length", n_ctx_train),
+            rope_attn_factor=h.real("rope.scaling.attn_factor", 1.0),
+            n_ctx_orig=h.count("rope.scaling.original_context_length", n_ctx_train),
         )
 
 
@@ -135,7 +132,7 @@ class LlamaModel:
     def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "LlamaModel":
         config = LlamaConfig.from_gguf(f)
         if config.rope_scaling not in cls.rope_scaling_types:
-            raise GGUFError(f"{f.path}: rope scaling {config.rope_scaling!r} is not supported for "
+            raise GGUFError(f"{f.path}: rope scaling {show(config.rope_scaling)} is not supported for "
                             f"{f.architecture} (supported: {', '.join(cls.rope_scaling_types)})")
         loader = WeightLoader(f, backend)
         return cls(config, LlamaWeights.from_gguf(loader, config, cls.qk_norm), loader.ops)
