@@ -6,13 +6,19 @@ so one binary holds every variant and ``dispatch.c`` picks one at load time.
 ``-ffp-contract=off`` keeps the compiler from fusing ``d * q + m`` into an fma:
 the generic dequantizers must be bit-identical to the numpy oracle.
 
-Run directly (``python csrc/build_kernels.py``) to compile the module in place.
+Run directly (``python csrc/build_kernels.py``) to compile the module in place: into
+``src/localinfer/`` under the name an editable install gives it, so the checkout's tests load it.
+
+``LOCALINFER_SANITIZE=address`` (or ``address,undefined``) builds with the sanitizers, for running
+the kernel tests under AddressSanitizer; see csrc/README.md. Such a module only loads into a
+process that has the sanitizer runtime preloaded, so it is never meant to be installed.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import shutil
 import sys
 
 from cffi import FFI
@@ -75,19 +81,62 @@ else:
     ]
     EXTRA_LINK_ARGS = ["-pthread"]
 
-ffibuilder = FFI()
-ffibuilder.cdef(CDEF + _extra_cdefs())
-ffibuilder.set_source(
-    "localinfer._kernels",
-    '#include "localinfer.h"',
-    sources=SOURCES,
-    depends=HEADERS,
-    include_dirs=[_rel(HERE)],
-    extra_compile_args=EXTRA_COMPILE_ARGS,
-    extra_link_args=EXTRA_LINK_ARGS,
-    libraries=[] if sys.platform == "win32" else ["m"],
-)
+SANITIZERS = ("address", "undefined", "address,undefined")
+SANITIZE = os.environ.get("LOCALINFER_SANITIZE", "").strip()
+if SANITIZE:
+    if SANITIZE not in SANITIZERS or sys.platform == "win32":
+        raise SystemExit(f"LOCALINFER_SANITIZE={SANITIZE!r}: expected one of {', '.join(SANITIZERS)} "
+                         "(gcc or clang)")
+    print(f"*** localinfer: building the C kernels with -fsanitize={SANITIZE} (a test build, not for "
+          "installing)", file=sys.stderr)
+    # -O1 and frame pointers: the sanitizers' advice for readable stack traces at a bearable speed
+    # (it comes after -O3, so it wins). A UB report stops the process, so the test run fails.
+    EXTRA_COMPILE_ARGS += [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer", "-g", "-O1"]
+    if "undefined" in SANITIZE:
+        EXTRA_COMPILE_ARGS.append("-fno-sanitize-recover=undefined")
+    EXTRA_LINK_ARGS += [f"-fsanitize={SANITIZE}"]
+
+
+def _make_ffibuilder(sources: list[str], headers: list[str], include_dir: str) -> FFI:
+    builder = FFI()
+    builder.cdef(CDEF + _extra_cdefs())
+    builder.set_source(
+        "localinfer._kernels",
+        '#include "localinfer.h"',
+        sources=sources,
+        depends=headers,
+        include_dirs=[include_dir],
+        extra_compile_args=EXTRA_COMPILE_ARGS,
+        extra_link_args=EXTRA_LINK_ARGS,
+        libraries=[] if sys.platform == "win32" else ["m"],
+    )
+    return builder
+
+
+ffibuilder = _make_ffibuilder(SOURCES, HEADERS, _rel(HERE))
+
+
+def build_in_place() -> str:
+    """Compile into src/localinfer/_kernels.abi3.so (.pyd on Windows), the file an editable
+    install makes. cffi compiles from inside its build folder, so every path here is absolute.
+    The new file replaces the old one by rename: a process that has the old one loaded keeps it."""
+    builder = _make_ffibuilder([os.path.join(ROOT, p) for p in SOURCES],
+                               [os.path.join(ROOT, p) for p in HEADERS], HERE)
+    name = "_kernels.pyd" if sys.platform == "win32" else "_kernels.abi3.so"
+    tmpdir = os.path.join(ROOT, "build", ("cffi-" + SANITIZE.replace(",", "-")) if SANITIZE else "cffi")
+    built = builder.compile(tmpdir=tmpdir, target=name, verbose=True)
+    package = os.path.join(ROOT, "src", "localinfer")
+    dest = os.path.join(package, name)
+    shutil.copyfile(built, dest + ".tmp")
+    shutil.copymode(built, dest + ".tmp")
+    os.replace(dest + ".tmp", dest)
+    # Python prefers _kernels.cpython-3XX-*.so to _kernels.abi3.so: such a leftover would hide this build.
+    for other in glob.glob(os.path.join(package, "_kernels.*")):
+        if other != dest and other.endswith((".so", ".pyd")):
+            print(f"removing {other}, which would be imported instead of {dest}")
+            os.remove(other)
+    return dest
+
 
 if __name__ == "__main__":
-    os.chdir(ROOT)
-    ffibuilder.compile(tmpdir=os.path.join(ROOT, "build", "cffi"), verbose=True)
+    print(build_in_place())
