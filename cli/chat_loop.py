@@ -54,7 +54,7 @@ def _read_line() -> str | None:
 
 def _turn(session, verbose: bool) -> bool:
     """Reads one line and acts on it; False when the user is done."""
-    from localinfer import ContextFullError
+    from localinfer import ChatTemplateError, ContextFullError
     line = _read_line()
     if line is None or line.strip() == "/bye":
         if line is None:
@@ -73,6 +73,8 @@ def _turn(session, verbose: bool) -> bool:
             _print_stream(session.stream(text), verbose)
         except ContextFullError as e:  # the session has already dropped the message that did not fit
             click.echo(f"[{e}; /clear to start over]", err=True)
+        except ChatTemplateError as e:  # the model file's template failed; the message was dropped too
+            click.echo(f"Error: {e}", err=True)
     return True
 
 

@@ -53,7 +53,7 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
     Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
     With -p, or with text piped on stdin, answers once and exits."""
     _set_threads(threads)
-    from localinfer import ContextFullError
+    from localinfer import ChatTemplateError, ContextFullError
     from .chat_loop import answer, interactive
 
     try:
@@ -71,7 +71,7 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
             answer(llm, prompt, system=system, raw=raw, verbose=verbose, **options)
         else:
             interactive(llm, system=system, verbose=verbose, **options)
-    except ContextFullError as e:
+    except (ContextFullError, ChatTemplateError) as e:
         raise click.ClickException(str(e))
 
 

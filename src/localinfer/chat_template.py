@@ -1,18 +1,24 @@
-"""Chat templates: render `tokenizer.chat_template` (Jinja2) in a sandbox.
+"""Chat templates: render `tokenizer.chat_template` (Jinja2) under limits a hostile file cannot pass.
 
-Templates come from model files downloaded from the internet, so they run in Jinja2's
-ImmutableSandboxedEnvironment: no attribute access to Python internals, no mutation of the
-messages. The globals mirror what Hugging Face transformers and llama.cpp provide
-(`raise_exception`, `strftime_now`, `tojson`, bos/eos tokens).
+Templates come from model files downloaded from the internet, so they run in a sandbox with a
+budget (template_sandbox.LimitedEnvironment): no attribute access to Python internals, no
+mutation of the messages, and per render a deadline, a step count and caps on every size; a
+template that passes a limit is a ChatTemplateError naming it. A template compiles on its first
+render, so a model whose template is broken or hostile still loads (and runs `--raw`). The
+globals mirror what Hugging Face transformers and llama.cpp provide (`raise_exception`,
+`strftime_now`, `tojson`, bos/eos tokens).
 """
 from __future__ import annotations
 
 import datetime
 import json
+import threading
 from typing import Any, Mapping, Sequence
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .template_sandbox import (MAX_SOURCE_CHARS, Budget, LimitedEnvironment, LimitExceeded, current_budget,
+                               one_line, running_under)
 
 # llama.cpp's built-in gemma turn format, for gemma files that carry no template of their own.
 GEMMA_TEMPLATE = (  # BOS comes from tokenization (add_bos is true for gemma), as in llama.cpp
@@ -33,21 +39,38 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+MAX_STRFTIME_FORMAT = 64  # Python caps strftime's output at 256 x the format's length
+
 
 class ChatTemplateError(ValueError):
     pass
 
 
 def _raise_exception(message: str):
-    raise ChatTemplateError(f"chat template error: {message}")
+    raise ChatTemplateError(f"chat template error: {one_line(message)}")
 
 
 def _strftime_now(fmt: str) -> str:
+    if isinstance(fmt, str) and len(fmt) > MAX_STRFTIME_FORMAT:
+        current_budget().fail(f"a strftime_now format longer than {MAX_STRFTIME_FORMAT} characters")
     return datetime.datetime.now().strftime(fmt)
 
 
 def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+
+
+_ENVIRONMENT: LimitedEnvironment | None = None
+
+
+def _environment() -> LimitedEnvironment:
+    global _ENVIRONMENT
+    if _ENVIRONMENT is None:  # one for all templates: wrapping the filters reads their signatures
+        _ENVIRONMENT = LimitedEnvironment(
+            extra_globals={"raise_exception": _raise_exception, "strftime_now": _strftime_now},
+            extra_filters={"tojson": _tojson},
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    return _ENVIRONMENT
 
 
 def validate_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict]:
@@ -66,29 +89,70 @@ def validate_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict]:
     return out
 
 
+def _template_error(e: Exception) -> ChatTemplateError:
+    """Whatever a template raised, as one line (a template's errors are the file's, not ours)."""
+    if isinstance(e, ChatTemplateError):
+        return e
+    if isinstance(e, LimitExceeded):
+        return ChatTemplateError(f"chat template exceeded its limits: {one_line(e)}")
+    if isinstance(e, (jinja2.TemplateSyntaxError, SyntaxError)):  # SyntaxError: `{% break %}` outside a loop
+        return ChatTemplateError(f"invalid chat template: {one_line(e)}")
+    if isinstance(e, jinja2.TemplateError):  # includes SecurityError from the sandbox
+        return ChatTemplateError(f"chat template failed: {one_line(e)}")
+    return ChatTemplateError(f"chat template failed: {type(e).__name__}: {one_line(e)}")
+
+
 class ChatTemplate:
+    """A template compiled on its first render, so a model whose template is broken or hostile
+    still loads; the compile and every render run under a fresh budget."""
+
     def __init__(self, source: str, bos_token: str = "", eos_token: str = ""):
         self.source = source
         self.bos_token, self.eos_token = bos_token, eos_token
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])
-        env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
-        env.filters["tojson"] = _tojson
-        try:
-            self._template = env.from_string(source)
-        except jinja2.TemplateError as e:
-            raise ChatTemplateError(f"invalid chat template: {e}") from None
+        self._template: jinja2.Template | None = None
+        self._invalid: str | None = None  # why the source never compiles (not a limit: that may pass later)
+        self._lock = threading.Lock()
+
+    def _compiled(self) -> jinja2.Template:
+        with self._lock:
+            if self._template is None and self._invalid is None:
+                if len(self.source) > MAX_SOURCE_CHARS:
+                    self._invalid = (f"invalid chat template: it is {len(self.source)} characters long, "
+                                     f"the limit is {MAX_SOURCE_CHARS}")
+                else:
+                    try:
+                        with running_under(Budget()):
+                            self._template = _environment().from_string(self.source)
+                    except Exception as e:  # RecursionError from deep nesting included
+                        error = _template_error(e)
+                        if isinstance(e, (jinja2.TemplateSyntaxError, SyntaxError)):
+                            self._invalid = str(error)
+                        raise error from None
+            if self._invalid is not None:
+                raise ChatTemplateError(self._invalid)
+            return self._template
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
                **extra: Any) -> str:
-        try:
-            return self._template.render(messages=validate_messages(messages),
-                                         add_generation_prompt=add_generation_prompt,
-                                         bos_token=self.bos_token, eos_token=self.eos_token, **extra)
-        except ChatTemplateError:
-            raise
-        except jinja2.TemplateError as e:  # includes SecurityError from the sandbox
-            raise ChatTemplateError(f"chat template failed: {e}") from None
+        variables = dict(messages=validate_messages(messages), add_generation_prompt=add_generation_prompt,
+                         bos_token=self.bos_token, eos_token=self.eos_token, **extra)
+        template = self._compiled()
+        with running_under(Budget.for_input(variables)) as budget:
+            pieces = template.generate(variables)
+            try:
+                out, size = [], 0
+                for piece in pieces:
+                    size += len(piece)
+                    budget.check_chars(size, "the output")
+                    budget.step()
+                    out.append(piece)
+                if budget.error is not None:  # a limit error that something inside swallowed
+                    raise LimitExceeded(budget.error)
+                return "".join(out)
+            except Exception as e:  # RecursionError and MemoryError included
+                raise _template_error(e) from None
+            finally:
+                pieces.close()
 
 
 def template_for(metadata: Mapping[str, Any]) -> str:
