@@ -50,3 +50,12 @@ def disagreement_margins(logit_cases: list[tuple[dict, np.ndarray]]) -> list[tup
     return [(case["id"], pos, rec["top_logits"][0] - rec["top_logits"][1])
             for case, logits in logit_cases for pos, rec in recorded_positions(case)
             if np.argmax(logits[pos]) != rec["top_ids"][0]]
+
+
+def argmax_departure_margins(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    """At each row where the two argmaxes differ, how far apart the two tokens are: the larger of
+    the gaps between them in either array. Two computations of the same logits that differ only
+    by rounding disagree only where these gaps are of the size of their noise."""
+    rows = np.flatnonzero(ours.argmax(-1) != theirs.argmax(-1))
+    a, b = ours[rows].argmax(-1), theirs[rows].argmax(-1)
+    return np.maximum(ours[rows, a] - ours[rows, b], theirs[rows, b] - theirs[rows, a])

@@ -25,9 +25,14 @@ def _alone(m, prefix, tokens, last_only):
     return m.forward(tokens, cache, last_only=last_only)
 
 
-@pytest.mark.parametrize("backend, atol", [("reference", 2e-2), ("c", None)])
+def _f16_units(logits: np.ndarray) -> np.ndarray:
+    """One f16 rounding step (2**-11 relative) at the scale of each row's logits."""
+    return 2.0 ** -11 * np.abs(logits).max(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
 @pytest.mark.parametrize("last_only", [False, True])
-def test_batch_matches_each_sequence_alone(model_path, backend, atol, last_only):
+def test_batch_matches_each_sequence_alone(model_path, backend, last_only):
     m = _model(model_path, backend)
     # real text, so the C path's rounding noise does not flip near-tie argmaxes as random ids do
     import localinfer
@@ -47,8 +52,16 @@ def test_batch_matches_each_sequence_alone(model_path, backend, atol, last_only)
         want = _alone(m, prefix, tokens, last_only)
         assert got.shape == want.shape
         assert cache.offset == len(prefix) + len(tokens)
-        if atol is not None:
-            np.testing.assert_allclose(got, want, atol=atol, rtol=0)
+        if backend == "reference":
+            # The reference computes in f32 but keeps K and V (and rounds Q) in f16, as llama.cpp
+            # does. BLAS chooses its kernel, and with it the summation order, per CPU and per
+            # matrix shape, so a batched and a lone f32 product differ in their last bits; where
+            # that crosses an f16 rounding boundary a cached value moves by one f16 step (2**-11
+            # relative), and the logits by a few such steps of their own scale (seen: up to 3.2 on
+            # AVX2's kernels, 0.6 on AVX-512's, median 0.3). A batching mistake (a wrong position,
+            # a row attending over another sequence's cache) moves them by whole logits.
+            units = np.abs(got - want) / _f16_units(want)
+            assert units.max() < 16 and np.median(units) < 1
         else:  # the C path quantizes activations per matmul and a GEMM rounds differently from a
             # GEMV: on random tokens gemma3's C logits are ~0.35 (median) from the reference alone
             assert np.median(np.abs(got - want)) < 1.0

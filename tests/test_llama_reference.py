@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from refcheck import agreement, disagreement_margins
+from refcheck import agreement, argmax_departure_margins, disagreement_margins
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_incremental_decode_matches_one_batch(smollm2_model, load_ref):
     # compound over 30 layers into differences of a few tenths at some positions
     diff = np.abs(incremental - batch)
     assert float(np.median(diff)) < 0.05 and float(diff.max()) < 1.5
-    assert (incremental.argmax(axis=1) == batch.argmax(axis=1)).mean() >= 0.9
+    assert np.all(argmax_departure_margins(incremental, batch) < 0.5)  # only near ties flip
 
 
 def test_greedy_matches_llama_cpp(smollm2_model, load_ref):
@@ -68,4 +68,7 @@ def test_greedy_matches_llama_cpp(smollm2_model, load_ref):
         margin = abs(float(logits[want[i]] - logits[got[i]]))
         print(f"{case['id']}: departs at token {i}, margin between the two choices {margin:.3f}")
         assert margin < 0.3, (case["id"], i, margin)
-    assert exact >= 3
+    # How many of the 5 stay exact depends on which near ties the CPU's summation order tips
+    # (3 with the AVX-512 and AVX2 kernels, 1 with the generic C): each departure above is
+    # checked instead.
+    print(f"{exact} of {len(ref['cases'])} continuations are llama.cpp's token for token")
