@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 import click
@@ -28,6 +29,10 @@ def _load(model_name, ctx_size=None, threads=None):
 @click.version_option(package_name="localinfer")
 def main():
     """localinfer: run GGUF language models locally on the CPU."""
+    # Ctrl-C means something to every command (stop an answer, keep the finished benchmarks, stop
+    # the server), so it is always caught, as llama.cpp's tools do: a process started from a
+    # script without job control inherits SIGINT ignored, and would otherwise not stop at all.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @main.command()

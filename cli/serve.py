@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import click
@@ -48,6 +49,7 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
         raise click.ClickException(f"cannot listen on {host}:{port}: {e}")
     click.echo(f"localinfer: serving '{name}' at {server.url}/v1 ({parallel} slots of {server.engine.n_ctx} "
                f"tokens, queue {max_queue}{', API key required' if api_key else ''}); Ctrl-C stops", err=True)
+    signal.signal(signal.SIGTERM, _stop)  # how service managers stop a server: as Ctrl-C does
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
@@ -55,3 +57,7 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
     finally:
         server.server_close()
         server.engine.close()
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt

@@ -5,6 +5,7 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -77,9 +78,11 @@ class Terminal:
 
     started: list["Terminal"] = []
 
-    def __init__(self, args):
+    def __init__(self, args, sigint_ignored: bool = False):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # child
+            if sigint_ignored:  # as a script without job control starts its background commands
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
             os.execv(sys.executable, CMD + args)
         self.out = b""
         Terminal.started.append(self)

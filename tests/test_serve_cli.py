@@ -7,14 +7,23 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from serve_helpers import raw
 
 CMD = [sys.executable, "-m", "localinfer.cli.main", "serve"]
 
 
-def test_serve_command_starts_answers_and_stops():
+def _ignore_sigint():  # what a script without job control does to the commands it starts with '&'
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("stop, sigint_ignored", [(signal.SIGINT, False), (signal.SIGINT, True),
+                                                  (signal.SIGTERM, False)])
+def test_serve_command_starts_answers_and_stops(stop, sigint_ignored):
     p = subprocess.Popen(CMD + ["smollm2", "--port", "0", "-c", "128", "-np", "2"], stderr=subprocess.PIPE,
-                         stdout=subprocess.DEVNULL, text=True)
+                         stdout=subprocess.DEVNULL, text=True,
+                         preexec_fn=_ignore_sigint if sigint_ignored else None)
     try:
         line = p.stderr.readline()
         m = re.search(r"at (http://127\.0\.0\.1:\d+)/v1", line)
@@ -22,8 +31,9 @@ def test_serve_command_starts_answers_and_stops():
         status, _, body = raw(m.group(1), "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
         assert status == 200 and body["model"] == "smollm2" and body["usage"]["completion_tokens"] <= 2
         assert raw(m.group(1), "GET", "/health")[2]["slots_total"] == 2
-        p.send_signal(signal.SIGINT)
+        p.send_signal(stop)
         assert p.wait(timeout=30) == 0
+        assert "stopping" in p.stderr.read()
     finally:
         if p.poll() is None:
             p.kill()
