@@ -20,6 +20,7 @@ def test_auto_picks_the_kernels_when_built(smollm2_model):
     assert smollm2_model.backend == ("c" if kernels.available() else "reference")
 
 
+@pytest.mark.slow
 @needs_kernels
 @pytest.mark.parametrize("name,tokens_from", [("smollm2", "logits"), ("gemma3", "logits")])
 def test_c_backend_matches_reference(name, tokens_from, load_ref, request):

@@ -7,6 +7,8 @@ import pytest
 from localinfer.arch import build_model
 from localinfer.gguf_file import GGUFFile
 
+pytestmark = pytest.mark.slow  # whole-model batches on both backends
+
 
 def _model(path, backend):
     with GGUFFile(path) as f:

@@ -17,6 +17,8 @@ from localinfer.bench_suite import Suite, ratios, run_llama_bench
 from localinfer.context import Context
 from localinfer.gguf_file import GGUFFile
 
+pytestmark = pytest.mark.slow  # times real models in worker processes
+
 
 @pytest.fixture(scope="module")
 def short_run(smollm2_path):

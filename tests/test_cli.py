@@ -134,6 +134,7 @@ def _no_program_left_running():
         Terminal.started.pop().kill()
 
 
+@pytest.mark.slow
 def test_interactive_chat_in_a_terminal(smollm2_path):
     # answers are capped well below what a busy 2-core machine decodes in the time allowed
     term = Terminal(["run", "smollm2", "--temp", "0", "-n", "160", "--verbose"])

@@ -78,6 +78,7 @@ def test_a_full_context_is_refused_before_any_layer_runs(smollm2_c):
     np.testing.assert_array_equal(cache.k, before)
 
 
+@pytest.mark.slow
 def test_gemma3_fused_is_the_loop_bit_for_bit(gemma3_path):
     """gemma3: post-norms, GeGLU, per-layer rope bases, and sliding-window layers whose ring cache
     wraps (a prompt longer than the 512-token window), alone and batched."""

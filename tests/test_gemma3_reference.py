@@ -20,6 +20,8 @@ from localinfer.context import Context
 from localinfer.gguf_file import GGUFFile
 from localinfer.kv_cache import InterleavedKVCache, KVCache, RotatingKVCache
 
+pytestmark = pytest.mark.slow  # whole-model runs of gemma3 against llama.cpp
+
 GEMMA3_REF = "gemma-3-270m-q4_k_m"
 N_VOCAB = 262144
 NEAR_TIE = 0.5  # logit margin within llama.cpp's own spread between its attention kernels

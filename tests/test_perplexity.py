@@ -15,6 +15,8 @@ from localinfer.cli.main import main
 from localinfer.kl_divergence import KLDStats, chunk_kld, format_report
 from localinfer.kld_file import BaseHeader, BaseReader, BaseWriter, base_chunk
 
+pytestmark = pytest.mark.slow  # perplexity over real text with both models
+
 
 # -- the method, by hand ------------------------------------------------------------------------
 

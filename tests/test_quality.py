@@ -12,6 +12,8 @@ from localinfer import quality as Q
 from localinfer.cli.main import main
 from localinfer.cli.quality import DEFAULT_TYPES
 
+pytestmark = pytest.mark.slow  # quantizes and scores a real model
+
 TEXT = " ".join(f"The {w} of chapter {i} is short and the river runs to the sea." for i, w in
                 enumerate(["house", "garden", "letter", "ball", "walk", "dinner", "visit", "road"] * 4))
 

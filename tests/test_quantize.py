@@ -408,6 +408,7 @@ def _kl(p_logits, q_logits):
     return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
 
 
+@pytest.mark.slow
 def test_smollm2_round_trips_and_q8_0_keeps_the_logits(smollm2_path, tmp_path):
     import localinfer
     f16, q41, q8 = tmp_path / "smol-f16.gguf", tmp_path / "smol-q4_1.gguf", tmp_path / "smol-q8_0.gguf"

@@ -18,6 +18,7 @@ def _ignore_sigint():  # what a script without job control does to the commands 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop, sigint_ignored", [(signal.SIGINT, False), (signal.SIGINT, True),
                                                   (signal.SIGTERM, False)])
 def test_serve_command_starts_answers_and_stops(stop, sigint_ignored):

@@ -186,6 +186,7 @@ def test_a_body_answered_before_it_is_read_closes_the_connection(server, baselin
     assert _answer(u, seed=13) == baseline
 
 
+@pytest.mark.slow
 def test_slow_clients_are_dropped_while_others_are_served(server):
     u = server.url
     t0 = time.monotonic()
