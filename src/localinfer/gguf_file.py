@@ -111,6 +111,7 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
+        self.released: set[str] = set()  # tensors whose bytes were copied out and their pages dropped
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"GGUF file not found: {self.path}")
@@ -274,6 +275,20 @@ class GGUFFile:
         raw = np.frombuffer(self._mmap, np.uint8, info.nbytes, info.offset)
         rows = info.shape[:-1]
         return raw.reshape(*rows, info.nbytes // max(1, int(np.prod(rows, dtype=np.int64))))
+
+    def release(self, name: str) -> None:
+        """Drops the pages of a tensor whose bytes were copied elsewhere (a stacked matrix) from this
+        process's memory, so the weights are not held twice. The mapping stays valid: a later read
+        faults the pages back in from the file. A no-op where the OS has no MADV_DONTNEED."""
+        info = self.tensors[name]
+        self.released.add(name)
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if advice is None or self._mmap is None:
+            return
+        start = -(-info.offset // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside the tensor only:
+        end = (info.offset + info.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE  # its neighbours stay
+        if end > start:
+            self._mmap.madvise(advice, start, end - start)
 
     @property
     def architecture(self) -> str:

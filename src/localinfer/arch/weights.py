@@ -107,7 +107,8 @@ class WeightLoader:
         """One matrix whose rows are those of `names` in order, or None where stacking does not pay
         or does not fit: only the C backend stacks (one matmul call and one activation quantization
         instead of several; each row's result is the same bits as alone), and only matrices of one
-        type and width, with a bias on all or none. The stacked rows are a copy, outside the mmap."""
+        type and width, with a bias on all or none. The stacked rows are a copy, outside the mmap:
+        the mapped pages they came from are released, so the weights are held once."""
         if self.backend != "c":
             return None
         infos = [self._info(n, s) for n, s in zip(names, shapes)]
@@ -121,9 +122,12 @@ class WeightLoader:
         raw = np.concatenate([self.f.tensor_data(n) for n in names])
         b = np.concatenate([self.vector(bn, (s[0],)) for bn, s in zip(biases, shapes)]) if all(has_bias) else None
         try:
-            return KernelLinear(kernels.prepare(raw, infos[0].ggml_type), b)
+            stacked = KernelLinear(kernels.prepare(raw, infos[0].ggml_type), b)
         except UnsupportedQuantType:
             return None
+        for n in names:
+            self.f.release(n)
+        return stacked
 
     def optional_linear(self, name: str, shape: tuple[int, int], bias: str | None = None):
         return self.linear(name, shape, bias) if self.has(name) else None
