@@ -109,7 +109,9 @@ def list_models():
 @click.argument("model", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--template", is_flag=True, help="Print the whole chat template.")
-def info(model, as_json, template):
+@click.option("--memory", "memory", is_flag=True,
+              help="Load the model, generate one token, and print where its memory goes.")
+def info(model, as_json, template, memory):
     """Architecture, quant types, sizes and chat template of MODEL."""
     from localinfer.describe import describe
     from localinfer.fetch import resolve_model
@@ -117,6 +119,8 @@ def info(model, as_json, template):
     try:
         with GGUFFile(resolve_model(model, progress=ByteProgress(f"pulling {model}"))) as f:
             d = describe(f)
+        if memory:
+            d["memory"] = _memory(d["path"])
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     if as_json:
@@ -133,6 +137,12 @@ def info(model, as_json, template):
     tok = d["tokenizer"]
     click.echo(f"tokenizer     {tok['model']} (pre {tok['pre']}), {tok['n_vocab']} tokens, "
                f"bos {tok['bos_id']}, eos {tok['eos_id']}")
+    if memory:
+        m = d["memory"]
+        click.echo(f"memory        (after one generated token; MiB; RSS {m['rss'] / 2**20:.1f})")
+        for k in ("weights_mapped", "weight_copies", "kv_cache", "prefix_cache", "scratch"):
+            shown = "not counted" if m[k] is None else f"{m[k] / 2**20:8.2f}"
+            click.echo(f"  {k:<14} {shown}")
     t = d["chat_template"]
     if not t:
         click.echo("chat template (none in the file: the architecture's built-in format is used)")
@@ -140,6 +150,20 @@ def info(model, as_json, template):
         click.echo("chat template\n" + t)
     else:
         click.echo(f"chat template {len(t)} characters (--template prints it)")
+
+
+def _memory(path: str) -> dict:
+    """Model.memory() after a one-token generation, and this process's RSS then (0 without /proc)."""
+    import localinfer
+    with localinfer.load(path) as m:
+        m.generate("Hello", max_tokens=1, temperature=0)
+        out = m.memory()
+        try:
+            with open("/proc/self/statm") as f:
+                out["rss"] = int(f.read().split()[1]) * os.sysconf("SC_PAGESIZE")
+        except OSError:
+            out["rss"] = 0
+    return out
 
 
 from .bench import bench  # noqa: E402  (registered on the group here)

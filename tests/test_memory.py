@@ -38,3 +38,46 @@ def test_stacked_weights_are_not_held_twice(name, request):
     assert stacked > path.stat().st_size // 8  # most of a layer's weights are stacked
     # what stays mapped is at most the file less the stacked tensors (a page each side at most)
     assert _mapped_rss(path) <= path.stat().st_size - stacked + 2 * 4096 * len(model.gguf.tensors)
+
+
+def _rss() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+
+
+def test_close_gives_the_memory_back(smollm2_path):
+    import gc
+    # a first load and close pays the one-time costs (imports, the kernels' pool threads and scratch)
+    with localinfer.load(str(smollm2_path)) as warm:
+        warm.generate("hi", max_tokens=4, temperature=0)
+    gc.collect()
+    before = _rss()
+    model = localinfer.load(str(smollm2_path))
+    model.generate("hi", max_tokens=16, temperature=0)
+    mem = model.memory()
+    assert mem["weights_mapped"] + mem["weight_copies"] >= path_size(smollm2_path) * 0.9
+    assert mem["kv_cache"] >= model.runtime.new_cache(model.n_ctx).nbytes  # the engine slot's cache
+    assert _rss() > before + mem["weight_copies"] // 2  # there was something to give back
+    engine_thread = model.engine._thread
+    model.close()
+    gc.collect()
+    assert not engine_thread.is_alive()
+    assert _rss() <= before * 1.1 + (8 << 20)
+
+
+def path_size(path) -> int:
+    return Path(path).stat().st_size
+
+
+def test_a_closed_model_says_so(smollm2_path):
+    from localinfer.model import ModelClosedError
+    with localinfer.load(str(smollm2_path)) as model:
+        chat = model.chat_session()
+        ctx = model.new_context(64)
+    assert model.closed
+    for call in (lambda: model.generate("hi", max_tokens=1), lambda: model.logits([1]),
+                 lambda: model.new_context(), lambda: model.memory(), lambda: chat.send("hi"),
+                 lambda: ctx.append([1])):
+        with pytest.raises(ModelClosedError, match="closed"):
+            call()
+    model.close()  # twice is fine
+

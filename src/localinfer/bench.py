@@ -128,6 +128,7 @@ def describe_run(model, path: str, n_threads: int, load_s: float) -> dict:
         "backend": backend_name() if model.backend == "c" else "numpy reference",
         "load_s": load_s,
         "peak_rss_mib": peak_rss_mib(),
+        "memory": model.memory(),  # bytes: weights mapped / copied, KV and prefix caches (Model.memory)
         "weight_bytes_per_token": weight_bytes_per_token(model.gguf),
         "runtime": "localinfer",
     }

@@ -12,7 +12,26 @@ order, ending with the new ones: the first returned key is at position offset + 
 """
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
+
+
+def zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A zeroed array whose pages become resident only when written, and go back to the OS when
+    it is dropped: an anonymous mapping without transparent huge pages. numpy's own large arrays
+    ask for huge pages, and a cache laid out (layer, pos, ...) is written at the same positions
+    of every layer, so its first tokens would make every 2 MiB of it resident at once; this way
+    a cache costs what its tokens use (llama.cpp clears, and so touches, all of it up front)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0:
+        return np.zeros(shape, dtype)
+    buf = mmap.mmap(-1, nbytes)
+    advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if advice is not None:
+        buf.madvise(advice)
+    return np.frombuffer(buf, dtype).reshape(shape)
 
 
 class ContextFullError(ValueError):
@@ -22,8 +41,8 @@ class ContextFullError(ValueError):
 class KVCache:
     def __init__(self, n_layers: int, n_ctx: int, n_head_kv: int, head_dim: int, dtype=np.float16):
         self.n_layers, self.n_ctx = n_layers, n_ctx
-        self.k = np.zeros((n_layers, n_ctx, n_head_kv, head_dim), dtype)  # (layer, pos, kv_head, head_dim)
-        self.v = np.zeros((n_layers, n_ctx, n_head_kv, head_dim), dtype)  # (layer, pos, kv_head, head_dim)
+        self.k = zeros((n_layers, n_ctx, n_head_kv, head_dim), dtype)  # (layer, pos, kv_head, head_dim)
+        self.v = zeros((n_layers, n_ctx, n_head_kv, head_dim), dtype)  # (layer, pos, kv_head, head_dim)
         self.offset = 0  # tokens stored; the next token goes to position `offset`
 
     @property
@@ -83,8 +102,8 @@ class RotatingKVCache:
             raise ValueError(f"sliding window must be >= 1, got {window}")
         self.n_layers, self.n_ctx, self.window = n_layers, n_ctx, window
         self.n_slots = min(n_ctx, window + trim_margin)
-        self.k = np.zeros((n_layers, self.n_slots, n_head_kv, head_dim), dtype)  # (layer, slot, kv_head, head_dim)
-        self.v = np.zeros((n_layers, self.n_slots, n_head_kv, head_dim), dtype)  # (layer, slot, kv_head, head_dim)
+        self.k = zeros((n_layers, self.n_slots, n_head_kv, head_dim), dtype)  # (layer, slot, kv_head, head_dim)
+        self.v = zeros((n_layers, self.n_slots, n_head_kv, head_dim), dtype)  # (layer, slot, kv_head, head_dim)
         self.offset = 0
         self.held_start = 0  # oldest position still in the ring (older slots were overwritten)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -22,23 +23,36 @@ DEFAULT_N_CTX = 4096
 DEFAULT_N_PARALLEL = 4
 
 
+class ModelClosedError(RuntimeError):
+    """The Model was closed: its weights, caches and engine are gone."""
+
+
 class SerializedRuntime:
     """An architecture model whose forward passes run one at a time: the kernels' thread pool and
-    scratch buffers serve one pass at a time, and several Python threads may share one Model."""
+    scratch buffers serve one pass at a time, and several Python threads may share one Model.
+    Contexts hold this, not the runtime: closing the Model drops the runtime (its weights) even
+    while a context or chat session is still referenced, and their next pass raises."""
 
-    def __init__(self, runtime, lock: threading.Lock):
-        self.runtime, self.lock = runtime, lock
+    def __init__(self, runtime, lock: threading.Lock, path: str):
+        self.runtime, self.lock, self.path = runtime, lock, path
+
+    def _open(self):
+        if self.runtime is None:
+            raise ModelClosedError(f"the model {self.path} is closed; load it again to use it")
+        return self.runtime
 
     def forward(self, *args, **kwargs):
         with self.lock:
-            return self.runtime.forward(*args, **kwargs)
+            return self._open().forward(*args, **kwargs)
 
     def forward_batch(self, *args, **kwargs):
         with self.lock:
-            return self.runtime.forward_batch(*args, **kwargs)
+            return self._open().forward_batch(*args, **kwargs)
 
     def __getattr__(self, name):  # config, new_cache, weights ...
-        return getattr(self.runtime, name)
+        if name == "runtime":  # not set yet (or while unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self._open(), name)
 
 
 class Model:
@@ -54,7 +68,10 @@ class Model:
         self.backend = _choose_backend(backend, n_threads)
         self.runtime = build_model(self.gguf, self.backend)
         self._lock = threading.Lock()
-        self.serialized = SerializedRuntime(self.runtime, self._lock)  # what contexts and the engine call
+        self.serialized = SerializedRuntime(self.runtime, self._lock, self.path)  # what contexts and the engine call
+        self._contexts = weakref.WeakSet()  # live contexts, for memory()
+        self._engine_finalizer = None
+        self.closed = False
         if n_parallel < 1:
             raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
         self.n_parallel = n_parallel
@@ -101,26 +118,39 @@ class Model:
         return self._check_ids(prompt)
 
     # -- running ---------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ModelClosedError(f"the model {self.path} is closed; load it again to use it")
+
     def new_context(self, n_ctx: int | None = None) -> Context:
-        return Context(self.serialized, n_ctx or self.n_ctx, self.kv_dtype)
+        self._check_open()
+        ctx = Context(self.serialized, n_ctx or self.n_ctx, self.kv_dtype)
+        self._contexts.add(ctx)
+        return ctx
 
     @property
     def engine(self):
         """The batched engine behind generate/stream/chat without an explicit context: calls from
-        several threads are decoded together, one forward pass per step (made on first use)."""
+        several threads are decoded together, one forward pass per step (made on first use).
+        It holds a KV cache per slot that has run a request (n_ctx positions each, resident as far
+        as they were used) and a prefix cache of at most 64 MiB."""
         with self._lock:
+            self._check_open()
             if self._engine is None:
                 from .serve.engine import Engine
                 self._engine = Engine(self.serialized, self.tokenizer, n_slots=self.n_parallel, n_ctx=self.n_ctx,
                                       max_queue=None, kv_dtype=self.kv_dtype, prefix_cache_bytes=64 << 20)
+                # a Model dropped without close() still stops its engine thread and frees the slots
+                self._engine_finalizer = weakref.finalize(self, self._engine.close)
             return self._engine
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
-        """(len(ids), n_vocab) float32: a fresh context, one batch, every position."""
+        """(len(ids), n_vocab) float32: a fresh context just large enough, one batch, every position."""
         ids = self._check_ids(ids)
+        self._check_open()
         if not ids:
             return np.zeros((0, self.n_vocab), np.float32)
-        ctx = self.new_context(max(self.n_ctx, len(ids)))
+        ctx = self.new_context(len(ids))
         return np.asarray(ctx.append(ids), dtype=np.float32)
 
     def stream(self, prompt: str | Sequence[int], max_tokens: int | None = 256, temperature: float = 0.8,
@@ -132,6 +162,7 @@ class Model:
         The defaults are llama.cpp's; temperature <= 0 is greedy. Close it to stop early.
         Without `context` the request goes through the model's batched engine (several threads
         may call this at once); with one, it runs in that context (a chat session's cache)."""
+        self._check_open()
         tokens = self._prompt_tokens(prompt)
         if not tokens:
             raise ValueError("the prompt is empty (no tokens to start from)")
@@ -150,6 +181,7 @@ class Model:
         """Text or token ids in; a GenerationResult (.text, .tokens, .finish_reason, .timings)
         out, or with stream=True an iterator of text chunks (close it to stop early).
         Keyword arguments as for `stream`."""
+        self._check_open()
         tokens = self._prompt_tokens(prompt)
         chunks = self.stream(tokens, **kwargs)
         if stream:
@@ -177,6 +209,7 @@ class Model:
 
     def chat_session(self, system: str | None = None, allow_special_in_content: bool = False,
                      **defaults) -> "ChatSession":
+        self._check_open()
         from .chat import ChatSession
         return ChatSession(self, system=system, allow_special_in_content=allow_special_in_content, **defaults)
 
@@ -185,13 +218,51 @@ class Model:
         from .describe import describe
         return describe(self.gguf)
 
+    def memory(self) -> dict:
+        """Where this model's memory goes, in bytes (allocated; what is resident is at most that):
+        weights_mapped: tensors read in place from the mmapped file (their pages are the file's);
+        weight_copies: weights held outside the mmap (stacked q|k|v and gate|up, dequantized
+        matrices of the reference backend, float32 norm vectors);
+        kv_cache: the KV caches of live contexts and of the engine's slots (a slot gets its
+        cache when it first runs a request; pages become resident as positions are written);
+        prefix_cache: K/V blocks the engine keeps to reuse prompt prefixes (at most 64 MiB);
+        scratch: None -- the C kernels' per-thread buffers (csrc/scratch.c) and numpy's
+        activations are not counted (they follow the largest batch run, not the model)."""
+        self._check_open()
+        mapped = sum(t.nbytes for name, t in self.gguf.tensors.items() if name not in self.gguf.released)
+        caches = [ctx.cache for ctx in list(self._contexts)]
+        prefix = 0
+        engine = self._engine
+        if engine is not None:
+            caches += [slot.cache for slot in engine.slots if slot.cache is not None]
+            prefix = engine.prefix_cache.nbytes if engine.prefix_cache is not None else 0
+        kv = sum(c.nbytes for c in {id(c): c for c in caches}.values())
+        return {"weights_mapped": mapped, "weight_copies": int(getattr(self.runtime, "weight_copy_bytes", 0)),
+                "kv_cache": kv, "prefix_cache": prefix, "scratch": None}
+
     def close(self) -> None:
-        if self._engine is not None:
-            self._engine.close()
-        self.gguf.close()
+        """Stops the engine thread and drops its slots' caches, the weights (the stacked copies and
+        the mmap) and the runtime; contexts made from this model fail from now on. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._engine_finalizer is not None:
+            self._engine_finalizer()  # engine.close(), once
+        self._engine = None
+        with self._lock:  # after a forward pass in flight on another thread
+            self.serialized.runtime = None
+        self.runtime = None
+        self.gguf.close()  # the mapping goes when the last view of it does (with the runtime)
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __repr__(self) -> str:
-        return f"Model({self.path!r}, architecture={self.architecture!r}, n_ctx={self.n_ctx})"
+        closed = ", closed" if self.closed else ""
+        return f"Model({self.path!r}, architecture={self.architecture!r}, n_ctx={self.n_ctx}{closed})"
 
 
 def _choose_backend(backend: str, n_threads: int | None) -> str:

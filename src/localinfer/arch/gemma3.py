@@ -159,7 +159,9 @@ class Gemma3Model:
     def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "Gemma3Model":
         config = Gemma3Config.from_gguf(f)
         loader = WeightLoader(f, backend)
-        return cls(config, Gemma3Weights.from_gguf(loader, config), loader.ops)
+        model = cls(config, Gemma3Weights.from_gguf(loader, config), loader.ops)
+        model.weight_copy_bytes = loader.copied_bytes  # Model.memory() reports it
+        return model
 
     def new_cache(self, n_ctx: int, dtype=np.float16) -> InterleavedKVCache:
         c = self.config

@@ -135,7 +135,9 @@ class LlamaModel:
             raise GGUFError(f"{f.path}: rope scaling {show(config.rope_scaling)} is not supported for "
                             f"{f.architecture} (supported: {', '.join(cls.rope_scaling_types)})")
         loader = WeightLoader(f, backend)
-        return cls(config, LlamaWeights.from_gguf(loader, config, cls.qk_norm), loader.ops)
+        model = cls(config, LlamaWeights.from_gguf(loader, config, cls.qk_norm), loader.ops)
+        model.weight_copy_bytes = loader.copied_bytes  # Model.memory() reports it
+        return model
 
     def fused_layers(self) -> FusedLayers | None:
         """The layer stack as one C call when every weight is on the C kernels (built on first

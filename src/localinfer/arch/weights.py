@@ -64,6 +64,7 @@ class WeightLoader:
             if not kernels.available():
                 raise RuntimeError(kernels.unavailable_reason())
         self.f, self.backend = f, backend
+        self.copied_bytes = 0  # weights held outside the mmap: stacked, dequantized, float32 vectors
         if backend == "c":
             from .. import ops
             self.ops = ops  # the layer ops in C, same signatures as the reference
@@ -85,7 +86,10 @@ class WeightLoader:
     def vector(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """A small tensor (norm weights, biases) as float32."""
         info = self._info(name, shape)
-        return dequantize(self.f.tensor_data(name), info.ggml_type, info.shape)
+        raw = self.f.tensor_data(name)
+        out = dequantize(raw, info.ggml_type, info.shape)
+        self.copied_bytes += 0 if np.may_share_memory(out, raw) else out.nbytes  # F32 stays a view
+        return out
 
     def optional_vector(self, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
         return self.vector(name, shape) if self.has(name) else None
@@ -101,7 +105,10 @@ class WeightLoader:
                 return KernelLinear(kernels.prepare(self.f.tensor_data(name), info.ggml_type), b)
             except UnsupportedQuantType:
                 pass  # a type the C core lacks: this one layer runs on the reference path
-        return DenseLinear(dequantize(self.f.tensor_data(name), info.ggml_type, info.shape), b)
+        raw = self.f.tensor_data(name)
+        dense = DenseLinear(dequantize(raw, info.ggml_type, info.shape), b)
+        self.copied_bytes += 0 if np.may_share_memory(dense.w, raw) else dense.w.nbytes
+        return dense
 
     def stacked_linear(self, names: list[str], shapes: list[tuple[int, int]], biases: list[str]):
         """One matrix whose rows are those of `names` in order, or None where stacking does not pay
@@ -127,6 +134,7 @@ class WeightLoader:
             return None
         for n in names:
             self.f.release(n)
+        self.copied_bytes += raw.nbytes
         return stacked
 
     def optional_linear(self, name: str, shape: tuple[int, int], bias: str | None = None):

@@ -151,10 +151,19 @@ class Engine:
                     "steps": self.steps}
 
     def close(self) -> None:
+        """Stops the scheduler thread (failing what is in flight) and frees the slots' KV caches
+        and the prefix cache."""
         with self._wake:
             self._closed = True
             self._wake.notify()
-        self._thread.join(timeout=30)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            return  # a forward pass still running: its slots keep their caches
+        for slot in self.slots:
+            slot.cache = None
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
 
     def _notify(self) -> None:
         with self._wake:
