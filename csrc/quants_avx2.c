@@ -130,8 +130,9 @@ void quantize_row_q8_K_avx2(const float *x, void *dst, int64_t n) {
 
 /* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31) */
 static inline __m256i nibbles_32(const uint8_t *qs) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+    /* the 16 bytes in both halves by the load itself, the upper half shifted: no shuffle-port work */
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
 /* bit j of a little-endian u32 -> 0x10 in byte j (the 5th bit of Q5_0 / Q5_1) */
@@ -152,9 +153,12 @@ static inline __m256i dot_u8(__m256i u, __m256i q) {
  * block (d twice for the offset types, d and m for the "_1" types) times the activation's
  * {d, d * sum(q)} (a_sums) -> [dw0 * da0, x0 * sa0, dw1 * da1, x1 * sa1]. Lanes 0, 2 scale
  * the integer dots; lanes 1, 3 are the offset / min terms, summed once at the end. */
-static inline __m128 pair_scales(uint32_t w0, uint32_t w1, const float *as) {
+static inline __m128 pair_scales_v(uint32_t w0, uint32_t w1, __m128 as4) {
     const __m128i h = _mm_cvtsi64_si128((long long)(((uint64_t)w1 << 32) | w0));
-    return _mm_mul_ps(_mm_cvtph_ps(h), _mm_loadu_ps(as));
+    return _mm_mul_ps(_mm_cvtph_ps(h), as4);
+}
+static inline __m128 pair_scales(uint32_t w0, uint32_t w1, const float *as) {
+    return pair_scales_v(w0, w1, _mm_loadu_ps(as));
 }
 static inline uint32_t dup16(ggml_half d) { return (uint32_t)d * 0x10001u; }   /* {d, d} */
 static inline uint32_t word32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }   /* {d, m} */
@@ -164,9 +168,18 @@ static inline float side_total(__m128 side, int offset) {   /* lanes 1 + 3, time
     return offset ? -(float)offset * t : t;
 }
 
-/* sum over blocks of dw * da * dot(u, q) + (min types) m * da * sum(q) - (offset types) o * dw * da * sum(q);
- * u <= 31 here, so maddubs cannot saturate. */
-#define VEC_DOT_PAIRS(NAME, WBLOCK, ABLOCK, UNPACK, SCALE_WORD, OFFSET)                            \
+/* Q8_0 x Q8_0: signed x signed via |x| and y with x's sign (pair sums <= 2 * 128 * 127 < 2^15) */
+static inline __m256i dot_s8(const int8_t *wq, __m256i q) {
+    const __m256i x = _mm256_loadu_si256((const __m256i *)wq);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(q, x)),
+                             _mm256_set1_epi16(1));
+}
+
+/* sum over blocks of dw * da * dot(w, q) + (min types) m * da * sum(q) - (offset types) o * dw * da * sum(q):
+ * DOT(block, q) is a block's integer dot as 8 int32 lanes. Pairs of blocks: the first block of a pair
+ * in acc0, the second in acc1, the odd last block in acc0; the side terms (SIDE: has any) summed
+ * apart and added once at the end. The u of the unsigned types is <= 31, so maddubs cannot saturate. */
+#define VEC_DOT_PAIRS(NAME, WBLOCK, ABLOCK, DOT, SCALE_WORD, OFFSET, SIDE)                           \
     void NAME(int64_t n, float *s, const void *vw, const void *va, const float *as) {             \
         const WBLOCK *w = vw;                                                                      \
         const ABLOCK *a = va;                                                                      \
@@ -177,9 +190,9 @@ static inline float side_total(__m128 side, int offset) {   /* lanes 1 + 3, time
         int64_t i = 0;                                                                             \
         for (; i + 1 < nb; i += 2) {                                                               \
             const __m128 p = pair_scales(SCALE_WORD(w[i]), SCALE_WORD(w[i + 1]), as + 2 * i);      \
-            side = _mm_add_ps(side, p);                                                            \
-            const __m256i d0 = dot_u8(UNPACK(w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs)); \
-            const __m256i d1 = dot_u8(UNPACK(w[i + 1]), _mm256_loadu_si256((const __m256i *)a[i + 1].qs)); \
+            if (SIDE) side = _mm_add_ps(side, p);                                                  \
+            const __m256i d0 = DOT(w[i], _mm256_loadu_si256((const __m256i *)a[i].qs));           \
+            const __m256i d1 = DOT(w[i + 1], _mm256_loadu_si256((const __m256i *)a[i + 1].qs));   \
             acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), _mm256_cvtepi32_ps(d0), acc0);        \
             acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), two),       \
                                    _mm256_cvtepi32_ps(d1), acc1);                                  \
@@ -187,45 +200,84 @@ static inline float side_total(__m128 side, int offset) {   /* lanes 1 + 3, time
         if (i < nb) {                                                                              \
             const float last[4] = {as[2 * i], as[2 * i + 1], 0.0f, 0.0f};                          \
             const __m128 p = pair_scales(SCALE_WORD(w[i]), 0, last);                               \
-            side = _mm_add_ps(side, p);                                                            \
-            const __m256i d0 = dot_u8(UNPACK(w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs)); \
+            if (SIDE) side = _mm_add_ps(side, p);                                                  \
+            const __m256i d0 = DOT(w[i], _mm256_loadu_si256((const __m256i *)a[i].qs));           \
             acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), _mm256_cvtepi32_ps(d0), acc0);        \
         }                                                                                          \
-        *s = hsum_ps(_mm256_add_ps(acc0, acc1)) + side_total(side, OFFSET);                        \
+        const float sum = hsum_ps(_mm256_add_ps(acc0, acc1));                                      \
+        *s = SIDE ? sum + side_total(side, OFFSET) : sum;                                          \
     }
 
-#define NIBBLES(b) nibbles_32((b).qs)
-#define FIVE_BITS(b) _mm256_or_si256(nibbles_32((b).qs), fifth_bits_32((b).qh))
+/* The same for nr <= LI_DOT_ROWS rows (rb bytes apart): per row exactly the arithmetic above, each
+ * activation block and its a_sums loaded once for all rows. NR is a constant in each call below,
+ * so the row loops unroll and the accumulators stay in registers. */
+#define VEC_DOT_ROWS(NAME, WBLOCK, ABLOCK, DOT, SCALE_WORD, OFFSET, SIDE)                            \
+    static inline __attribute__((always_inline)) void NAME##_nr(int64_t n, float *s, const uint8_t *vw, \
+                                                                size_t rb, const ABLOCK *a,        \
+                                                                const float *as, const int NR) {   \
+        const __m256i two = _mm256_set1_epi32(2);                                                  \
+        const WBLOCK *w[LI_DOT_ROWS];                                                              \
+        __m256 acc0[LI_DOT_ROWS], acc1[LI_DOT_ROWS];                                               \
+        __m128 side[LI_DOT_ROWS];                                                                  \
+        for (int r = 0; r < NR; r++) {                                                             \
+            w[r] = (const WBLOCK *)(vw + r * rb);                                                  \
+            acc0[r] = acc1[r] = _mm256_setzero_ps();                                               \
+            side[r] = _mm_setzero_ps();                                                            \
+        }                                                                                          \
+        const int64_t nb = n / 32;                                                                 \
+        int64_t i = 0;                                                                             \
+        for (; i + 1 < nb; i += 2) {                                                               \
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)a[i].qs);                      \
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)a[i + 1].qs);                  \
+            const __m128 as4 = _mm_loadu_ps(as + 2 * i);                                           \
+            for (int r = 0; r < NR; r++) {                                                         \
+                const __m128 p = pair_scales_v(SCALE_WORD(w[r][i]), SCALE_WORD(w[r][i + 1]), as4); \
+                if (SIDE) side[r] = _mm_add_ps(side[r], p);                                        \
+                const __m256i d0 = DOT(w[r][i], q0), d1 = DOT(w[r][i + 1], q1);                    \
+                acc0[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), _mm256_cvtepi32_ps(d0), acc0[r]); \
+                acc1[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), two), \
+                                          _mm256_cvtepi32_ps(d1), acc1[r]);                        \
+            }                                                                                      \
+        }                                                                                          \
+        if (i < nb) {                                                                              \
+            const float last[4] = {as[2 * i], as[2 * i + 1], 0.0f, 0.0f};                          \
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)a[i].qs);                      \
+            for (int r = 0; r < NR; r++) {                                                         \
+                const __m128 p = pair_scales(SCALE_WORD(w[r][i]), 0, last);                        \
+                if (SIDE) side[r] = _mm_add_ps(side[r], p);                                        \
+                const __m256i d0 = DOT(w[r][i], q0);                                               \
+                acc0[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), _mm256_cvtepi32_ps(d0), acc0[r]); \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < NR; r++) {                                                             \
+            const float sum = hsum_ps(_mm256_add_ps(acc0[r], acc1[r]));                            \
+            s[r] = SIDE ? sum + side_total(side[r], OFFSET) : sum;                                 \
+        }                                                                                          \
+    }                                                                                              \
+    void NAME(int64_t n, float *s, const void *vw, size_t rb, int nr, const void *va, const float *as) { \
+        switch (nr) {                                                                              \
+        case 1: NAME##_nr(n, s, vw, rb, va, as, 1); break;                                         \
+        case 2: NAME##_nr(n, s, vw, rb, va, as, 2); break;                                         \
+        case 3: NAME##_nr(n, s, vw, rb, va, as, 3); break;                                         \
+        default: NAME##_nr(n, s, vw, rb, va, as, 4); break;                                        \
+        }                                                                                          \
+    }
+
+#define NIBBLES(b, q) dot_u8(nibbles_32((b).qs), q)
+#define FIVE_BITS(b, q) dot_u8(_mm256_or_si256(nibbles_32((b).qs), fifth_bits_32((b).qh)), q)
+#define SIGNED(b, q) dot_s8((b).qs, q)
 #define D_TWICE(b) dup16((b).d)
 #define D_AND_M(b) word32(&(b).d)
 
-VEC_DOT_PAIRS(vec_dot_q4_0_q8_0_avx2, block_q4_0, block_q8_0, NIBBLES, D_TWICE, 8)
-VEC_DOT_PAIRS(vec_dot_q5_0_q8_0_avx2, block_q5_0, block_q8_0, FIVE_BITS, D_TWICE, 16)
-VEC_DOT_PAIRS(vec_dot_q4_1_q8_1_avx2, block_q4_1, block_q8_1, NIBBLES, D_AND_M, 0)
-VEC_DOT_PAIRS(vec_dot_q5_1_q8_1_avx2, block_q5_1, block_q8_1, FIVE_BITS, D_AND_M, 0)
+#define VEC_DOT_BOTH(W, A, DOT, SCALE_WORD, OFFSET, SIDE)                                          \
+    VEC_DOT_PAIRS(vec_dot_##W##_##A##_avx2, block_##W, block_##A, DOT, SCALE_WORD, OFFSET, SIDE)   \
+    VEC_DOT_ROWS(vec_dot_rows_##W##_##A##_avx2, block_##W, block_##A, DOT, SCALE_WORD, OFFSET, SIDE)
 
-/* Q8_0: signed x signed via |x| and y with x's sign (pair sums <= 2 * 128 * 127 < 2^15) */
-void vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
-    const block_q8_0 *w = vw;
-    const block_q8_0 *a = va;
-    const __m256i two = _mm256_set1_epi32(2);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const int64_t nb = n / QK8_0;
-    for (int64_t i = 0; i < nb; i += 2) {
-        const int pair = i + 1 < nb;
-        const float last[4] = {as[2 * i], 0.0f, pair ? as[2 * i + 2] : 0.0f, 0.0f};
-        const __m128 p = pair_scales(dup16(w[i].d), pair ? dup16(w[i + 1].d) : 0, last);
-        for (int h = 0; h <= pair; h++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i *)w[i + h].qs);
-            const __m256i y = _mm256_loadu_si256((const __m256i *)a[i + h].qs);
-            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-            const __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-            if (h) acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), two), d, acc1);
-            else acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), d, acc0);
-        }
-    }
-    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
-}
+VEC_DOT_BOTH(q4_0, q8_0, NIBBLES, D_TWICE, 8, 1)
+VEC_DOT_BOTH(q5_0, q8_0, FIVE_BITS, D_TWICE, 16, 1)
+VEC_DOT_BOTH(q4_1, q8_1, NIBBLES, D_AND_M, 0, 1)
+VEC_DOT_BOTH(q5_1, q8_1, FIVE_BITS, D_AND_M, 0, 1)
+VEC_DOT_BOTH(q8_0, q8_0, SIGNED, D_TWICE, 0, 0)   /* no side term: lanes 1, 3 go unused */
 
 void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
