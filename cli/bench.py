@@ -24,6 +24,12 @@ def _int_list(ctx, param, value):
               help="Prompt lengths for ppN tests, comma-separated.")
 @click.option("-n", "--n-gen", "gens", default="128", callback=_int_list, show_default=True,
               help="Generation lengths for tgN tests, comma-separated.")
+@click.option("-d", "--n-depth", "depths", default="0", callback=_int_list, show_default=True,
+              help="Context depths, comma-separated: each test runs after this many tokens fill the context "
+                   "(llama-bench's -d; the test is named e.g. tg128 @ d4096).")
+@click.option("--synthetic", "synthetic", multiple=True, metavar="SHAPE[:TYPE,...]",
+              help="Also bench a random-weight model of a real shape (llama-1b, llama-3b, llama-8b, qwen2-7b) "
+                   "in these llama.cpp file types (default Q4_0), written into the cache on first use.")
 @click.option("-t", "--threads", default=str(min(os.cpu_count() or 1, 2)), callback=_int_list, show_default=True,
               help="Thread counts, comma-separated.")
 @click.option("-r", "--repetitions", "reps", type=click.IntRange(1), default=3, show_default=True)
@@ -37,17 +43,20 @@ def _int_list(ctx, param, value):
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a tokens/s vs threads plot (PNG).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the report into this markdown file (e.g. BENCHMARKS.md), replacing only its own section.")
-def bench(models, prompts, gens, threads, reps, output, llama_bench, llama_bench_args, backend, membw, plot_path,
-          report_path):
-    """Measure prompt processing (ppN) and generation (tgN) tokens/s for MODELS (catalog names or paths)."""
+def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama_bench, llama_bench_args, backend,
+          membw, plot_path, report_path):
+    """Measure prompt processing (ppN) and generation (tgN) tokens/s for MODELS (catalog names or paths).
+
+    --synthetic llama-8b:Q4_0,Q4_K_M benches random-weight files of Llama-3.1-8B's shape: real matrix
+    shapes, llama.cpp's metadata and a real tokenizer (llama-bench loads them too), noise for text."""
     from localinfer.bench_report import markdown, plot, report, table, to_json
     from localinfer.bench_suite import Suite, memory_bandwidth, run_suite
     from localinfer.fetch import resolve_model
 
     from .progress import ByteProgress
 
-    if not models and not membw:
-        raise click.UsageError("give at least one model, or --membw")
+    if not models and not synthetic and not membw:
+        raise click.UsageError("give at least one model, or --synthetic, or --membw")
     if any(t < 1 for t in threads):
         raise click.BadParameter("thread counts must be >= 1", param_hint="-t")
 
@@ -61,9 +70,10 @@ def bench(models, prompts, gens, threads, reps, output, llama_bench, llama_bench
         log(f"memory bandwidth (numpy, 1 thread): read {bw['read_gbps']:.1f} GB/s, copy {bw['copy_gbps']:.1f} GB/s")
     try:
         paths = [str(resolve_model(m, progress=ByteProgress(f"pulling {m}"))) for m in models]
+        paths += [str(p) for spec in synthetic for p in _synthetic_paths(spec, log)]
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
-    suite = Suite(paths, threads, prompts, gens, reps, llama_bench, shlex.split(llama_bench_args), backend)
+    suite = Suite(paths, threads, prompts, gens, reps, llama_bench, shlex.split(llama_bench_args), backend, depths)
     try:
         run_suite(suite, log)
     except RuntimeError as e:
@@ -90,3 +100,22 @@ def bench(models, prompts, gens, threads, reps, output, llama_bench, llama_bench
         log(f"report written to {report_path}")
     if suite.interrupted:
         sys.exit(130)
+
+
+def _synthetic_paths(spec: str, log) -> list:
+    """The cached files of one --synthetic SHAPE[:TYPE,...], written first where absent."""
+    import time
+
+    from localinfer.quant.synthetic import parse_spec, synthetic_model
+
+    from .progress import ByteProgress
+
+    shape, ftypes = parse_spec(spec)
+    out = []
+    for ft in ftypes:
+        t0 = time.monotonic()
+        path = synthetic_model(shape, ft, log=log, progress=ByteProgress)
+        if time.monotonic() - t0 > 1:
+            log(f"{path}: {path.stat().st_size / 2**20:.0f} MiB, made in {time.monotonic() - t0:.0f} s")
+        out.append(path)
+    return out

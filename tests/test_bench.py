@@ -103,13 +103,18 @@ FAKE_LLAMA_BENCH = textwrap.dedent("""\
     import json, sys
     args = sys.argv[1:]
     get = lambda flag: args[args.index(flag) + 1]
+    depths = [int(d) for d in get("-d").split(",")] if "-d" in args else [0]
     rows = []
     for p in get("-p").split(","):
-        rows.append(dict(n_prompt=int(p), n_gen=0, n_threads=int(get("-t")), avg_ts=100.0, stddev_ts=1.0,
-                         samples_ts=[99.0, 101.0], model_type="llama ?B Q4_1", model_size=1, backends="CPU"))
+        for d in depths:
+            rows.append(dict(n_prompt=int(p), n_gen=0, n_depth=d, n_threads=int(get("-t")), avg_ts=100.0,
+                             stddev_ts=1.0, samples_ts=[99.0, 101.0], model_type="llama ?B Q4_1", model_size=1,
+                             backends="CPU"))
     for n in get("-n").split(","):
-        rows.append(dict(n_prompt=0, n_gen=int(n), n_threads=int(get("-t")), avg_ts=50.0, stddev_ts=0.5,
-                         samples_ts=[50.0], model_type="llama ?B Q4_1", model_size=1, backends="CPU"))
+        for d in depths:
+            rows.append(dict(n_prompt=0, n_gen=int(n), n_depth=d, n_threads=int(get("-t")), avg_ts=50.0,
+                             stddev_ts=0.5, samples_ts=[50.0], model_type="llama ?B Q4_1", model_size=1,
+                             backends="CPU"))
     print(json.dumps(rows))
 """)
 
@@ -131,12 +136,29 @@ def test_llama_bench_rows_and_ratios(tmp_path):
                                                                    weight_gbps=1) for r in ours])
 
 
+def test_llama_bench_gets_the_depths(tmp_path):
+    """-d goes to llama-bench (only when asked: older builds have no -d) and names its tests as it does."""
+    fake = tmp_path / "llama-bench"
+    fake.write_text(f"#!{sys.executable}\n" + FAKE_LLAMA_BENCH)
+    fake.chmod(0o755)
+    suite = Suite(["/models/m.gguf"], [2], [512], [128], reps=1, depths=[0, 4096])
+    theirs = run_llama_bench(str(fake), "/models/m.gguf", 2, suite)
+    assert [(r["test"], r["n_depth"]) for r in theirs] == [("pp512", 0), ("pp512 @ d4096", 4096), ("tg128", 0),
+                                                            ("tg128 @ d4096", 4096)]
+    ours = [dict(r, runtime="localinfer", avg_ts=r["avg_ts"] * 2, quant="Q4_0", backend="x") for r in theirs]
+    assert [(x["test"], x["ratio"]) for x in ratios(ours + theirs)][-1] == ("tg128 @ d4096", 2.0)
+    assert "| tg128 @ d4096 |" in markdown(ours + theirs)
+
+
 def test_bad_arguments():
     r = subprocess.run([sys.executable, "-m", "localinfer.cli.main", "bench", "smollm2", "-p", "x"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "comma-separated integers" in r.stderr
     r = subprocess.run([sys.executable, "-m", "localinfer.cli.main", "bench"], capture_output=True, text=True)
     assert r.returncode != 0 and "at least one model" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "localinfer.cli.main", "bench", "--synthetic", "llama-70b"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "unknown synthetic shape 'llama-70b'" in r.stderr
 
 
 @pytest.mark.parametrize("sigint_ignored", [False, True])

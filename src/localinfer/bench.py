@@ -4,8 +4,11 @@ One model x thread count is measured in its own process (`python -m localinfer.b
 so the thread setting, load time and peak RSS are those of a fresh start. Test names and
 meaning follow llama-bench: ppN evaluates N random tokens in one batch on an empty context and
 computes the logits of the last one (as llama-bench's batch asks, and all a prompt needs);
-tgN generates N tokens one at a time from an empty context. Each is repeated after one
-warm-up run; the rows carry every sample.
+tgN generates N tokens one at a time from an empty context. With a depth D (llama-bench's
+`-d`), the context first holds D random tokens, computed untimed, and the test is named
+`ppN @ dD` / `tgN @ dD`: decode after a long prompt reads a long KV cache. The D tokens are
+computed once per depth and kept; each run drops what the one before added. Each test is
+repeated after one warm-up run; the rows carry every sample.
 """
 from __future__ import annotations
 
@@ -33,10 +36,18 @@ def weight_bytes_per_token(gguf) -> int:
     return total
 
 
-def _stats(name: str, n_prompt: int, n_gen: int, samples_ns: list[int], n_tokens: int) -> dict:
+DEPTH_BATCH = 512  # tokens per forward pass while filling the context to a depth (llama-bench's n_ubatch)
+
+
+def llama_bench_name(kind: str, n: int, depth: int = 0) -> str:
+    """llama-bench's test names: pp512, tg128, tg128 @ d4096."""
+    return f"{kind}{n}" + (f" @ d{depth}" if depth else "")
+
+
+def _stats(name: str, n_prompt: int, n_gen: int, samples_ns: list[int], n_tokens: int, n_depth: int = 0) -> dict:
     ts = [n_tokens / (ns / 1e9) for ns in samples_ns]
     return {
-        "test": name, "n_prompt": n_prompt, "n_gen": n_gen,
+        "test": name, "n_prompt": n_prompt, "n_gen": n_gen, "n_depth": n_depth,
         "avg_ns": int(statistics.mean(samples_ns)),
         "stddev_ns": int(statistics.stdev(samples_ns)) if len(samples_ns) > 1 else 0,
         "avg_ts": statistics.mean(ts), "stddev_ts": statistics.stdev(ts) if len(ts) > 1 else 0.0,
@@ -45,14 +56,16 @@ def _stats(name: str, n_prompt: int, n_gen: int, samples_ns: list[int], n_tokens
 
 
 def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], reps: int, seed: int = 0,
-              progress=None, backend: str = "auto") -> list[dict]:
+              progress=None, backend: str = "auto", depths: list[int] = (0,)) -> list[dict]:
     """All tests for one model at one thread count, in this process. Returns llama-bench-like rows."""
     import numpy as np
 
     from .model import Model
 
+    depths = list(depths) or [0]
+    n_test = max(prompts + gens + [16])  # the most tokens one test adds after its depth
     t0 = time.perf_counter()
-    model = Model(path, n_ctx=max(prompts + gens + [16]) + 8, n_threads=n_threads, backend=backend)
+    model = Model(path, n_ctx=max(depths) + n_test + 8, n_threads=n_threads, backend=backend)
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     n_vocab = model.n_vocab
@@ -60,16 +73,27 @@ def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], re
     def random_tokens(n):
         return rng.integers(0, n_vocab, size=n).tolist()
 
-    def time_pp(n):
-        ctx = model.new_context(n + 1)
+    def fill(ctx, depth):
+        """The context holds `depth` random tokens (untimed), computed in prompt-sized batches."""
+        ctx.reset()
+        for i in range(0, depth, DEPTH_BATCH):
+            ctx.append(random_tokens(min(DEPTH_BATCH, depth - i)), last_only=True)
+
+    def back_to(ctx, depth):
+        """Drop what the last run added; refill if the cache cannot go back (a sliding window)."""
+        if len(ctx.tokens) >= depth and ctx.cache.can_trim_to(depth):
+            ctx.truncate(depth)
+        else:
+            fill(ctx, depth)
+
+    def time_pp(ctx, n):
         tokens = random_tokens(n)
         start = time.perf_counter_ns()
         logits = ctx.append(tokens, last_only=True)
         int(np.argmax(logits[-1]))  # the first token is ready here: this is the TTFT of an n-token prompt
         return time.perf_counter_ns() - start
 
-    def time_tg(n):
-        ctx = model.new_context(n + 1)
+    def time_tg(ctx, n):
         token = model.tokenizer.bos_id if model.tokenizer.bos_id is not None else 0
         start = time.perf_counter_ns()
         for _ in range(n):
@@ -79,19 +103,29 @@ def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], re
     rows = []
     tests = [("pp", n) for n in prompts if n > 0] + [("tg", n) for n in gens if n > 0]
     interrupted = False
-    for kind, n in tests:
-        fn = time_pp if kind == "pp" else time_tg
-        samples = []
-        try:
-            fn(min(n, 16))  # warm-up (caches, allocator, BLAS threads)
-            for r in range(reps):
-                samples.append(fn(n))
-                if progress:
-                    progress(f"{kind}{n} rep {r + 1}/{reps}: {n / (samples[-1] / 1e9):.1f} t/s")
-        except KeyboardInterrupt:
-            interrupted = True  # keep the finished tests (and this one's finished repetitions)
-        if samples:
-            rows.append(_stats(f"{kind}{n}", n if kind == "pp" else 0, n if kind == "tg" else 0, samples, n))
+    for depth in depths:  # outermost: the depth's tokens are computed once for all its tests
+        ctx = model.new_context(depth + n_test + 1)
+        for kind, n in tests:
+            fn = time_pp if kind == "pp" else time_tg
+            name = llama_bench_name(kind, n, depth)
+            samples = []
+            try:
+                if len(ctx.tokens) < depth and progress:
+                    progress(f"filling the context with {depth} tokens")
+                back_to(ctx, depth)
+                fn(ctx, min(n, 16))  # warm-up (caches, allocator, BLAS threads)
+                for r in range(reps):
+                    back_to(ctx, depth)
+                    samples.append(fn(ctx, n))
+                    if progress:
+                        progress(f"{name} rep {r + 1}/{reps}: {n / (samples[-1] / 1e9):.1f} t/s")
+            except KeyboardInterrupt:
+                interrupted = True  # keep the finished tests (and this one's finished repetitions)
+            if samples:
+                rows.append(_stats(name, n if kind == "pp" else 0, n if kind == "tg" else 0, samples, n, depth))
+            if interrupted:
+                break
+        del ctx
         if interrupted:
             break
 
@@ -164,6 +198,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--prompts", default="512")
     ap.add_argument("--gens", default="128")
+    ap.add_argument("--depths", default="0")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--backend", default="auto", choices=["auto", "c", "reference"])
     args = ap.parse_args(argv)
@@ -175,7 +210,7 @@ def main(argv=None) -> None:
     ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
     try:
         rows = run_model(args.model, args.threads, ints(args.prompts), ints(args.gens), args.reps,
-                         progress=progress, backend=args.backend)
+                         progress=progress, backend=args.backend, depths=ints(args.depths))
     except BenchInterrupted as e:
         json.dump(e.rows, sys.stdout)
         sys.exit(130)  # the parent reports these and stops

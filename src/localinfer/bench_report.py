@@ -108,6 +108,17 @@ def plot(rows: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def membw_line(membw: dict) -> str:
+    """What the bandwidth probe measured: the C pool's threads streaming a buffer larger than the
+    last-level cache (what decode reads weights with), or numpy on one thread without the kernels."""
+    threads = f"{membw['threads']} thread{'s' if membw['threads'] != 1 else ''}"
+    line = (f"Memory bandwidth probe ({membw['tool']}, {threads}, {membw['size_mib']} MiB buffer): read "
+            f"{membw['read_gbps']:.1f} GB/s, copy {membw['copy_gbps']:.1f} GB/s (read + write bytes)")
+    if membw.get("tool") != "numpy" and membw.get("numpy_read_gbps"):
+        line += f"; numpy on one thread reads {membw['numpy_read_gbps']:.1f} GB/s"
+    return line + "."
+
+
 def report(s: Suite, membw: dict | None, command: str, plot_path: str | None) -> str:
     """The whole BENCHMARKS.md."""
     m = machine()
@@ -125,8 +136,7 @@ def report(s: Suite, membw: dict | None, command: str, plot_path: str | None) ->
         "`$LLAMA_BENCH` is a llama-bench built by the user outside this repository.", "",
     ]
     if membw:
-        lines += [f"Memory bandwidth probe (numpy, 1 thread, {membw['size_mib']} MiB): read "
-                  f"{membw['read_gbps']:.1f} GB/s, copy {membw['copy_gbps']:.1f} GB/s.", ""]
+        lines += [membw_line(membw), ""]
     if s.interrupted:
         lines += ["**This run was interrupted; the tables hold the tests that finished.**", ""]
     lines += ["## Results", "", markdown(s.rows), ""]

@@ -1,0 +1,307 @@
+"""Random-weight GGUF files with the shapes of real models, for speed measurements without a hub.
+
+    path = synthetic_model("llama-8b", "Q4_K_M")   # cached; F16 written first, then quantized
+
+A synthetic file has a real model's hyper-parameters and every one of its matrices at the real
+shape (output layer included), llama.cpp's metadata keys and tensor names, and a real tokenizer
+(the catalog's SmolLM2 BPE): llama.cpp's tools load the same file, so `bench --compare-llama-bench`
+measures both runtimes on it. The weights are random, so the text is noise; the speed is real.
+
+Why the vocabulary is padded: SmolLM2's tokenizer has 49152 tokens, Llama 3's 128256 and Qwen2's
+embedding 152064 rows. The token list is padded to the real size with `[PAD{i}]` tokens of type
+UNUSED (what llama.cpp's convert_hf_to_gguf.py writes for Qwen2's own unused rows), so the token
+embedding and the output matmul have the real cost. UNUSED tokens are never produced by tokenizing
+and render as nothing; CONTROL would make ~80k special tokens that every tokenization scans.
+
+Weights: `normal * 0.02` per matrix from `numpy.random.default_rng([seed, tensor index])`, norms
+ones, so activations stay finite (residual RMS grows like sqrt(layers), far from F16's range).
+The F16 file is written tensor by tensor, a slab of rows at a time (memory stays bounded: the 8B
+F16 file is 16 GB), through `AtomicFile`; other types come from it through `quantize_file`, as
+`localinfer quantize` would make them. Files are cached under `<cache>/synthetic/`, keyed by
+shape, type, seed and FORMAT_VERSION (raise it whenever the bytes written for a key change:
+weights, metadata, or the tokenizer source).
+"""
+from __future__ import annotations
+
+import shutil
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+from gguf import TokenType
+from gguf.constants import GGUFValueType as V
+
+from .convert_hf import llama3_rope_factors
+from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_string
+
+FORMAT_VERSION = 1
+ALIGNMENT = 32  # GGUF's default general.alignment
+WEIGHT_SCALE = 0.02
+SLAB_ELEMENTS = 1 << 22  # random values generated per step; part of the bytes a seed gives
+TOKENIZER_MODEL = "smollm2"  # the catalog model whose tokenizer is embedded
+MOSTLY_F16 = 1  # llama_ftype LLAMA_FTYPE_MOSTLY_F16
+
+
+class SyntheticError(ValueError):
+    """A synthetic model cannot be made as asked; the message says why."""
+
+
+# Llama 3.1 / 3.2 config.json "rope_scaling" ("llama3"): stored as the rope_freqs.weight tensor.
+_LLAMA31_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                 "original_max_position_embeddings": 8192}
+_LLAMA32_ROPE = dict(_LLAMA31_ROPE, factor=32.0)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A model's blueprint: what its public config.json says (hidden size, layers, heads ...)."""
+    name: str
+    source: str  # the real model the numbers come from
+    arch: str  # GGUF general.architecture: "llama" or "qwen2"
+    size_label: str
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    n_vocab: int
+    rope_theta: float
+    n_ctx_train: int
+    rms_eps: float
+    tied: bool  # output.weight is token_embd.weight (no separate tensor)
+    qkv_bias: bool = False  # qwen2: attn_q/k/v have biases
+    llama3_rope: dict = field(default_factory=dict)  # "llama3" rope scaling, empty for none
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+SHAPES = {s.name: s for s in [
+    Shape("llama-1b", "Llama-3.2-1B", "llama", "1B", n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, n_ff=8192,
+          n_vocab=128256, rope_theta=500000.0, n_ctx_train=131072, rms_eps=1e-5, tied=True, llama3_rope=_LLAMA32_ROPE),
+    Shape("llama-3b", "Llama-3.2-3B", "llama", "3B", n_embd=3072, n_layer=28, n_head=24, n_head_kv=8, n_ff=8192,
+          n_vocab=128256, rope_theta=500000.0, n_ctx_train=131072, rms_eps=1e-5, tied=True, llama3_rope=_LLAMA32_ROPE),
+    Shape("llama-8b", "Llama-3.1-8B", "llama", "8B", n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, n_ff=14336,
+          n_vocab=128256, rope_theta=500000.0, n_ctx_train=131072, rms_eps=1e-5, tied=False, llama3_rope=_LLAMA31_ROPE),
+    Shape("qwen2-7b", "Qwen2-7B", "qwen2", "7B", n_embd=3584, n_layer=28, n_head=28, n_head_kv=4, n_ff=18944,
+          n_vocab=152064, rope_theta=1e6, n_ctx_train=131072, rms_eps=1e-6, tied=False, qkv_bias=True),
+    # For tests: tiny, but every code path of the real ones (GQA, padded vocab, biases, rope factors).
+    Shape("tiny", "test shape", "llama", "tiny", n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128,
+          n_vocab=49152 + 256, rope_theta=500000.0, n_ctx_train=2048, rms_eps=1e-5, tied=True,
+          llama3_rope=dict(_LLAMA32_ROPE, original_max_position_embeddings=256)),
+    Shape("tiny-qwen2", "test shape", "qwen2", "tiny", n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128,
+          n_vocab=49152 + 256, rope_theta=1e6, n_ctx_train=2048, rms_eps=1e-6, tied=False, qkv_bias=True),
+]}
+
+
+def get_shape(name: str) -> Shape:
+    if name not in SHAPES:
+        raise SyntheticError(f"unknown synthetic shape {name!r}; known: {', '.join(SHAPES)}")
+    return SHAPES[name]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]  # numpy order: shape[-1] is the row length
+    init: str  # "normal" (weights, biases), "ones" (norms) or "rope_freqs"
+
+    @property
+    def ggml_type(self) -> T:
+        return T.F16 if len(self.shape) == 2 else T.F32  # 1-D tensors stay F32, as converters write them
+
+    @property
+    def n_elements(self) -> int:
+        return int(np.prod(self.shape))
+
+
+def tensor_specs(s: Shape) -> list[TensorSpec]:
+    """Every tensor of the model, in file order, with llama.cpp's names."""
+    kv = s.n_head_kv * s.head_dim
+    out = []
+    if s.llama3_rope:
+        out.append(TensorSpec("rope_freqs.weight", (s.head_dim // 2,), "rope_freqs"))
+    out.append(TensorSpec("token_embd.weight", (s.n_vocab, s.n_embd), "normal"))  # (vocab, embd)
+    for i in range(s.n_layer):
+        p = f"blk.{i}."
+        out.append(TensorSpec(p + "attn_norm.weight", (s.n_embd,), "ones"))
+        for w, rows in (("attn_q", s.n_embd), ("attn_k", kv), ("attn_v", kv)):
+            out.append(TensorSpec(p + w + ".weight", (rows, s.n_embd), "normal"))  # (heads*head_dim, embd)
+            if s.qkv_bias:
+                out.append(TensorSpec(p + w + ".bias", (rows,), "normal"))
+        out += [TensorSpec(p + "attn_output.weight", (s.n_embd, s.n_embd), "normal"),
+                TensorSpec(p + "ffn_norm.weight", (s.n_embd,), "ones"),
+                TensorSpec(p + "ffn_gate.weight", (s.n_ff, s.n_embd), "normal"),  # (ff, embd)
+                TensorSpec(p + "ffn_up.weight", (s.n_ff, s.n_embd), "normal"),  # (ff, embd)
+                TensorSpec(p + "ffn_down.weight", (s.n_embd, s.n_ff), "normal")]  # (embd, ff)
+    out.append(TensorSpec("output_norm.weight", (s.n_embd,), "ones"))
+    if not s.tied:
+        out.append(TensorSpec("output.weight", (s.n_vocab, s.n_embd), "normal"))  # (vocab, embd)
+    return out
+
+
+def n_params(s: Shape) -> int:
+    """Parameters as Hugging Face counts them (rope_freqs is a computed buffer, not a parameter)."""
+    return sum(t.n_elements for t in tensor_specs(s) if t.init != "rope_freqs")
+
+
+# --- metadata -------------------------------------------------------------------------------
+
+def _kv(key: str, vtype: V, value) -> bytes:
+    return encode_string(key) + struct.pack("<I", vtype) + _value(vtype, value)
+
+
+_SCALARS = {V.UINT32: "<I", V.INT32: "<i", V.FLOAT32: "<f", V.BOOL: "<?"}
+
+
+def _value(vtype: V, value) -> bytes:
+    if vtype == V.STRING:
+        return encode_string(value)
+    return struct.pack(_SCALARS[vtype], value)
+
+
+def _kv_array(key: str, item: V, values: list) -> bytes:
+    head = encode_string(key) + struct.pack("<IIQ", V.ARRAY, item, len(values))
+    if item == V.STRING:
+        return head + b"".join(encode_string(v) for v in values)
+    return head + np.asarray(values, dtype=_SCALARS[item]).tobytes()
+
+
+def metadata_entries(s: Shape, seed: int, tokenizer_gguf) -> list[bytes]:
+    """general.*, the {arch}.* hyper-parameters, and the tokenizer of `tokenizer_gguf` (a
+    GGUFFile) with its token list padded to the shape's vocabulary size."""
+    meta = tokenizer_gguf.metadata
+    tokens, types = list(meta["tokenizer.ggml.tokens"]), list(meta["tokenizer.ggml.token_type"])
+    if len(tokens) > s.n_vocab:
+        raise SyntheticError(f"the tokenizer has {len(tokens)} tokens, more than {s.name}'s vocabulary "
+                             f"({s.n_vocab})")
+    pad = range(len(tokens), s.n_vocab)
+    tokens += [f"[PAD{i}]" for i in pad]  # llama.cpp's convert_hf_to_gguf.py names unused rows so
+    types += [int(TokenType.UNUSED)] * len(pad)
+
+    a = s.arch
+    entries = [
+        _kv("general.architecture", V.STRING, a),
+        _kv("general.type", V.STRING, "model"),
+        _kv("general.name", V.STRING, f"synthetic {s.name}"),
+        _kv("general.description", V.STRING, f"{s.source}'s shape with random weights (seed {seed}) and "
+                                             f"{TOKENIZER_MODEL}'s tokenizer: the text is noise, the speed is real"),
+        _kv("general.size_label", V.STRING, s.size_label),
+        _kv(f"{a}.context_length", V.UINT32, s.n_ctx_train),
+        _kv(f"{a}.embedding_length", V.UINT32, s.n_embd),
+        _kv(f"{a}.block_count", V.UINT32, s.n_layer),
+        _kv(f"{a}.feed_forward_length", V.UINT32, s.n_ff),
+        _kv(f"{a}.attention.head_count", V.UINT32, s.n_head),
+        _kv(f"{a}.attention.head_count_kv", V.UINT32, s.n_head_kv),
+        _kv(f"{a}.rope.freq_base", V.FLOAT32, s.rope_theta),
+        _kv(f"{a}.attention.layer_norm_rms_epsilon", V.FLOAT32, s.rms_eps),
+        _kv(f"{a}.rope.dimension_count", V.UINT32, s.head_dim),
+        _kv(f"{a}.vocab_size", V.UINT32, s.n_vocab),
+        _kv("general.file_type", V.UINT32, MOSTLY_F16),
+        _kv("general.quantization_version", V.UINT32, 2),
+        _kv_array("tokenizer.ggml.tokens", V.STRING, tokens),
+        _kv_array("tokenizer.ggml.token_type", V.INT32, types),
+    ]
+    # the rest of the tokenizer (model, pre, merges, special ids, chat template) verbatim
+    entries += [tokenizer_gguf.raw_bytes(*span) for key, span in tokenizer_gguf.metadata_spans.items()
+                if key.startswith("tokenizer.") and key not in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type")]
+    return entries
+
+
+# --- weights --------------------------------------------------------------------------------
+
+def _tensor_slabs(s: Shape, spec: TensorSpec, index: int, seed: int):
+    """The tensor's bytes as written, a slab of rows at a time."""
+    if spec.init == "ones":
+        yield np.ones(spec.shape, np.float32).tobytes()
+        return
+    if spec.init == "rope_freqs":
+        yield llama3_rope_factors(s.head_dim, dict(s.llama3_rope, rope_theta=s.rope_theta)).tobytes()
+        return
+    rng = np.random.default_rng([seed, index])  # one stream per tensor: any tensor is reproducible alone
+    if len(spec.shape) == 1:
+        yield (rng.standard_normal(spec.shape, dtype=np.float32) * WEIGHT_SCALE).tobytes()
+        return
+    n_rows, n_cols = spec.shape
+    step = max(1, SLAB_ELEMENTS // n_cols)
+    for r in range(0, n_rows, step):
+        x = rng.standard_normal((min(step, n_rows - r), n_cols), dtype=np.float32)
+        x *= WEIGHT_SCALE
+        yield x.astype(np.float16).tobytes()
+
+
+def write_f16(s: Shape, path: str | Path, seed: int = 0, tokenizer_path: str | Path | None = None,
+              progress: Callable[[int, int], None] | None = None) -> Path:
+    """Write the F16 file of shape `s` at `path` (atomically), streamed tensor by tensor."""
+    from localinfer.gguf_file import GGUFFile
+
+    path = Path(path)
+    if tokenizer_path is None:
+        from localinfer.fetch import resolve_model
+        tokenizer_path = resolve_model(TOKENIZER_MODEL)
+    specs = tensor_specs(s)
+    entries = [TensorEntry(t.name, t.ggml_type, t.shape, t.n_elements * (2 if t.ggml_type == T.F16 else 4))
+               for t in specs]
+    with GGUFFile(tokenizer_path) as tok:
+        header, _ = encode_header(metadata_entries(s, seed, tok), entries, ALIGNMENT)
+    total = len(header) + data_size(entries, ALIGNMENT)
+    free = shutil.disk_usage(path.parent).free
+    if total > free:
+        raise SyntheticError(f"not enough disk space for {path}: it needs {total / 2**30:.2f} GiB, "
+                             f"{free / 2**30:.2f} GiB are free")
+    with AtomicFile(path) as out:
+        out.write(header)
+        for i, spec in enumerate(specs):
+            for chunk in _tensor_slabs(s, spec, i, seed):
+                out.write(chunk)
+                if progress:
+                    progress(out.written, total)
+            out.pad_to(ALIGNMENT)
+    return path
+
+
+# --- the cache ------------------------------------------------------------------------------
+
+def cache_path(shape: str, ftype: str = "F16", seed: int = 0) -> Path:
+    from localinfer.fetch import cache_dir
+    return cache_dir() / "synthetic" / f"{shape}-{ftype.upper()}-seed{seed}-v{FORMAT_VERSION}.gguf"
+
+
+def parse_spec(spec: str) -> tuple[Shape, list[str]]:
+    """"SHAPE[:TYPE[,TYPE...]]" -> (shape, file types); the type defaults to Q4_0 (llama-bench's usual)."""
+    name, _, types = spec.partition(":")
+    shape = get_shape(name.strip())
+    ftypes = [t.strip().upper() for t in types.split(",") if t.strip()] or ["Q4_0"]
+    from .mixes import get_file_type
+    for t in ftypes:
+        get_file_type(t)  # UnsupportedQuantType naming the type
+    return shape, ftypes
+
+
+def synthetic_model(shape: str | Shape, ftype: str = "F16", seed: int = 0, *, tokenizer_path=None,
+                    log: Callable[[str], None] = lambda msg: None,
+                    progress: Callable[[str], Callable[[int, int], None] | None] = lambda what: None) -> Path:
+    """The cached file of `shape` in llama.cpp file type `ftype` (F16, Q8_0, Q4_0, Q4_K_M ...),
+    written first if absent: F16 from the seed, any other type quantized from the cached F16.
+    `progress(what)` may return a `(done, total)` callback for each file written."""
+    from .mixes import get_file_type
+    from .quantize_file import quantize_file
+
+    s = shape if isinstance(shape, Shape) else get_shape(shape)
+    ft = get_file_type(ftype).name
+    path = cache_path(s.name, ft, seed)
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f16 = cache_path(s.name, "F16", seed)
+    if not f16.exists():
+        log(f"writing {f16} ({n_params(s) / 1e6:,.0f}M parameters, random weights, seed {seed})")
+        write_f16(s, f16, seed, tokenizer_path, progress(f"writing {s.name} F16"))
+    if ft != "F16":
+        log(f"quantizing to {path}")
+        quantize_file(f16, path, ft, progress=progress(f"quantizing {s.name} to {ft}"))
+    return path
