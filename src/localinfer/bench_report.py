@@ -85,7 +85,8 @@ def plot(rows: list[dict], path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise RuntimeError("plotting needs matplotlib: pip install 'localinfer[plot]'") from None
-    tests = sorted({r["test"] for r in rows}, key=lambda t: (t[:2], int(t[2:])))
+    order = {r["test"]: (r["test"][:2], r.get("n_prompt") or r.get("n_gen") or 0, r.get("n_depth") or 0) for r in rows}
+    tests = sorted(order, key=order.get)
     models = sorted({r["model"] for r in rows})
     fig, axes = plt.subplots(len(models), len(tests), figsize=(3.6 * len(tests), 3.2 * len(models)), squeeze=False)
     for i, m in enumerate(models):
@@ -129,8 +130,9 @@ def report(s: Suite, membw: dict | None, command: str, plot_path: str | None) ->
         "Regenerate with:", "", "```sh", command, "```", "",
         "How it is measured: each model x thread count runs in a fresh process. ppN evaluates N random tokens",
         "in one batch on an empty context and computes the last token's logits; tgN generates N tokens one at a",
-        "time from an empty context (llama-bench's definitions). Each test has one warm-up run, then the",
-        "repetitions; values are mean ± stddev tokens/s.",
+        "time from an empty context (llama-bench's definitions). `ppN @ dD` / `tgN @ dD` (`-d D`) run the same",
+        "test after D random tokens already fill the context (computed untimed, as llama-bench's `-d`).",
+        "Each test has one warm-up run, then the repetitions; values are mean ± stddev tokens/s.",
         "When llama.cpp's llama-bench is given, it runs with the same models and parameters interleaved with ours",
         "in the same run: this machine is shared and noisy, so only the ratios from one run are meaningful.",
         "`$LLAMA_BENCH` is a llama-bench built by the user outside this repository.", "",

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .bench import llama_bench_name
+
 
 @dataclass
 class Suite:
@@ -22,6 +24,7 @@ class Suite:
     llama_bench: str | None = None  # path to a llama-bench binary, for side-by-side rows
     llama_bench_args: list[str] = field(default_factory=list)
     backend: str = "auto"  # localinfer's: "c", "reference" (the numpy oracle) or "auto"
+    depths: list[int] = field(default_factory=lambda: [0])  # tokens in the context before each test (-d)
     rows: list[dict] = field(default_factory=list)  # filled as results arrive
     interrupted: bool = False
 
@@ -31,7 +34,7 @@ def run_localinfer(path: str, n_threads: int, s: Suite) -> None:
     if the worker was interrupted."""
     cmd = [sys.executable, "-m", "localinfer.bench", path, "--threads", str(n_threads),
            "--prompts", ",".join(map(str, s.prompts)), "--gens", ",".join(map(str, s.gens)),
-           "--reps", str(s.reps), "--backend", s.backend]
+           "--depths", ",".join(map(str, s.depths)), "--reps", str(s.reps), "--backend", s.backend]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
     interrupted = False
     while True:
@@ -52,6 +55,7 @@ def run_localinfer(path: str, n_threads: int, s: Suite) -> None:
 def run_llama_bench(binary: str, path: str, n_threads: int, s: Suite) -> list[dict]:
     cmd = [binary, "-m", path, "-t", str(n_threads), "-r", str(s.reps), "-o", "json",
            "-p", ",".join(map(str, s.prompts)) or "0", "-n", ",".join(map(str, s.gens)) or "0",
+           *(["-d", ",".join(map(str, s.depths))] if any(s.depths) else []),  # older builds have no -d
            *s.llama_bench_args]
     result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:
@@ -60,10 +64,13 @@ def run_llama_bench(binary: str, path: str, n_threads: int, s: Suite) -> list[di
     for r in json.loads(result.stdout):
         if r.get("n_prompt", 0) and r.get("n_gen", 0):
             continue  # pg tests are not part of our suite
-        test = f"pp{r['n_prompt']}" if r.get("n_prompt") else f"tg{r['n_gen']}"
+        depth = r.get("n_depth", 0)
+        kind, n = ("pp", r["n_prompt"]) if r.get("n_prompt") else ("tg", r["n_gen"])
+        test = llama_bench_name(kind, n, depth)
         rows.append({"runtime": "llama.cpp", "test": test, "model": os.path.basename(path),
                      "model_type": r.get("model_type"), "model_size": r.get("model_size"),
                      "n_threads": r.get("n_threads"), "n_prompt": r.get("n_prompt"), "n_gen": r.get("n_gen"),
+                     "n_depth": depth,
                      "avg_ts": r["avg_ts"], "stddev_ts": r["stddev_ts"], "samples_ts": r.get("samples_ts", []),
                      "avg_ns": r.get("avg_ns"), "samples_ns": r.get("samples_ns", []),
                      "backend": f"llama.cpp {r.get('backends', '')} {r.get('build_commit', '')}".strip(),
