@@ -49,7 +49,7 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
 
     --synthetic llama-8b:Q4_0,Q4_K_M benches random-weight files of Llama-3.1-8B's shape: real matrix
     shapes, llama.cpp's metadata and a real tokenizer (llama-bench loads them too), noise for text."""
-    from localinfer.bench_report import markdown, plot, report, table, to_json
+    from localinfer.bench_report import markdown, membw_line, plot, report, table, to_json
     from localinfer.bench_suite import Suite, memory_bandwidth, run_suite
     from localinfer.fetch import resolve_model
 
@@ -66,8 +66,8 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
     bw = None
     if membw:
         log("probing memory bandwidth ...")
-        bw = memory_bandwidth()
-        log(f"memory bandwidth (numpy, 1 thread): read {bw['read_gbps']:.1f} GB/s, copy {bw['copy_gbps']:.1f} GB/s")
+        bw = memory_bandwidth(threads=max(threads))  # decode's figure at the most threads benched
+        log(membw_line(bw))
     try:
         paths = [str(resolve_model(m, progress=ByteProgress(f"pulling {m}"))) for m in models]
         paths += [str(p) for spec in synthetic for p in _synthetic_paths(spec, log)]

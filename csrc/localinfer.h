@@ -106,4 +106,9 @@ typedef struct {
 int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int n_layers, float *x,
                     const int64_t *pos, const li_kv_seq *seqs, int n_seqs);
 
+/* membw.c: best-of-`reps` bandwidth in bytes/s of the pool's threads (li_get_threads) streaming a
+ * buffer of `bytes` bytes (allocated and faulted in first; give more than the last-level cache):
+ * read, and copy (read + write bytes) unless copy_bps is NULL. Same declaration in membw.cdef. */
+int li_membw(int64_t bytes, int reps, double *read_bps, double *copy_bps);
+
 #endif /* LOCALINFER_H */

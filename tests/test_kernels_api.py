@@ -246,3 +246,16 @@ def test_unavailable_kernels_report_cleanly():
     r = run_python(code)
     assert r.returncode == 0, r.stderr
     assert "not built" in r.stdout and "raised" in r.stdout
+
+
+def test_memory_bandwidth_checks_its_arguments_and_measures():
+    from localinfer import kernels as k
+    if not k.available():
+        pytest.skip("C kernels not built")
+    for bad, err in (((1 << 19,), ValueError), ((1.5e6,), TypeError), ((1 << 20, 0), ValueError),
+                     ((True,), TypeError), ((1 << 20, "5"), TypeError)):
+        with pytest.raises(err):
+            k.memory_bandwidth(*bad)
+    bw = k.memory_bandwidth(4 << 20, reps=1)  # small: only that it runs and returns positive rates
+    assert bw["read_bps"] > 0 and bw["copy_bps"] > 0
+    assert k.memory_bandwidth(1 << 20, reps=1, copy=False)["copy_bps"] is None

@@ -41,7 +41,7 @@ except ImportError as _err:  # not built: the numpy path is used instead
 __all__ = [
     "KernelsUnavailable", "available", "unavailable_reason", "isa", "supported_isas", "built_isas",
     "set_threads", "get_threads", "matmul", "prepare", "PreparedMatrix", "dequantize_row",
-    "quantize_activations", "ACTIVATION_TYPES",
+    "quantize_activations", "ACTIVATION_TYPES", "memory_bandwidth",
 ]
 
 MAX_THREADS = 256
@@ -327,3 +327,25 @@ def quantize_activations(x: np.ndarray, act_type) -> np.ndarray:
         if k:
             _check(_lib.li_quantize_row(int(qt), _ffi.from_buffer("float[]", rows[i]), _ffi.from_buffer(out[i], require_writable=True), k), "quantize_activations")
     return out.reshape(row_bytes) if x.ndim == 1 else out
+
+
+# --- memory bandwidth -----------------------------------------------------------------------
+
+
+def memory_bandwidth(n_bytes: int, reps: int = 5, copy: bool = True) -> dict:
+    """Best-of-`reps` bandwidth of the kernels' thread pool (get_threads() threads) streaming a
+    buffer of `n_bytes` (csrc/membw.c): {"read_bps", "copy_bps" (read + write bytes; None without
+    `copy`)}. Give more than the last-level cache, or the figure is the cache's; `copy` allocates
+    the buffer twice."""
+    lib = _need_lib()
+    for name, v in (("n_bytes", n_bytes), ("reps", reps)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} is an int, got {type(v).__name__} {v!r}")
+    if not 1 << 20 <= n_bytes <= 1 << 40:
+        raise ValueError(f"n_bytes must be between 1 MiB and 1 TiB, got {n_bytes}")
+    if not 1 <= reps <= 1000:
+        raise ValueError(f"reps must be between 1 and 1000, got {reps}")
+    read = _ffi.new("double *")
+    copied = _ffi.new("double *") if copy else _ffi.NULL
+    _check(lib.li_membw(int(n_bytes), int(reps), read, copied), "memory_bandwidth")
+    return {"read_bps": float(read[0]), "copy_bps": float(copied[0]) if copy else None}
