@@ -81,3 +81,13 @@ def test_a_closed_model_says_so(smollm2_path):
             call()
     model.close()  # twice is fine
 
+
+def test_import_is_lazy():
+    """`import localinfer` alone imports none of numba, jinja2, gguf, the kernels or the server."""
+    import subprocess
+    code = ("import sys, localinfer; heavy = [m for m in ('numba', 'jinja2', 'localinfer.serve', "
+            "'localinfer.model', 'localinfer.quant', 'localinfer._kernels', 'gguf') if m in sys.modules]; "
+            "print(heavy); localinfer.Model; print('numba' in sys.modules, 'localinfer.serve' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]"
+    assert out[1] == "False False"  # loading the Model class does not import numba or the server either

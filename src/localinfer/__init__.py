@@ -3,15 +3,47 @@
     import localinfer
     model = localinfer.load()                       # the default model (fetched on first use)
     print(model.generate("The capital of France is", max_tokens=16, temperature=0).text)
+
+`import localinfer` itself imports nothing else: each public name is imported from its module the
+first time it is used (PEP 562), so a program that only imports the package (a CLI's --help, an
+app that loads a model later) does not pay for numpy, gguf or jinja2 up front.
 """
-from .chat import ChatSession
-from .chat_template import ChatTemplateError
-from .fetch import FetchError, ModelNotFoundError
-from .generate import GenerationChunk, GenerationResult, Timings
-from .gguf_file import GGUFError
-from .kv_cache import ContextFullError
-from .model import Model, load
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+_EXPORTS = {  # public name -> the module that defines it
+    "load": ".model", "Model": ".model", "ModelClosedError": ".model",
+    "ChatSession": ".chat", "ChatTemplateError": ".chat_template",
+    "FetchError": ".fetch", "ModelNotFoundError": ".fetch",
+    "GenerationChunk": ".generate", "GenerationResult": ".generate", "Timings": ".generate",
+    "GGUFError": ".gguf_file", "ContextFullError": ".kv_cache",
+}
 __all__ = ["load", "Model", "ChatSession", "GenerationResult", "GenerationChunk", "Timings",
-           "GGUFError", "ContextFullError", "ChatTemplateError", "ModelNotFoundError", "FetchError"]
+           "GGUFError", "ContextFullError", "ChatTemplateError", "ModelNotFoundError", "FetchError",
+           "ModelClosedError"]
+
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from .chat import ChatSession
+    from .chat_template import ChatTemplateError
+    from .fetch import FetchError, ModelNotFoundError
+    from .generate import GenerationChunk, GenerationResult, Timings
+    from .gguf_file import GGUFError
+    from .kv_cache import ContextFullError
+    from .model import Model, ModelClosedError, load
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'localinfer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
