@@ -279,26 +279,48 @@ VEC_DOT_BOTH(q4_1, q8_1, NIBBLES, D_AND_M, 0, 1)
 VEC_DOT_BOTH(q5_1, q8_1, FIVE_BITS, D_AND_M, 0, 1)
 VEC_DOT_BOTH(q8_0, q8_0, SIGNED, D_TWICE, 0, 0)   /* no side term: lanes 1, 3 go unused */
 
+/* Q4_K / Q5_K: li_scales_mins_k4 on the 12 packed bytes as four u32 lanes at once -> bytes
+ * [8 scales | 8 mins]. The 16-byte load reads 4 bytes past the scales, still inside the block (qs). */
+static inline __m128i scales_mins_k4(const uint8_t *packed) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)packed);   /* u0 u1 u2 (u3: not scales) */
+    const __m128i x = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));   /* u0 u2 u1 u2 */
+    const __m128i y = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));   /* u0 u0 u1 u1 */
+    /* lanes 0, 2: the low 6 bits of u0, u1 (scales 0..3, mins 0..3); lanes 1, 3: the nibbles of u2
+     * (low for scales 4..7, high for mins 4..7) with bits 6..7 of u0 / u1 as their bits 4..5 */
+    const __m128i low6 = _mm_and_si128(x, _mm_set1_epi32(0x3f3f3f3f));
+    const __m128i nib = _mm_and_si128(_mm_srlv_epi32(x, _mm_setr_epi32(0, 0, 0, 4)), _mm_set1_epi32(0x0f0f0f0f));
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(y, 2), _mm_set1_epi32(0x30303030));
+    return _mm_blend_epi32(low6, _mm_or_si128(nib, top), 0xA);
+}
+
+/* shuffle_epi8 masks: int16 lane k of a 128-bit half into all 8 of its int16 lanes */
+#define SPLAT16(k) _mm256_set1_epi16((short)(0x0100 * (2 * (k) + 1) + 2 * (k)))
+#define SPLAT16_2(lo, hi) _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 * (2 * (hi) + 1) + 2 * (hi))), \
+                                           _mm_set1_epi16((short)(0x0100 * (2 * (lo) + 1) + 2 * (lo))))
+
 void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
     const block_q4_K *w = vw;
     const block_q8_K *a = va;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    /* each min twice as int16, to meet the two bsums of its sub-block of 32 in one madd */
+    const __m128i min_pairs = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     __m256 acc = _mm256_setzero_ps();
     float sum_mins = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[16];   /* scales, then mins */
-        li_scales_mins_k4(w[i].scales, sc);
-        int32_t mins = 0;
-        for (int j = 0; j < 8; j++) mins += sc[8 + j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        const __m128i sm = scales_mins_k4(w[i].scales);
+        /* mins = sum_j min_j * (bsums[2j] + bsums[2j+1]), exact in int32 */
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, min_pairs));
+        const int32_t mins = hsum_epi32(_mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i].bsums)));
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));   /* scales 0..7, both halves */
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {   /* 32 bytes = sub-blocks 2j (low nibbles), 2j+1 (high) */
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
             const __m256i ql = _mm256_and_si256(bits, m4), qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
             const __m256i p0 = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
             const __m256i p1 = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, SPLAT16(2 * j))));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, SPLAT16(2 * j + 1))));
         }
         const float da = a[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w[i].d) * da), _mm256_cvtepi32_ps(sumi), acc);
@@ -307,19 +329,25 @@ void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va,
     *s = hsum_ps(acc) - sum_mins;
 }
 
+/* Q6_K: u = q6 in 0..63 (maddubs pair sums <= 2 * 63 * 128, no saturation); the offset 32 once per
+ * super-block from the bsums: sum over sub-blocks of scale * 32 * bsum. */
 void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
     const block_q6_K *w = vw;
     const block_q8_K *a = va;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), o = _mm256_set1_epi8(32);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
+        const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)a[i].bsums));
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = w[i].ql + 64 * h;
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
             const __m256i hb = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
+            /* scales 8h..8h+7 as int16 in both halves; quarter k takes 8h+2k (low half), 8h+2k+1 (high) */
+            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8 * h)));
             __m256i u[4];   /* quarter k: low bits from l(k%2), high bits 2k..2k+1 of hb, to bits 4..5 */
             u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
             u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
@@ -328,12 +356,11 @@ void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va,
                                    _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
             for (int k = 0; k < 4; k++) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * k));
-                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u[k], q), _mm256_maddubs_epi16(o, q));
-                const int8_t *sc = w[i].scales + 8 * h + 2 * k;   /* two sub-blocks of 16 */
-                const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
+                const __m256i scale = _mm256_shuffle_epi8(sc16, SPLAT16_2(2 * k, 2 * k + 1));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], q), scale));
             }
         }
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum_ps(acc);
