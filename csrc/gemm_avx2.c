@@ -143,7 +143,7 @@ DECLARE_DOT(f32, f32)
 #define DECLARE_DOT_ROWS(w, a) \
     void vec_dot_rows_##w##_##a##_avx2(int64_t, float *, const void *, size_t, int, const void *, const float *);
 DECLARE_DOT_ROWS(q4_0, q8_0) DECLARE_DOT_ROWS(q4_1, q8_1) DECLARE_DOT_ROWS(q5_0, q8_0) DECLARE_DOT_ROWS(q5_1, q8_1)
-DECLARE_DOT_ROWS(q8_0, q8_0)
+DECLARE_DOT_ROWS(q8_0, q8_0) DECLARE_DOT_ROWS(q4_K, q8_K) DECLARE_DOT_ROWS(q6_K, q8_K)
 void quantize_row_q8_0_avx2(const float *, void *, int64_t);
 void quantize_row_q8_1_avx2(const float *, void *, int64_t);
 void quantize_row_q8_K_avx2(const float *, void *, int64_t);
@@ -176,7 +176,8 @@ const li_isa_kernels li_kernels_avx2 = {
     .vec_dot_rows = {
         [LI_TYPE_Q4_0] = vec_dot_rows_q4_0_q8_0_avx2, [LI_TYPE_Q4_1] = vec_dot_rows_q4_1_q8_1_avx2,
         [LI_TYPE_Q5_0] = vec_dot_rows_q5_0_q8_0_avx2, [LI_TYPE_Q5_1] = vec_dot_rows_q5_1_q8_1_avx2,
-        [LI_TYPE_Q8_0] = vec_dot_rows_q8_0_q8_0_avx2,
+        [LI_TYPE_Q8_0] = vec_dot_rows_q8_0_q8_0_avx2, [LI_TYPE_Q4_K] = vec_dot_rows_q4_K_q8_K_avx2,
+        [LI_TYPE_Q6_K] = vec_dot_rows_q6_K_q8_K_avx2,
     },
     .from_float = {
         [LI_TYPE_Q8_0] = quantize_row_q8_0_avx2, [LI_TYPE_Q8_1] = quantize_row_q8_1_avx2,

@@ -298,73 +298,108 @@ static inline __m128i scales_mins_k4(const uint8_t *packed) {
 #define SPLAT16_2(lo, hi) _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 * (2 * (hi) + 1) + 2 * (hi))), \
                                            _mm_set1_epi16((short)(0x0100 * (2 * (lo) + 1) + 2 * (lo))))
 
-void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
-    (void)as;
-    const block_q4_K *w = vw;
-    const block_q8_K *a = va;
+/* Q4_K for NR <= LI_DOT_ROWS rows (rb bytes apart), NR a constant in each caller. Super-block by
+ * super-block, the rows one after another: the rows' streams are read side by side (more loads in
+ * flight), while each row's body is the single-row dot's, its activation operands reloaded from L1
+ * (keeping four rows' scales and sums in registers would spill). NR = 1 is vec_dot itself, so the
+ * rows give bit for bit what vec_dot gives row by row. */
+static inline __attribute__((always_inline)) void q4_K_rows_nr(int64_t n, float *s, const uint8_t *vw, size_t rb,
+                                                               const block_q8_K *a, const int NR) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     /* each min twice as int16, to meet the two bsums of its sub-block of 32 in one madd */
     const __m128i min_pairs = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m256 acc = _mm256_setzero_ps();
-    float sum_mins = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m128i sm = scales_mins_k4(w[i].scales);
-        /* mins = sum_j min_j * (bsums[2j] + bsums[2j+1]), exact in int32 */
-        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, min_pairs));
-        const int32_t mins = hsum_epi32(_mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i].bsums)));
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));   /* scales 0..7, both halves */
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {   /* 32 bytes = sub-blocks 2j (low nibbles), 2j+1 (high) */
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
-            const __m256i ql = _mm256_and_si256(bits, m4), qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            const __m256i p0 = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
-            const __m256i p1 = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, SPLAT16(2 * j))));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, SPLAT16(2 * j + 1))));
-        }
-        const float da = a[i].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w[i].d) * da), _mm256_cvtepi32_ps(sumi), acc);
-        sum_mins += fp16(w[i].dmin) * da * (float)mins;
+    __m256 acc[LI_DOT_ROWS];
+    float sum_mins[LI_DOT_ROWS];
+    for (int r = 0; r < NR; r++) {
+        acc[r] = _mm256_setzero_ps();
+        sum_mins[r] = 0;
     }
-    *s = hsum_ps(acc) - sum_mins;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float da = a[i].d;
+        for (int r = 0; r < NR; r++) {
+            const block_q4_K *w = (const block_q4_K *)(vw + r * rb) + i;
+            const __m128i sm = scales_mins_k4(w->scales);
+            /* mins = sum_j min_j * (bsums[2j] + bsums[2j+1]), exact in int32 */
+            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, min_pairs));
+            const int32_t mins = hsum_epi32(_mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i].bsums)));
+            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));   /* scales 0..7, both halves */
+            __m256i sumi = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {   /* 32 bytes = sub-blocks 2j (low nibbles), 2j+1 (high) */
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * j));
+                const __m256i ql = _mm256_and_si256(bits, m4), qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                const __m256i p0 = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
+                const __m256i p1 = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, SPLAT16(2 * j))));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, SPLAT16(2 * j + 1))));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w->d) * da), _mm256_cvtepi32_ps(sumi), acc[r]);
+            sum_mins[r] += fp16(w->dmin) * da * (float)mins;
+        }
+    }
+    for (int r = 0; r < NR; r++) s[r] = hsum_ps(acc[r]) - sum_mins[r];
+}
+
+void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
+    (void)as;
+    q4_K_rows_nr(n, s, vw, 0, va, 1);
 }
 
 /* Q6_K: u = q6 in 0..63 (maddubs pair sums <= 2 * 63 * 128, no saturation); the offset 32 once per
- * super-block from the bsums: sum over sub-blocks of scale * 32 * bsum. */
+ * super-block from the bsums: sum over sub-blocks of scale * 32 * bsum. NR rows as q4_K_rows_nr. */
+static inline __attribute__((always_inline)) void q6_K_rows_nr(int64_t n, float *s, const uint8_t *vw, size_t rb,
+                                                               const block_q8_K *a, const int NR) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[LI_DOT_ROWS];
+    for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        for (int r = 0; r < NR; r++) {
+            const block_q6_K *w = (const block_q6_K *)(vw + r * rb) + i;
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)w->scales);
+            const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)a[i].bsums));
+            __m256i sumi = _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = w->ql + 64 * h;
+                const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
+                /* scales 8h..8h+7 as int16 in both halves; quarter k takes 8h+2k (low half), 8h+2k+1 (high) */
+                const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8 * h)));
+                __m256i u[4];   /* quarter k: low bits from l(k%2), high bits 2k..2k+1 of hb, to bits 4..5 */
+                u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+                u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+                u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
+                u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                for (int k = 0; k < 4; k++) {
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * k));
+                    const __m256i scale = _mm256_shuffle_epi8(sc16, SPLAT16_2(2 * k, 2 * k + 1));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], q), scale));
+                }
+            }
+            sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w->d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    for (int r = 0; r < NR; r++) s[r] = hsum_ps(acc[r]);
+}
+
 void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
-    const block_q6_K *w = vw;
-    const block_q8_K *a = va;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
-        const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)a[i].bsums));
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = w[i].ql + 64 * h;
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
-            /* scales 8h..8h+7 as int16 in both halves; quarter k takes 8h+2k (low half), 8h+2k+1 (high) */
-            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8 * h)));
-            __m256i u[4];   /* quarter k: low bits from l(k%2), high bits 2k..2k+1 of hb, to bits 4..5 */
-            u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-            u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
-            u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-            for (int k = 0; k < 4; k++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * k));
-                const __m256i scale = _mm256_shuffle_epi8(sc16, SPLAT16_2(2 * k, 2 * k + 1));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], q), scale));
-            }
-        }
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    *s = hsum_ps(acc);
+    q6_K_rows_nr(n, s, vw, 0, va, 1);
 }
+
+#define K_QUANT_ROWS(NAME, NR_FN)                                                                  \
+    void NAME(int64_t n, float *s, const void *vw, size_t rb, int nr, const void *va, const float *as) { \
+        (void)as;                                                                                  \
+        switch (nr) {                                                                              \
+        case 1: NR_FN(n, s, vw, rb, va, 1); break;                                                 \
+        case 2: NR_FN(n, s, vw, rb, va, 2); break;                                                 \
+        case 3: NR_FN(n, s, vw, rb, va, 3); break;                                                 \
+        default: NR_FN(n, s, vw, rb, va, 4); break;                                                \
+        }                                                                                          \
+    }
+K_QUANT_ROWS(vec_dot_rows_q4_K_q8_K_avx2, q4_K_rows_nr)
+K_QUANT_ROWS(vec_dot_rows_q6_K_q8_K_avx2, q6_K_rows_nr)
 
 void vec_dot_f16_f16_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
