@@ -143,3 +143,17 @@ def test_hostile_string_length(tmp_path):
     (tmp_path / "s.gguf").write_bytes(data)
     with pytest.raises(GGUFError, match="length|claims|truncated"):
         GGUFFile(tmp_path / "s.gguf")
+
+
+@pytest.mark.parametrize("patch, match", [
+    (lambda d, at: d.__setitem__(slice(at, at + 8), struct.pack("<Q", 2**63)), "element 1 of 'tokenizer.ggml.tokens' claims"),
+    (lambda d, at: d.__setitem__(at + 8, 0xFF), "element 1 of 'tokenizer.ggml.tokens' is not valid UTF-8"),
+])
+def test_a_bad_string_in_an_array_is_named(tmp_path, patch, match):
+    data = bytearray(_tiny_gguf(tmp_path / "t.gguf").read_bytes())
+    # the tokens array holds "a", "b", "c": each an 8-byte length and one byte
+    at = data.index(b"\x01\x00\x00\x00\x00\x00\x00\x00b")  # the second element
+    patch(data, at)
+    (tmp_path / "s.gguf").write_bytes(data)
+    with pytest.raises(GGUFError, match=match):
+        GGUFFile(tmp_path / "s.gguf")
