@@ -26,22 +26,24 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-# The public API, the same declarations as csrc/localinfer.h (cffi's cdef has no preprocessor).
-CDEF = """
-int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t k,
-              const float *x, int64_t m, float *y);
-int li_dequantize_row(int type, const void *src, float *dst, int64_t n);
-int li_quantize_row(int act_type, const float *src, void *dst, int64_t n);
-int li_vec_dot(int wtype, int64_t n, const void *w, const void *a, float *out);
-int li_type_info(int type, int *block_size, int *type_size, int *vec_dot_type);
-const char *li_isa_name(void);
-const char *li_isa_built(void);
-int li_isa_supported(const char *name);
-int li_force_isa(const char *name);
-int li_set_threads(int n);
-int li_get_threads(void);
-int li_default_threads(void);
-"""
+HEADER = os.path.join(HERE, "localinfer.h")
+CDEF_BEGIN, CDEF_END = "/* LI_CDEF_BEGIN */", "/* LI_CDEF_END */"
+
+
+def cdef_from_header(path: str = HEADER) -> str:
+    """The cffi declarations: the region of localinfer.h between its LI_CDEF_BEGIN and LI_CDEF_END
+    lines, so the C API is declared once. cffi has no preprocessor (it drops comments itself), so a
+    '#' line in the region is refused here rather than misread there."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    begin, end = text.find(CDEF_BEGIN), text.find(CDEF_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"{path}: no {CDEF_BEGIN} ... {CDEF_END} region to take the cffi declarations from")
+    region = text[begin + len(CDEF_BEGIN):end]
+    for line in region.splitlines():
+        if line.lstrip().startswith("#"):
+            raise SystemExit(f"{path}: a preprocessor line in the cffi region, which cffi cannot parse: {line.strip()}")
+    return region
 
 
 def _rel(path: str) -> str:
@@ -50,18 +52,8 @@ def _rel(path: str) -> str:
     return rel if os.path.abspath(os.getcwd()) == ROOT else path
 
 
-def _extra_cdefs() -> str:
-    """Declarations of other parts of the C core: every csrc/*.cdef file (plain C declarations,
-    no preprocessor), so that adding ops does not mean editing this script."""
-    parts = []
-    for path in sorted(glob.glob(os.path.join(HERE, "*.cdef"))):
-        with open(path, encoding="utf-8") as f:
-            parts.append(f.read())
-    return "\n".join(parts)
-
-
 SOURCES = [_rel(p) for p in sorted(glob.glob(os.path.join(HERE, "*.c")))]
-HEADERS = [_rel(p) for p in sorted(glob.glob(os.path.join(HERE, "*.h")) + glob.glob(os.path.join(HERE, "*.cdef")))]
+HEADERS = [_rel(p) for p in sorted(glob.glob(os.path.join(HERE, "*.h")))]
 
 if sys.platform == "win32":
     EXTRA_COMPILE_ARGS = ["/O2", "/fp:precise"]
@@ -99,7 +91,7 @@ if SANITIZE:
 
 def _make_ffibuilder(sources: list[str], headers: list[str], include_dir: str) -> FFI:
     builder = FFI()
-    builder.cdef(CDEF + _extra_cdefs())
+    builder.cdef(cdef_from_header())
     builder.set_source(
         "localinfer._kernels",
         '#include "localinfer.h"',

@@ -1,8 +1,13 @@
-/* localinfer.h -- the public C API of the kernels (mirrored by the cdef in build_kernels.py).
+/* localinfer.h -- the public C API of the kernels: the one contract between C and Python.
  *
- * Every function validates its integer arguments and returns LI_OK or a negative
- * LI_E* code; pointers must be valid for the sizes implied (the Python wrapper,
- * localinfer/kernels.py, checks buffers before calling). Type ids are ggml's.
+ * Every function that can fail validates its integer arguments and returns LI_OK or a
+ * negative li_status code; pointers must be valid for the sizes implied (the Python
+ * wrapper, localinfer/kernels.py, checks buffers before calling and turns a status into
+ * an exception in one place). Type ids are ggml's.
+ *
+ * The declarations between LI_CDEF_BEGIN and LI_CDEF_END are also the cffi cdef of
+ * localinfer._kernels: build_kernels.py reads them from this file, so C and Python cannot
+ * drift apart. cffi parses them without a preprocessor: no '#' lines or macros in there.
  */
 #ifndef LOCALINFER_H
 #define LOCALINFER_H
@@ -10,11 +15,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LI_OK 0
-#define LI_EINVAL (-1)      /* bad size, count or pointer */
-#define LI_ETYPE (-2)       /* a type these kernels do not handle */
-#define LI_ENOMEM (-3)
-#define LI_EISA (-4)        /* an ISA this build lacks or this CPU cannot run */
+/* LI_CDEF_BEGIN */
+
+/* What every entry point returns (besides the queries that return a name or a count). */
+typedef enum {
+    LI_OK = 0,
+    LI_EINVAL = -1,     /* bad size, count or pointer */
+    LI_ETYPE = -2,      /* a type these kernels do not handle */
+    LI_ENOMEM = -3,     /* an allocation (scratch, thread-local buffers) failed */
+    LI_EISA = -4,       /* an ISA this build lacks or this CPU cannot run */
+} li_status;
 
 /* y[m][n_out] = x[m][k] . w[n_out][k]^T; w rows are raw GGUF rows of `row_bytes` bytes
  * (k / block_size * type_size), x and y float32 row-major. */
@@ -47,7 +57,7 @@ int li_set_threads(int n);
 int li_get_threads(void);
 int li_default_threads(void);
 
-/* ops.c: the non-matmul ops of a layer (the same declarations are in ops.cdef for cffi) */
+/* ops.c, attention.c: the non-matmul ops of a layer */
 int li_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t dim, float eps);
 int li_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
             const int64_t *pos, const double *inv_freq, int neox);
@@ -108,7 +118,9 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
 
 /* membw.c: best-of-`reps` bandwidth in bytes/s of the pool's threads (li_get_threads) streaming a
  * buffer of `bytes` bytes (allocated and faulted in first; give more than the last-level cache):
- * read, and copy (read + write bytes) unless copy_bps is NULL. Same declaration in membw.cdef. */
+ * read, and copy (read + write bytes) unless copy_bps is NULL. */
 int li_membw(int64_t bytes, int reps, double *read_bps, double *copy_bps);
+
+/* LI_CDEF_END */
 
 #endif /* LOCALINFER_H */
