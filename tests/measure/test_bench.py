@@ -165,7 +165,7 @@ def test_bad_arguments():
 def test_ctrl_c_reports_what_finished(smollm2_path, sigint_ignored):
     """In a terminal, Ctrl-C reaches the bench and its worker: the finished tests are printed,
     also when the bench was started with SIGINT ignored (from a script's background job)."""
-    from test_cli import Terminal
+    from terminal import Terminal
     term = Terminal(["bench", str(smollm2_path), "-p", "16", "-n", "400", "-t", "1", "-r", "2"],
                     sigint_ignored=sigint_ignored)
     term.expect("tg400 rep 1/2", timeout=120)

@@ -25,7 +25,7 @@ def _refdata_root() -> Path | None:
     candidates = []
     if os.environ.get("LOCALINFER_REFDATA"):
         candidates.append(Path(os.environ["LOCALINFER_REFDATA"]))
-    candidates.append(Path(__file__).resolve().parents[2] / "shared" / "refdata")
+    candidates.append(Path(__file__).resolve().parents[3] / "shared" / "refdata")
     for c in candidates:
         if (c / "public").is_dir():
             return c
