@@ -146,8 +146,8 @@ static void task_attend(void *ctx, int ith, int nth) {
 int li_attention_f16(const float *q, const void *k, const void *v, float *out, int64_t n_q, int64_t n_head,
                      int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos, int64_t key_start,
                      float scale, int64_t window, float softcap) {
-    if (n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_q < 0 || n_kv < 0) return -1;
-    if (n_q == 0) return 0;
+    if (n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_q < 0 || n_kv < 0) return LI_EINVAL;
+    if (n_q == 0) return LI_OK;
     attn_job a = {0};
     a.q = q, a.k16 = k, a.v16 = v, a.out = out, a.q_pos = q_pos;
     a.n_q = n_q, a.n_head = n_head, a.n_head_kv = n_head_kv, a.d = head_dim, a.dp = up16(head_dim);
@@ -166,7 +166,7 @@ int li_attention_f16(const float *q, const void *k, const void *v, float *out, i
     const size_t v_floats = widen_v ? (size_t)head_dim * (size_t)a.n_kvp : 0;
     if (widen_k || widen_v) {
         float *buf = li_scratch(LI_SCRATCH_CALL, sizeof(float) * (size_t)n_head_kv * (k_floats + v_floats));
-        if (!buf) return -2;
+        if (!buf) return LI_ENOMEM;
         a.kf = widen_k ? buf : NULL;
         a.vt = widen_v ? buf + (size_t)n_head_kv * k_floats : NULL;
         const double cost = (double)n_kv * (double)n_head_kv * (double)head_dim;
@@ -174,7 +174,7 @@ int li_attention_f16(const float *q, const void *k, const void *v, float *out, i
     }
     const double macs = 2.0 * (double)n_q * (double)n_head * (double)n_kv * (double)head_dim;
     li_pool_run(task_attend, &a, macs >= LI_ATTN_PARALLEL_MIN ? (int)(n_q * n_head_kv) : 1);
-    return atomic_load(&a.error) ? -2 : 0;
+    return atomic_load(&a.error) ? LI_ENOMEM : LI_OK;   /* a task's scratch (the only error a task sets) */
 }
 
 /* The readable version of li_dot_rows_fn: 16 lanes in a plain array, the same tree. */

@@ -89,9 +89,8 @@ static int attend_seq(attn_seqs_job *j, int s) {
         }
         keys = kb, values = vb;
     }
-    const int arc = li_attention_f16(j->q + row * q_dim, keys, values, j->a + row * q_dim, m, c->n_head, c->n_head_kv,
-                                     hd, n_kv, j->pos + row, key_start, c->attn_scale, L->window, 0.0f);
-    return arc == 0 ? LI_OK : arc == -2 ? LI_ENOMEM : LI_EINVAL;
+    return li_attention_f16(j->q + row * q_dim, keys, values, j->a + row * q_dim, m, c->n_head, c->n_head_kv,
+                            hd, n_kv, j->pos + row, key_start, c->attn_scale, L->window, 0.0f);
 }
 
 static void task_attend_seqs(void *ctx, int ith, int nth) {

@@ -42,7 +42,7 @@ static void task_norm(void *ctx, int ith, int nth) {
 int li_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t dim, float eps) {
     norm_job j = {x, w, y, n_rows, dim, eps};
     li_pool_run(task_norm, &j, n_rows > 1 && n_rows * dim >= LI_OPS_PARALLEL_MIN ? 2 : 1);
-    return 0;
+    return LI_OK;
 }
 
 typedef struct {
@@ -84,7 +84,7 @@ int li_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n
             const int64_t *pos, const double *inv_freq, int neox) {
     rope_job j = {x, n_tok, n_head, head_dim, n_rot, pos, inv_freq, neox, 0};
     li_pool_run(task_rope, &j, n_tok > 1 && n_tok * n_head * head_dim >= LI_OPS_PARALLEL_MIN ? 2 : 1);
-    return atomic_load(&j.failed) ? -1 : 0;
+    return atomic_load(&j.failed) ? LI_ENOMEM : LI_OK;   /* a task's cos/sin scratch */
 }
 
 static void silu_mul_generic(const float *g, const float *u, float *y, int64_t n) {
@@ -134,10 +134,10 @@ static void task_glu(void *ctx, int ith, int nth) {
  * geglu_f16) or SiLU when table is NULL. Split over the pool's threads when it pays. */
 int li_glu(const float *g, int64_t ldg, const float *u, int64_t ldu, float *y, int64_t n_rows, int64_t n_cols,
            const float *table) {
-    if (n_rows < 0 || n_cols < 0 || ldg < n_cols || ldu < n_cols) return -1;
+    if (n_rows < 0 || n_cols < 0 || ldg < n_cols || ldu < n_cols) return LI_EINVAL;
     const li_isa_kernels *kern = li_active_kernels();
     glu_job j = {g, u, table, y, ldg, ldu, n_rows, n_cols, kern->silu_mul ? kern->silu_mul : silu_mul_generic,
                  kern->geglu_f16 ? kern->geglu_f16 : geglu_f16};
     li_pool_run(task_glu, &j, n_rows * n_cols >= 16384 ? 2 : 1);
-    return 0;
+    return LI_OK;
 }

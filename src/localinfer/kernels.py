@@ -47,7 +47,13 @@ __all__ = [
 MAX_THREADS = 256
 # Activation (vec_dot) formats quantize_activations can produce.
 ACTIVATION_TYPES = (T.Q8_0, T.Q8_1, T.Q8_K, T.F32, T.F16, T.BF16)
-_ERRORS = {-1: "invalid argument", -2: "unsupported type", -3: "out of memory", -4: "ISA not available"}
+# The C status codes (li_status in csrc/localinfer.h, read from the module): exception, meaning.
+_ERRORS = {} if _lib is None else {
+    _lib.LI_EINVAL: (ValueError, "invalid argument"),
+    _lib.LI_ETYPE: (UnsupportedQuantType, "unsupported type"),
+    _lib.LI_ENOMEM: (MemoryError, "out of memory"),
+    _lib.LI_EISA: (ValueError, "ISA not available"),
+}
 
 
 class KernelsUnavailable(RuntimeError):
@@ -71,10 +77,12 @@ def _need_lib():
 
 
 def _check(rc: int, what: str) -> None:
-    if rc != 0:  # the wrapper checks first, so this is a bug or a malloc failure
-        if rc == -3:
-            raise MemoryError(f"{what}: the kernels could not allocate their scratch memory")
-        raise RuntimeError(f"{what} failed in C: {_ERRORS.get(rc, rc)}")
+    """The one place a C status becomes an exception (every wrapper here, ops.py and arch/fused.py
+    pass theirs through it). The wrappers check arguments first, so anything but LI_ENOMEM is a
+    bug in a wrapper; the message still names the call and the code."""
+    if rc != 0:
+        exc, meaning = _ERRORS.get(rc, (RuntimeError, "unknown status"))
+        raise exc(f"{what} failed in C: {meaning} ({rc})")
 
 
 # --- ISA and threads ------------------------------------------------------------------------
@@ -159,8 +167,10 @@ def _type_info(qtype, what: str = "weight") -> tuple[T, int, int, int]:
     except ValueError:
         raise UnsupportedQuantType(f"{key} is not a GGML type known to gguf") from None
     out = _ffi.new("int[3]")
-    if lib.li_type_info(key, out, out + 1, out + 2) != 0:
+    rc = lib.li_type_info(key, out, out + 1, out + 2)
+    if rc == lib.LI_ETYPE:
         raise UnsupportedQuantType(f"the C kernels do not handle {what} type {qt.name}")
+    _check(rc, "type_info")
     info = _TYPE_INFO[key] = (qt, int(out[0]), int(out[1]), int(out[2]))
     return info
 

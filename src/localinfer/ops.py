@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import layers
-from .kernels import _ffi, _lib, available  # noqa: F401  (the same compiled module)
+from .kernels import _check, _ffi, _lib, available  # noqa: F401  (the same compiled module)
 
 rope_freqs = layers.rope_freqs
 
@@ -47,7 +47,7 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     if w.shape != (dim,):
         raise ValueError(f"rms_norm: weight shape {w.shape} does not match rows of {dim}")
     y = np.empty_like(x)
-    _lib.li_rms_norm(_ptr(x), _ptr(w), _ptr(y), x.size // dim if dim else 0, dim, float(eps))
+    _check(_lib.li_rms_norm(_ptr(x), _ptr(w), _ptr(y), x.size // dim if dim else 0, dim, float(eps)), "rms_norm")
     return y
 
 
@@ -61,9 +61,8 @@ def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, neox:
         raise ValueError(f"apply_rope: {pos.shape} positions for {n} tokens, n_rot {n_rot} > head_dim {head_dim}?")
     out = np.array(x, dtype=np.float32, order="C", copy=True)
     freq = np.ascontiguousarray(inv_freq, dtype=np.float64)
-    if _lib.li_rope(_ptr(out), n, n_head, head_dim, n_rot, _ptr(pos, "int64_t *"), _ptr(freq, "double *"),
-                    int(bool(neox))):
-        raise MemoryError("li_rope: out of memory")
+    _check(_lib.li_rope(_ptr(out), n, n_head, head_dim, n_rot, _ptr(pos, "int64_t *"), _ptr(freq, "double *"),
+                        int(bool(neox))), "apply_rope")
     return out
 
 
@@ -85,10 +84,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     rc = _lib.li_attention_f16(_ptr(q), _ptr(k, "void *"), _ptr(v, "void *"), _ptr(out), n, n_head, n_head_kv,
                                head_dim, n_kv, _ptr(pos, "int64_t *"), int(key_start), float(scale),
                                int(sliding_window or 0), float(softcap or 0.0))
-    if rc == -2:
-        raise MemoryError("attention: out of memory")
-    if rc:
-        raise ValueError("attention: invalid head grouping")
+    _check(rc, "attention")
     return out
 
 
@@ -114,8 +110,8 @@ def _glu(gate: np.ndarray, up: np.ndarray, table, name: str) -> np.ndarray:
     g, ldg = _rows(gate)
     u, ldu = _rows(up)
     y = np.empty(shape, np.float32)
-    _lib.li_glu(_view_ptr(g), ldg, _view_ptr(u), ldu, _ptr(y), g.shape[0], g.shape[1],
-                _ptr(table) if table is not None else _ffi.NULL)
+    _check(_lib.li_glu(_view_ptr(g), ldg, _view_ptr(u), ldu, _ptr(y), g.shape[0], g.shape[1],
+                       _ptr(table) if table is not None else _ffi.NULL), name)
     return y
 
 

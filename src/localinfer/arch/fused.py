@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels import _check
 from ..kv_cache import InterleavedKVCache, KVCache
 from .weights import KernelLinear
 
@@ -162,8 +163,5 @@ class FusedLayers:
             cfg.geglu_table = self.geglu_table
         rc = self.lib.li_llama_layers(cfg, self.layers, c.n_layer, ffi.from_buffer("float[]", x, require_writable=True),
                                       ffi.from_buffer("int64_t[]", pos), seqs, len(batch.spans))
-        if rc == -3:
-            raise MemoryError("fused layers: out of memory")
-        if rc:
-            raise ValueError(f"fused layers: the C call failed ({rc})")
+        _check(rc, "fused layers")
         return x
