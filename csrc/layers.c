@@ -37,8 +37,8 @@ static void take_cols(const float *src, int64_t ld, int64_t lo, int64_t width, i
 }
 
 typedef struct {
-    const li_llama_config *c;
-    const li_llama_layer *L;
+    const li_decoder_config *c;
+    const li_decoder_layer *L;
     const li_kv_seq *seqs;
     int n_seqs;
     const int64_t *seq_row;        /* first row of each sequence */
@@ -53,8 +53,8 @@ typedef struct {
 
 /* sequence s of the batch at one layer: its new K/V into its cache, attention over what it sees */
 static int attend_seq(attn_seqs_job *j, int s) {
-    const li_llama_config *c = j->c;
-    const li_llama_layer *L = j->L;
+    const li_decoder_config *c = j->c;
+    const li_decoder_layer *L = j->L;
     const li_kv_seq *sq = &j->seqs[s];
     const int64_t hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
     const int64_t m = sq->n_tokens, off = sq->offset, row = j->seq_row[s];
@@ -101,8 +101,8 @@ static void task_attend_seqs(void *ctx, int ith, int nth) {
     }
 }
 
-int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int n_layers, float *x,
-                    const int64_t *pos, const li_kv_seq *seqs, int n_seqs) {
+int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers, int n_layers, float *x,
+                      const int64_t *pos, const li_kv_seq *seqs, int n_seqs) {
     if (!c || !layers || !x || !pos || !seqs || n_seqs <= 0 || c->n_head_kv <= 0 || c->n_head % c->n_head_kv)
         return LI_EINVAL;
     int64_t n = 0, max_window = 0, ring_rows = 0, max_tokens = 0;
@@ -139,7 +139,7 @@ int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int 
     int rc = LI_OK;
 
     for (int l = 0; l < n_layers && rc == LI_OK; l++) {
-        const li_llama_layer *L = &layers[l];
+        const li_decoder_layer *L = &layers[l];
         /* attention */
         li_rms_norm(x, L->attn_norm, h, n, d, c->eps);
         if (L->n_qkv == 1) {

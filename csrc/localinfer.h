@@ -84,7 +84,7 @@ typedef struct {
     int neox;                  /* rope pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
     const double *inv_freq;    /* (n_rot / 2), unless a layer has its own */
     const float *geglu_table;  /* NULL: SiLU gating; else GELU from ggml's f16 table (ops.c) */
-} li_llama_config;
+} li_decoder_config;
 
 typedef struct {
     const float *attn_norm, *ffn_norm;   /* (n_embd) */
@@ -100,7 +100,7 @@ typedef struct {
     int64_t window;            /* sliding window (keys within the last `window` positions), 0: none */
     int ring;                  /* 0: K/V in the sequence's full cache, 1: in its ring (sliding window) */
     int64_t cache_layer;       /* this layer's index inside that cache */
-} li_llama_layer;
+} li_decoder_layer;
 
 typedef struct {
     void *k, *v;               /* the sequence's full caches, (n_full_layers, n_ctx, n_head_kv, head_dim) f16 */
@@ -111,10 +111,10 @@ typedef struct {
     int64_t n_slots;
 } li_kv_seq;
 
-/* layers.c: n_layers llama-family layers on x (n, n_embd) in place, n the sum of the sequences'
- * n_tokens, at positions pos (n) */
-int li_llama_layers(const li_llama_config *c, const li_llama_layer *layers, int n_layers, float *x,
-                    const int64_t *pos, const li_kv_seq *seqs, int n_seqs);
+/* layers.c: n_layers decoder layers (the llama family's, gemma3's) on x (n, n_embd) in place, n the
+ * sum of the sequences' n_tokens, at positions pos (n) */
+int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers, int n_layers, float *x,
+                      const int64_t *pos, const li_kv_seq *seqs, int n_seqs);
 
 /* membw.c: best-of-`reps` bandwidth in bytes/s of the pool's threads (li_get_threads) streaming a
  * buffer of `bytes` bytes (allocated and faulted in first; give more than the last-level cache):

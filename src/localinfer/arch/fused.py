@@ -38,7 +38,7 @@ class FusedLayers:
         self.ring_flags = [bool(r) for r in ring_layers] or [False] * c.n_layer
         self.window = int(window)
         self.geglu_table = self._floats(ops._GELU_F16, 65536) if geglu else None
-        self.layers = ffi.new("li_llama_layer[]", c.n_layer)
+        self.layers = ffi.new("li_decoder_layer[]", c.n_layer)
         self.layer_freq_sizes = set()  # each must match the call's frequencies (C reads n_rot / 2 of each)
         counts = {False: 0, True: 0}
         for li, (layer, spec) in enumerate(zip(w.layers, self.layers)):
@@ -154,14 +154,14 @@ class FusedLayers:
                 seq.ring_k = ffi.from_buffer("char[]", ring.k, require_writable=True)
                 seq.ring_v = ffi.from_buffer("char[]", ring.v, require_writable=True)
                 seq.n_slots = ring.n_slots
-        cfg = ffi.new("li_llama_config *", dict(
+        cfg = ffi.new("li_decoder_config *", dict(
             n_embd=c.n_embd, n_head=c.n_head, n_head_kv=c.n_head_kv, head_dim=c.head_dim, n_ff=c.n_ff,
             n_rot=2 * freq.shape[0], eps=c.rms_eps, attn_scale=attn_scale, q_scale=q_scale or 0.0,
             rope_mscale=rope_mscale, neox=int(neox)))
         cfg.inv_freq = ffi.from_buffer("double[]", freq)
         if self.geglu_table is not None:
             cfg.geglu_table = self.geglu_table
-        rc = self.lib.li_llama_layers(cfg, self.layers, c.n_layer, ffi.from_buffer("float[]", x, require_writable=True),
-                                      ffi.from_buffer("int64_t[]", pos), seqs, len(batch.spans))
+        rc = self.lib.li_decoder_layers(cfg, self.layers, c.n_layer, ffi.from_buffer("float[]", x, require_writable=True),
+                                        ffi.from_buffer("int64_t[]", pos), seqs, len(batch.spans))
         _check(rc, "fused layers")
         return x
