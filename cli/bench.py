@@ -7,30 +7,22 @@ import sys
 
 import click
 
-
-def _int_list(ctx, param, value):
-    try:
-        out = [int(x) for x in str(value).split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
-    if any(x < 0 for x in out):
-        raise click.BadParameter("values must be >= 0")
-    return out
+from .common import int_list
 
 
 @click.command()
 @click.argument("models", nargs=-1)
-@click.option("-p", "--n-prompt", "prompts", default="512", callback=_int_list, show_default=True,
+@click.option("-p", "--n-prompt", "prompts", default="512", callback=int_list, show_default=True,
               help="Prompt lengths for ppN tests, comma-separated.")
-@click.option("-n", "--n-gen", "gens", default="128", callback=_int_list, show_default=True,
+@click.option("-n", "--n-gen", "gens", default="128", callback=int_list, show_default=True,
               help="Generation lengths for tgN tests, comma-separated.")
-@click.option("-d", "--n-depth", "depths", default="0", callback=_int_list, show_default=True,
+@click.option("-d", "--n-depth", "depths", default="0", callback=int_list, show_default=True,
               help="Context depths, comma-separated: each test runs after this many tokens fill the context "
                    "(llama-bench's -d; the test is named e.g. tg128 @ d4096).")
 @click.option("--synthetic", "synthetic", multiple=True, metavar="SHAPE[:TYPE,...]",
               help="Also bench a random-weight model of a real shape (llama-1b, llama-3b, llama-8b, qwen2-7b) "
                    "in these llama.cpp file types (default Q4_0), written into the cache on first use.")
-@click.option("-t", "--threads", default=str(min(os.cpu_count() or 1, 2)), callback=_int_list, show_default=True,
+@click.option("-t", "--threads", default=str(min(os.cpu_count() or 1, 2)), callback=int_list, show_default=True,
               help="Thread counts, comma-separated.")
 @click.option("-r", "--repetitions", "reps", type=click.IntRange(1), default=3, show_default=True)
 @click.option("-o", "--output", type=click.Choice(["table", "json", "md"]), default="table", show_default=True)
@@ -49,8 +41,8 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
 
     --synthetic llama-8b:Q4_0,Q4_K_M benches random-weight files of Llama-3.1-8B's shape: real matrix
     shapes, llama.cpp's metadata and a real tokenizer (llama-bench loads them too), noise for text."""
-    from localinfer.bench_report import markdown, membw_line, plot, report, table, to_json
-    from localinfer.bench_suite import Suite, memory_bandwidth, run_suite
+    from localinfer.measure.bench_report import markdown, membw_line, plot, report, table, to_json
+    from localinfer.measure.bench_suite import Suite, memory_bandwidth, run_suite
     from localinfer.fetch import resolve_model
 
     from .progress import ByteProgress
@@ -95,7 +87,7 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
         if llama_bench:  # where the user keeps llama.cpp is theirs, not the report's
             command = command.replace(shlex.quote(llama_bench), "$LLAMA_BENCH")
         rel_plot = os.path.relpath(plot_path, os.path.dirname(os.path.abspath(report_path))) if plot_path else None
-        from localinfer.report_sections import write_section
+        from localinfer.measure.report_sections import write_section
         write_section(report_path, "bench", report(suite, bw, command, rel_plot), first=True)  # other sections stay
         log(f"report written to {report_path}")
     if suite.interrupted:

@@ -7,12 +7,12 @@ import sys
 
 import click
 
-from .bench import _int_list
+from .common import int_list, load_model, set_threads
 
 
 @click.command(name="bench-serve")
 @click.argument("model", required=False)
-@click.option("--concurrency", default="1,4,16", callback=_int_list, show_default=True,
+@click.option("--concurrency", default="1,4,16", callback=int_list, show_default=True,
               help="Concurrent clients per level, comma-separated.")
 @click.option("--requests", "requests_per_client", type=click.IntRange(1, 100), default=2, show_default=True,
               help="Requests each client sends per level (a single client sends at least 4).")
@@ -29,17 +29,16 @@ def bench_serve(model, concurrency, requests_per_client, max_tokens, system_toke
                 report_path):
     """Load benchmark of `localinfer serve` with MODEL (default: the catalog default): a real server on
     loopback, concurrent streaming clients, total tokens/s and TTFT p50/p99, and the prefix cache's effect."""
-    from .main import _load, _set_threads
-    _set_threads(threads)
-    from localinfer.bench_serve import markdown, plot, run
-    from localinfer.report_sections import write_section
+    set_threads(threads)
+    from localinfer.measure.bench_serve import markdown, plot, run
+    from localinfer.measure.report_sections import write_section
 
     if not concurrency or min(concurrency) < 1:
         raise click.BadParameter("concurrency levels must be >= 1", param_hint="--concurrency")
     if system_tokens + 32 >= ctx_size:
         raise click.BadParameter(f"the {system_tokens}-token system prompt needs a larger --ctx-size than {ctx_size}")
     try:
-        llm = _load(model, ctx_size, threads)
+        llm = load_model(model, ctx_size, threads)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     name = model if model and not os.path.exists(model) else os.path.splitext(os.path.basename(llm.path))[0]

@@ -8,21 +8,15 @@ import sys
 
 import click
 
+from .bench import bench
+from .bench_serve import bench_serve
+from .common import load_model, set_threads
+from .convert import convert
+from .perplexity import perplexity
 from .progress import ByteProgress
-
-
-def _set_threads(n: int | None) -> None:
-    """BLAS reads its thread count when numpy is first imported, which happens after this."""
-    if n:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = str(n)
-
-
-def _load(model_name, ctx_size=None, threads=None):
-    from localinfer import load
-    from localinfer.fetch import resolve_model
-    path = resolve_model(model_name, progress=ByteProgress(f"pulling {model_name or 'default model'}"))
-    return load(str(path), n_ctx=ctx_size, n_threads=threads)
+from .quality import quality
+from .quantize import quantize
+from .serve import serve
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -57,12 +51,12 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
 
     Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
     With -p, or with text piped on stdin, answers once and exits."""
-    _set_threads(threads)
+    set_threads(threads)
     from localinfer import ChatTemplateError, ContextFullError
     from .chat_loop import answer, interactive
 
     try:
-        llm = _load(model, ctx_size, threads)
+        llm = load_model(model, ctx_size, threads)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     options = dict(max_tokens=None if max_tokens < 0 else max_tokens, temperature=temperature, top_k=top_k,
@@ -165,14 +159,6 @@ def _memory(path: str) -> dict:
             out["rss"] = 0
     return out
 
-
-from .bench import bench  # noqa: E402  (registered on the group here)
-from .bench_serve import bench_serve  # noqa: E402
-from .convert import convert  # noqa: E402
-from .perplexity import perplexity  # noqa: E402
-from .quality import quality  # noqa: E402
-from .quantize import quantize  # noqa: E402
-from .serve import serve  # noqa: E402
 
 main.add_command(bench)
 main.add_command(bench_serve)

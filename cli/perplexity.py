@@ -10,6 +10,8 @@ import time
 
 import click
 
+from .common import load_model, set_threads
+
 DEFAULT_CTX = 512
 
 
@@ -51,14 +53,13 @@ def perplexity(model, text_file, ctx_size, chunks, threads, base_path, kl, kl_to
     localinfer perplexity BASE  -f TEXT --kl-divergence-base base.kld      # save the base
     localinfer perplexity QUANT --kl-divergence-base base.kld --kl-divergence
     """
-    from .main import _set_threads
     if kl and not base_path:
         raise click.UsageError("--kl-divergence needs --kl-divergence-base FILE (a saved base)")
     if kl and kl_top_k is not None:
         raise click.UsageError("--kl-top-k applies when saving a base, not with --kl-divergence")
     if not kl and not text_file:
         raise click.UsageError("give the text with -f FILE")
-    _set_threads(threads)
+    set_threads(threads)
     try:
         if kl:
             _run_kld(model, base_path, ctx_size, chunks, threads)
@@ -69,13 +70,12 @@ def perplexity(model, text_file, ctx_size, chunks, threads, base_path, kl, kl_to
 
 
 def _run_ppl(model_name, text_file, n_ctx, n_chunks, threads, base_path, top_k):
-    from localinfer import perplexity as P
-    from localinfer.kld_file import BaseWriter, base_chunk, base_header
-    from .main import _load
+    from localinfer.measure import perplexity as P
+    from localinfer.measure.kld_file import BaseWriter, base_chunk, base_header
 
     with open(text_file, encoding="utf-8", errors="replace") as f:
         text = f.read()
-    llm = _load(model_name, n_ctx, threads)
+    llm = load_model(model_name, n_ctx, threads)
     _log("perplexity: tokenizing the input ..")
     t0 = time.perf_counter()
     tokens = P.text_tokens(llm, text)
@@ -104,15 +104,14 @@ def _run_ppl(model_name, text_file, n_ctx, n_chunks, threads, base_path, top_k):
 
 
 def _run_kld(model_name, base_path, ctx_size, n_chunks, threads):
-    from localinfer.kl_divergence import TABLE_HEADER, KLDStats, format_report, format_row, kld_pass
-    from localinfer.kld_file import BaseReader
-    from .main import _load
+    from localinfer.measure.kl_divergence import TABLE_HEADER, KLDStats, format_report, format_row, kld_pass
+    from localinfer.measure.kld_file import BaseReader
 
     base = BaseReader(base_path)
     h = base.header
     if ctx_size is not None and ctx_size != h.n_ctx:
         raise ValueError(f"{base_path} was computed with a context of {h.n_ctx}, not {ctx_size} (leave out -c)")
-    llm = _load(model_name, h.n_ctx, threads)
+    llm = load_model(model_name, h.n_ctx, threads)
     base.check_model(llm, model_name)
     chunks = base.tokens()[:n_chunks]
     n_chunk = chunks.shape[0]

@@ -7,8 +7,10 @@ import sys
 
 import click
 
-# localinfer.quality.DEFAULT_TYPES, spelled out: importing localinfer imports numpy, which must wait
-# for _set_threads (a test checks that the two agree)
+from .common import set_threads
+
+# localinfer.measure.quality.DEFAULT_TYPES, spelled out: importing localinfer imports numpy, which must wait
+# for set_threads (a test checks that the two agree)
 DEFAULT_TYPES = "F16,Q8_0,Q6_K,Q5_K_M,Q5_0,Q4_K_M,Q4_1,Q4_0,Q3_K_M,Q2_K"
 
 
@@ -42,10 +44,9 @@ def quality(models, types_spec, text_file, ctx_size, chunks, threads, n_prompt, 
     Per type: file size, bits per weight, PPL, Δppl and mean KLD against the base, top-1
     agreement, prefill and decode tokens/s. Progress goes to stderr, the table to stdout
     (and to --report, rewritten after every row)."""
-    from .main import _set_threads  # here, not at the top: main imports this module
-    _set_threads(threads)
-    from localinfer import quality as Q
-    from localinfer.bench_suite import machine
+    set_threads(threads)
+    from localinfer.measure import quality as Q
+    from localinfer.measure.bench_suite import machine
 
     try:
         types = Q.parse_types(types_spec)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from .common import load_model, set_threads
+
 
 @click.command()
 @click.argument("model", required=False)
@@ -33,12 +35,11 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
           threads, verbose):
     """Serve MODEL (a catalog name or a .gguf path) over the OpenAI API:
     /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
-    from .main import _load, _set_threads
-    _set_threads(threads)
+    set_threads(threads)
     from localinfer.serve.app import make_server
 
     try:
-        llm = _load(model, ctx_size, threads)
+        llm = load_model(model, ctx_size, threads)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     name = model if model and not os.path.exists(model) else Path(llm.path).stem

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from localinfer.bench import run_model, weight_bytes_per_token
-from localinfer.bench_report import markdown, table
-from localinfer.bench_suite import Suite, ratios, run_llama_bench
+from localinfer.measure.bench import run_model, weight_bytes_per_token
+from localinfer.measure.bench_report import markdown, table
+from localinfer.measure.bench_suite import Suite, ratios, run_llama_bench
 from localinfer.context import Context
 from localinfer.gguf_file import GGUFFile
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from localinfer import perplexity as P
+from localinfer.measure import perplexity as P
 from localinfer.cli.main import main
-from localinfer.kl_divergence import KLDStats, chunk_kld, format_report
-from localinfer.kld_file import BaseHeader, BaseReader, BaseWriter, base_chunk
+from localinfer.measure.kl_divergence import KLDStats, chunk_kld, format_report
+from localinfer.measure.kld_file import BaseHeader, BaseReader, BaseWriter, base_chunk
 
 pytestmark = pytest.mark.slow  # perplexity over real text with both models
 

@@ -8,7 +8,7 @@ import pytest
 import synthetic_gguf
 from click.testing import CliRunner
 
-from localinfer import quality as Q
+from localinfer.measure import quality as Q
 from localinfer.cli.main import main
 from localinfer.cli.quality import DEFAULT_TYPES
 

@@ -1,5 +1,5 @@
 """Two tools write BENCHMARKS.md: each replaces its own section and keeps the other's."""
-from localinfer.report_sections import replace_section, write_section
+from localinfer.measure.report_sections import replace_section, write_section
 
 
 def test_sections_replace_only_themselves(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import TokenType
 
-from localinfer.bench import run_model
+from localinfer.measure.bench import run_model
 from localinfer.context import Context
 from localinfer.gguf_file import GGUFFile
 from localinfer.quant import synthetic

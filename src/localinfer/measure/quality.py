@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .gguf_file import GGUFFile
+from ..gguf_file import GGUFFile
 
 DEFAULT_TYPES = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "Q4_1", "Q4_0", "Q3_K_M", "Q2_K")
 BASE_TYPE = "F16"
@@ -77,8 +77,8 @@ class ModelTable:
 
 def parse_types(spec: str | list[str]) -> list[str]:
     """"F16,Q8_0,q4_k_m" -> canonical file-type names, in order; a clear error for an unknown or repeated one."""
-    from .quant import UnsupportedQuantType
-    from .quant.mixes import get_file_type
+    from ..quant import UnsupportedQuantType
+    from ..quant.mixes import get_file_type
 
     names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
     out = []
@@ -122,7 +122,7 @@ def weight_types(path: str | os.PathLike) -> str:
 
 def source_facts(path: str | os.PathLike) -> tuple[str | None, float]:
     """(the file type named by general.file_type, or None; token_embd's share of the parameters)."""
-    from .quant.mixes import FILE_TYPES
+    from ..quant.mixes import FILE_TYPES
     with GGUFFile(path) as f:
         ftype = f.metadata.get("general.file_type")
         n = sum(t.n_elements for t in f.tensors.values())
@@ -171,7 +171,7 @@ def speed(path: str, s: Settings) -> tuple[float | None, float | None]:
 
 
 def _quantize(src: str, dst: str, target: str, requantize: bool) -> float:
-    from .quant.quantize_file import quantize_file
+    from ..quant.quantize_file import quantize_file
     return quantize_file(src, dst, target, allow_requantize=requantize).seconds
 
 
@@ -180,8 +180,8 @@ def measure_model(name: str, types: list[str], s: Settings, work_dir: str | None
                   on_row: Callable[[ModelTable], None] | None = None) -> ModelTable:
     """The whole table for one model (a catalog name or a .gguf path)."""
     from . import perplexity as P
-    from .fetch import resolve_model
-    from .model import Model
+    from ..fetch import resolve_model
+    from ..model import Model
 
     src = str(resolve_model(name))
     table = ModelTable(name, os.path.basename(src), weight_types(src))

@@ -1,6 +1,6 @@
 """Measure like llama-bench: ppN (prompt processing) and tgN (generation) in tokens/s.
 
-One model x thread count is measured in its own process (`python -m localinfer.bench ...`),
+One model x thread count is measured in its own process (`python -m localinfer.measure.bench ...`),
 so the thread setting, load time and peak RSS are those of a fresh start. Test names and
 meaning follow llama-bench: ppN evaluates N random tokens in one batch on an empty context and
 computes the logits of the last one (as llama-bench's batch asks, and all a prompt needs);
@@ -60,7 +60,7 @@ def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], re
     """All tests for one model at one thread count, in this process. Returns llama-bench-like rows."""
     import numpy as np
 
-    from .model import Model
+    from ..model import Model
 
     depths = list(depths) or [0]
     n_test = max(prompts + gens + [16])  # the most tokens one test adds after its depth
@@ -183,7 +183,7 @@ def peak_rss_mib() -> float:
 
 def backend_name() -> str:
     try:
-        from . import kernels
+        from .. import kernels
         if kernels.available():
             return f"C {kernels.isa()}"
     except ImportError:
@@ -193,7 +193,7 @@ def backend_name() -> str:
 
 def main(argv=None) -> None:
     """Worker entry: measure one model at one thread count, print JSON rows."""
-    ap = argparse.ArgumentParser(prog="python -m localinfer.bench")
+    ap = argparse.ArgumentParser(prog="python -m localinfer.measure.bench")
     ap.add_argument("model")
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--prompts", default="512")

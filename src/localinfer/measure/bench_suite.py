@@ -32,7 +32,7 @@ class Suite:
 def run_localinfer(path: str, n_threads: int, s: Suite) -> None:
     """Adds the worker's rows to s.rows; raises KeyboardInterrupt (after adding what finished)
     if the worker was interrupted."""
-    cmd = [sys.executable, "-m", "localinfer.bench", path, "--threads", str(n_threads),
+    cmd = [sys.executable, "-m", "localinfer.measure.bench", path, "--threads", str(n_threads),
            "--prompts", ",".join(map(str, s.prompts)), "--gens", ",".join(map(str, s.gens)),
            "--depths", ",".join(map(str, s.depths)), "--reps", str(s.reps), "--backend", s.backend]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
@@ -136,7 +136,7 @@ def memory_bandwidth(size_mib: int | None = None, reps: int = 5, threads: int | 
     `numpy_read_gbps` is the one-thread numpy figure in both cases, for comparison."""
     import numpy as np
 
-    from . import kernels
+    from .. import kernels
     if size_mib is None:
         llc = last_level_cache_bytes() or 0
         size_mib = max(512, -(-4 * llc // 2**20))
