@@ -1,8 +1,10 @@
 """cffi build script for ``localinfer._kernels`` (referenced from setup.py's cffi_modules).
 
-Every ``csrc/*.c`` is compiled with baseline flags -- never ``-march=native`` --
-because each SIMD file enables its own ISA per function (``#pragma GCC target``),
-so one binary holds every variant and ``dispatch.c`` picks one at load time.
+Every C file in a folder of ``csrc/`` (``core/``, ``generic/``, ``x86/``, ``arm/``; not ``tests/``)
+is compiled with baseline flags -- never ``-march=native`` -- because each SIMD file enables its
+own ISA per function (``#pragma GCC target``), so one binary holds every variant and
+``core/dispatch.c`` picks one at load time from cpuid. A file for another architecture compiles
+to nothing (``#if defined(__aarch64__)`` ...), so a new ISA folder needs no change here.
 ``-ffp-contract=off`` keeps the compiler from fusing ``d * q + m`` into an fma:
 the generic dequantizers must be bit-identical to the numpy oracle.
 
@@ -52,8 +54,14 @@ def _rel(path: str) -> str:
     return rel if os.path.abspath(os.getcwd()) == ROOT else path
 
 
-SOURCES = [_rel(p) for p in sorted(glob.glob(os.path.join(HERE, "*.c")))]
-HEADERS = [_rel(p) for p in sorted(glob.glob(os.path.join(HERE, "*.h")))]
+def _in_library(path: str) -> bool:
+    """csrc/tests/ holds stand-alone C programs (each with its own main), not library code."""
+    return os.path.basename(os.path.dirname(path)) != "tests"
+
+
+SOURCES = [_rel(p) for p in sorted(glob.glob(os.path.join(HERE, "*", "*.c"))) if _in_library(p)]
+HEADERS = [_rel(p) for p in sorted(glob.glob(os.path.join(HERE, "*.h")) + glob.glob(os.path.join(HERE, "*", "*.h")))
+           if _in_library(p)]
 
 if sys.platform == "win32":
     EXTRA_COMPILE_ARGS = ["/O2", "/fp:precise"]

@@ -57,7 +57,7 @@ int li_set_threads(int n);
 int li_get_threads(void);
 int li_default_threads(void);
 
-/* ops.c, attention.c: the non-matmul ops of a layer */
+/* core/ops.c, core/attention.c: the non-matmul ops of a layer */
 int li_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t dim, float eps);
 int li_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
             const int64_t *pos, const double *inv_freq, int neox);
@@ -83,7 +83,7 @@ typedef struct {
     float rope_mscale;         /* multiplies q and k's rotated dimensions (longrope); 1: none */
     int neox;                  /* rope pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
     const double *inv_freq;    /* (n_rot / 2), unless a layer has its own */
-    const float *geglu_table;  /* NULL: SiLU gating; else GELU from ggml's f16 table (ops.c) */
+    const float *geglu_table;  /* NULL: SiLU gating; else GELU from ggml's f16 table (core/ops.c) */
 } li_decoder_config;
 
 typedef struct {
@@ -111,12 +111,12 @@ typedef struct {
     int64_t n_slots;
 } li_kv_seq;
 
-/* layers.c: n_layers decoder layers (the llama family's, gemma3's) on x (n, n_embd) in place, n the
+/* core/decoder_layers.c: n_layers decoder layers (the llama family's, gemma3's) on x (n, n_embd) in place, n the
  * sum of the sequences' n_tokens, at positions pos (n) */
 int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers, int n_layers, float *x,
                       const int64_t *pos, const li_kv_seq *seqs, int n_seqs);
 
-/* membw.c: best-of-`reps` bandwidth in bytes/s of the pool's threads (li_get_threads) streaming a
+/* core/membw.c: best-of-`reps` bandwidth in bytes/s of the pool's threads (li_get_threads) streaming a
  * buffer of `bytes` bytes (allocated and faulted in first; give more than the last-level cache):
  * read, and copy (read + write bytes) unless copy_bps is NULL. */
 int li_membw(int64_t bytes, int reps, double *read_bps, double *copy_bps);

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.skipif(not (CC and QEMU), reason="no aarch64 cross comp
 @pytest.fixture(scope="module")
 def neon_binary(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("neon") / "neon_vs_generic"
-    sources = [str(p) for p in sorted(CSRC.glob("*.c"))] + [str(CSRC / "tests" / "neon_vs_generic.c")]
+    # the library's files, as build_kernels.py picks them (every folder of csrc/ but tests/), and the test's main
+    library = [str(p) for p in sorted(CSRC.glob("*/*.c")) if p.parent.name != "tests"]
+    sources = library + [str(CSRC / "tests" / "neon_vs_generic.c")]
     cmd = [CC, "-O3", "-ffp-contract=off", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",
            "-Werror", "-pthread", "-static", f"-I{CSRC}", *sources, "-o", str(out), "-lm"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

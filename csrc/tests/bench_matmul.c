@@ -1,12 +1,12 @@
 /* bench_matmul.c -- li_matmul timings without Python, per ISA and thread count (a measurement,
  * not a test). Build from the repository root with every csrc C file plus this one:
- *   gcc -O3 -ffp-contract=off -std=gnu11 -pthread -Icsrc $(ls csrc/[a-z]*.c) csrc/tests/bench_matmul.c -lm
+ *   gcc -O3 -ffp-contract=off -std=gnu11 -pthread -Icsrc $(find csrc/core csrc/generic csrc/x86 csrc/arm -name '*.c') csrc/tests/bench_matmul.c -lm
  * Random blocks with small finite scales; the best of several runs within ~0.3 s each. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include "li.h"
+#include "core/li.h"
 
 static double now(void) {
     struct timespec t;

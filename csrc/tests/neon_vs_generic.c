@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "li.h"
+#include "core/li.h"
 static float frand(void) { return (float)rand() / RAND_MAX * 2 - 1; }
 int main(void) {
     int types[] = {LI_TYPE_Q4_0, LI_TYPE_Q4_1, LI_TYPE_Q8_0, LI_TYPE_Q5_0, LI_TYPE_Q4_K, LI_TYPE_Q6_K, LI_TYPE_F16};

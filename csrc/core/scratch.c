@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "li.h"
+#include "core/li.h"
 
 typedef struct {
     void *p[LI_SCRATCH_SLOTS];

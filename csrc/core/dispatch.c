@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "li.h"
+#include "core/li.h"
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>

@@ -6,7 +6,7 @@
  *   acc[l] += da[l] * (dw[l] * isum + mw[l] * sumf[l])
  * and y = the sum of the 16 lanes. Tile: LI_GENERIC_NW x LI_GENERIC_NA.
  */
-#include "li.h"
+#include "core/li.h"
 
 void li_gemm_q_generic(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min,
                        int offset, int umax, float *y, int64_t ldy, int nw_valid, int na_valid) {

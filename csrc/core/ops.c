@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "li.h"
+#include "core/li.h"
 
 /* Row-wise ops split over the pool when a call has this many elements (a prefill; a decode
  * step's few hundred floats stay on the calling thread). Rows are independent, so the split

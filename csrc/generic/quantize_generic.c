@@ -11,7 +11,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "li.h"
+#include "core/li.h"
 
 static inline int8_t round_away(float v) { return (int8_t)roundf(v); }
 

@@ -1,4 +1,4 @@
-/* blocks.h -- ggml's block formats as C structs (ggml/src/ggml-common.h).
+/* quant_blocks.h -- ggml's block formats as C structs (ggml/src/ggml-common.h).
  *
  * One struct per tensor type, laid out byte for byte as in a GGUF file
  * (little-endian, no padding: every member is a byte array or a 2-byte half,
@@ -9,8 +9,8 @@
  * 4-bit quants keep element j in the low nibble of qs[j] and element j+16 in
  * its high nibble; the k-quants are described beside each struct.
  */
-#ifndef LI_BLOCKS_H
-#define LI_BLOCKS_H
+#ifndef LI_QUANT_BLOCKS_H
+#define LI_QUANT_BLOCKS_H
 
 #include <stdint.h>
 
@@ -162,4 +162,4 @@ typedef struct {
 } block_q8_K;
 _Static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "wrong q8_K block size");
 
-#endif /* LI_BLOCKS_H */
+#endif /* LI_QUANT_BLOCKS_H */

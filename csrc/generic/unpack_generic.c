@@ -20,7 +20,7 @@
  *   Q5_K   32  0    31    yes   d*sc, -dmin*min
  *   Q6_K   16  32   63    -     d*sc
  */
-#include "li.h"
+#include "core/li.h"
 
 void li_q3_K_scales(const uint8_t *s, int8_t out[16]);
 void li_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);

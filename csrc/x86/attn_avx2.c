@@ -10,7 +10,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "li.h"
+#include "core/li.h"
 
 /* lanes lo[0..7] hi[0..7] = 16 lanes; the tree l+8, l+4, l+2, l+1 */
 static inline float reduce16(__m256 lo, __m256 hi) {

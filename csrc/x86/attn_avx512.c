@@ -11,8 +11,8 @@
 
 #include <immintrin.h>
 
-#include "li.h"
-#include "reduce_avx512.h"
+#include "core/li.h"
+#include "x86/reduce_avx512.h"
 
 static inline __attribute__((always_inline)) void reduce_store(__m512 acc[4][4], float *c, int64_t ldc, const int NA,
                                                                const int NB) {

@@ -13,7 +13,7 @@
  * fp16-rounded s = d*sum(q) instead of sum(q); the exact sum is closer to the
  * dequantized product, so localinfer uses it everywhere (GEMV and GEMM agree).
  */
-#include "li.h"
+#include "core/li.h"
 
 void unpack_q4_0(const void *, int64_t, uint8_t *, float *, float *);
 void unpack_q4_1(const void *, int64_t, uint8_t *, float *, float *);

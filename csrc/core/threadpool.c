@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "li.h"
+#include "core/li.h"
 
 #define LI_MAX_THREADS 256
 #define SPIN_NS 200000          /* how long an idle worker spins before it sleeps: 0.2 ms */

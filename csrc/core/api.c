@@ -1,7 +1,7 @@
 /* api.c -- the small entry points of localinfer.h around the traits table. */
 #include <stdlib.h>
 
-#include "li.h"
+#include "core/li.h"
 
 int li_type_info(int type, int *block_size, int *type_size, int *vec_dot_type) {
     const li_type_traits *t = li_traits(type);

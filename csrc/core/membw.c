@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "li.h"
+#include "core/li.h"
 
 #define LANES 8
 #define LI_MEMBW_MAX_SLOTS 1024   /* li_pool_run's slots: 4 per thread, 256 threads at most */

@@ -16,8 +16,8 @@
 
 #include <immintrin.h>
 
-#include "li.h"
-#include "reduce_avx512.h"
+#include "core/li.h"
+#include "x86/reduce_avx512.h"
 
 #ifndef NW
 #define NW 4

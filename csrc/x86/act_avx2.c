@@ -15,7 +15,7 @@
 #endif
 
 #include <immintrin.h>
-#include "li.h"
+#include "core/li.h"
 
 /* e^x for 4 doubles; x already clamped to [-160, 100] (2^n stays a normal double) */
 static inline __m256d exp4(__m256d x) {

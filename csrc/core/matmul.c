@@ -15,7 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "li.h"
+#include "core/li.h"
 
 #define LI_GEMM_MIN_M 6          /* below this, unpacking weight tiles costs more than it saves */
 #define LI_GEMV_ROW_ALIGN 16

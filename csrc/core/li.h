@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "blocks.h"
+#include "core/quant_blocks.h"
 #include "localinfer.h"
 
 /* --- fp16 / bf16 <-> f32, portable and exact ------------------------------------------ */

@@ -6,7 +6,7 @@
  * "+ m" (or "- ml") as a separate rounded step -- and this file is compiled with
  * -ffp-contract=off so the compiler never fuses them into an fma.
  */
-#include "li.h"
+#include "core/li.h"
 
 void dequantize_row_f32(const void *src, float *y, int64_t n) {
     memcpy(y, src, (size_t)n * sizeof(float));

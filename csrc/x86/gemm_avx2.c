@@ -16,7 +16,7 @@
 
 #include <immintrin.h>
 
-#include "li.h"
+#include "core/li.h"
 
 /* 4 x 3: 12 products per step for 7 loads (2 x 2 was 4 for 4), the maddubs no longer waiting on
  * the loads; 4 x 3, 3 x 4 and 3 x 3 measured alike (within a few %), 2 x 2 about 15 % slower for

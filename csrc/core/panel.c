@@ -26,7 +26,7 @@
  *   acc += da * (dw * isum + mw * sumf)
  * sums to the exact dot product. Padding has u = q = 0 and zero scales.
  */
-#include "li.h"
+#include "core/li.h"
 
 void li_panel_make_plan(li_panel_plan *p, int64_t k, int group) {
     memset(p, 0, sizeof(*p));

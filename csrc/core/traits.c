@@ -6,7 +6,7 @@
  * its dequantize/unpack functions; the matmul, the dispatch and the tests walk
  * the table. SIMD variants (kernels_*.c) override single functions per type.
  */
-#include "li.h"
+#include "core/li.h"
 
 #define DECLARE_WEIGHT(t)                                                              \
     void dequantize_row_##t(const void *, float *, int64_t);                           \

@@ -1,4 +1,4 @@
-/* layers.c -- the decoder layers of the llama family (llama, mistral, qwen2, qwen3, phi3) and of
+/* decoder_layers.c -- the decoder layers of the llama family (llama, mistral, qwen2, qwen3, phi3) and of
  * gemma3 (post-norms, GeGLU, sliding-window layers over a ring cache) in one C call: what arch/llama.py's loop does op by op, with the same kernels in the same order, so
  * the result is the same bits. A decode step made ~13 Python-level calls per layer (each a few
  * microseconds of checks and buffer handling around microseconds of work); here it is one call
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "li.h"
+#include "core/li.h"
 #include "localinfer.h"
 
 static int linear(const li_linear *w, const float *x, int64_t n, float *y) {

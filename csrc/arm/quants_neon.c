@@ -15,7 +15,7 @@
 
 #include <arm_neon.h>
 
-#include "li.h"
+#include "core/li.h"
 
 static inline float fp16(ggml_half h) {
     return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);

@@ -16,7 +16,7 @@
 
 #include <immintrin.h>
 
-#include "li.h"
+#include "core/li.h"
 
 static inline float fp16(ggml_half h) { return _cvtsh_ss(h); }
 
