@@ -6,10 +6,12 @@ reused, so a turn costs only its new tokens.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from .generate import GenerationChunk, GenerationResult
-from .model import Model, collect
+from .generate import GenerationChunk, GenerationResult, collect
+
+if TYPE_CHECKING:  # chat.py is imported by model.py (Model.chat_session), never the other way
+    from .model import Model
 
 
 class ChatSession:

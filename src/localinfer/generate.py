@@ -2,7 +2,7 @@
 
     generate_step      prefill, then one token at a time -> yields token ids
     stream_generate    + detokenizing, stop strings, finish reasons, timings -> yields chunks
-    (Model.generate joins the chunks into a GenerationResult)
+    collect            joins the chunks into a GenerationResult (Model.generate)
 
 Closing a generator (or breaking out of a for loop over it) stops the work at once; the
 context then holds exactly the tokens processed so far, so nothing is lost or half-written.
@@ -174,3 +174,14 @@ def _split_stop(text: str, stop: Sequence[str]) -> tuple[str, str, bool]:
                 hold = max(hold, n)
                 break
     return text[:len(text) - hold], text[len(text) - hold:], False
+
+
+def collect(chunks: Iterator[GenerationChunk], prompt_tokens: list[int]) -> GenerationResult:
+    """The chunks joined into one GenerationResult (Model.generate, ChatSession.send)."""
+    text, tokens, finish, timings = [], [], "stop", Timings()
+    for chunk in chunks:
+        text.append(chunk.text)
+        tokens.extend(chunk.tokens)
+        if chunk.finish_reason:
+            finish, timings = chunk.finish_reason, chunk.timings
+    return GenerationResult("".join(text), tokens, finish, timings, prompt_tokens)

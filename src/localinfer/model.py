@@ -13,7 +13,7 @@ from .chat_prompt import chat_prompt_tokens
 from .chat_template import ChatTemplate, template_for
 from .context import Context
 from .fetch import resolve_model
-from .generate import GenerationChunk, GenerationResult, Timings, check_prompt_fits, stream_generate
+from .generate import GenerationChunk, GenerationResult, check_prompt_fits, collect, stream_generate
 from .gguf_file import GGUFFile
 from .kv_cache import ContextFullError
 from .sampling import make_logits_processors, make_sampler
@@ -137,7 +137,7 @@ class Model:
         with self._lock:
             self._check_open()
             if self._engine is None:
-                from .serve.engine import Engine
+                from .batching.engine import Engine
                 self._engine = Engine(self.serialized, self.tokenizer, n_slots=self.n_parallel, n_ctx=self.n_ctx,
                                       max_queue=None, kv_dtype=self.kv_dtype, prefix_cache_bytes=64 << 20)
                 # a Model dropped without close() still stops its engine thread and frees the slots
@@ -167,7 +167,7 @@ class Model:
         if not tokens:
             raise ValueError("the prompt is empty (no tokens to start from)")
         if context is None:  # through the engine: safe from several threads, and batched
-            from .serve.request import Request, SamplingParams
+            from .batching.request import Request, SamplingParams
             params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty,
                                     frequency_penalty, repeat_last_n, seed)
             return self.engine.submit(Request(tokens, max_tokens, stop, params)).chunks()
@@ -277,16 +277,6 @@ def _choose_backend(backend: str, n_threads: int | None) -> str:
         if n_threads:
             kernels.set_threads(n_threads)
     return backend
-
-
-def collect(chunks: Iterator, prompt_tokens: list[int]) -> GenerationResult:
-    text, tokens, finish, timings = [], [], "stop", Timings()
-    for chunk in chunks:
-        text.append(chunk.text)
-        tokens.extend(chunk.tokens)
-        if chunk.finish_reason:
-            finish, timings = chunk.finish_reason, chunk.timings
-    return GenerationResult("".join(text), tokens, finish, timings, prompt_tokens)
 
 
 def _text_stream(chunks) -> Iterator[str]:

@@ -11,8 +11,8 @@ import localinfer
 from localinfer.arch import build_model
 from localinfer.gguf_file import GGUFFile
 from localinfer.kv_cache import ContextFullError, InterleavedKVCache, KVCache
-from localinfer.serve import Engine, QueueFullError, Request, SamplingParams
-from localinfer.serve.prefix_cache import PrefixCache
+from localinfer.batching import Engine, QueueFullError, Request, SamplingParams
+from localinfer.batching.prefix_cache import PrefixCache
 
 GREEDY = SamplingParams(temperature=0)
 

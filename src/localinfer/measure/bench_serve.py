@@ -24,7 +24,7 @@ import numpy as np
 
 from .bench_suite import machine
 from ..serve.app import BackgroundServer
-from ..serve.engine import MIN_PREFILL_ROWS
+from ..batching.engine import MIN_PREFILL_ROWS
 
 WORDS = ("the river morning garden letter window village evening stone quiet market winter harbour "
          "lantern travel story friend mountain silver candle forest bridge music summer orchard").split()

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from ..chat_prompt import ChatContentError
 from ..chat_template import ChatTemplateError
-from .request import Request, SamplingParams
+from ..batching.request import Request, SamplingParams
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat has none
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 
-from .engine import Engine
+from ..batching.engine import Engine
 from .http import Server, ServerConfig
 
 

@@ -35,8 +35,8 @@ from queue import Empty
 
 from ..kv_cache import ContextFullError
 from . import api
-from .engine import EngineClosedError, QueueFullError
-from .request import Cancelled
+from ..batching.engine import EngineClosedError, QueueFullError
+from ..batching.request import Cancelled
 
 
 @dataclass
