@@ -1,7 +1,7 @@
 /* quants_neon.c -- aarch64 NEON dot products (vdotq_s32, the dotprod extension) and GEMM tile.
  *
  * Compiled on aarch64 only, with the dotprod extension enabled for these functions;
- * dispatch.c uses them when getauxval reports HWCAP_ASIMDDP. vdotq_s32 multiplies
+ * core/dispatch.c uses them when getauxval reports HWCAP_ASIMDDP. vdotq_s32 multiplies
  * signed bytes, so the unsigned weight quants u (<= 127 for every type but Q8_0)
  * are used as they are, and Q8_0's u = q + 128 is flipped back to q (offset 0).
  * The activation quantizers and the other types use the generic code.
@@ -16,6 +16,7 @@
 #include <arm_neon.h>
 
 #include "core/li.h"
+#include "arm/neon.h"
 
 static inline float fp16(ggml_half h) {
     return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
@@ -83,8 +84,8 @@ void vec_dot_q8_0_q8_0_neon(int64_t n, float *s, const void *vw, const void *va,
 
 /* --- GEMM tile over the panels of panel.c: 4-lane quarters of each super-group --------- */
 
-#define NW 4
-#define NA 2
+#define NW LI_NEON_Q_NW   /* the tile shape (arm/neon.h) */
+#define NA LI_NEON_Q_NA
 
 static inline __attribute__((always_inline)) void sg_quarter(const uint8_t *w, size_t w_row, const uint8_t *a,
                                                              size_t a_row, int steps, int flip, int has_min,
@@ -138,17 +139,6 @@ void li_gemm_q_neon(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, 
     for (int j = 0; j < nw_valid; j++)
         for (int i = 0; i < na_valid; i++) y[i * ldy + j] = vaddvq_f32(facc[j][i]);
 }
-
-const li_isa_kernels li_kernels_neon = {
-    .name = "neon",
-    .vec_dot = {
-        [LI_TYPE_Q4_0] = vec_dot_q4_0_q8_0_neon,
-        [LI_TYPE_Q4_1] = vec_dot_q4_1_q8_1_neon,
-        [LI_TYPE_Q8_0] = vec_dot_q8_0_q8_0_neon,
-    },
-    .gemm_q = li_gemm_q_neon, .q_nw = NW, .q_na = NA,
-    .gemm_f = li_gemm_f_generic, .f_nw = 4, .f_na = 4,
-};
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "core/li.h"
+#include "generic/generic.h"
 
 #define LI_ATTN_BATCH 16                 /* queries from which V is widened and transposed once per call */
 #define LI_ATTN_PARALLEL_MIN (1 << 20)   /* multiply-adds below which waking the pool costs more */

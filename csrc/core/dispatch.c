@@ -16,6 +16,14 @@
 #include <stdlib.h>
 
 #include "core/li.h"
+#include "generic/generic.h"
+#if defined(__x86_64__) || defined(_M_X64)
+#include "x86/avx2.h"
+#include "x86/avx512.h"
+#endif
+#if defined(__aarch64__)
+#include "arm/neon.h"
+#endif
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>

@@ -177,17 +177,9 @@ typedef struct {
 #define LI_MAX_NW 8
 #define LI_MAX_NA 8
 
-/* generic.c / traits.c */
+/* traits.c: one row per type with the generic functions. Each variant's li_isa_kernels table is
+ * declared in its folder's header (generic/generic.h, x86/avx2.h, x86/avx512.h, arm/neon.h). */
 extern const li_type_traits li_traits_generic[LI_TYPE_COUNT];
-extern const li_isa_kernels li_kernels_generic;
-#if defined(__x86_64__) || defined(_M_X64)
-void li_exp_avx2(const float *x, float *y, int64_t n);   /* act_avx2.c: y = e^x, rounded as expf */
-extern const li_isa_kernels li_kernels_avx2;
-extern const li_isa_kernels li_kernels_avx512;
-#endif
-#if defined(__aarch64__)
-extern const li_isa_kernels li_kernels_neon;
-#endif
 
 /* dispatch.c: the traits of the chosen variant (function pointers resolved) */
 const li_type_traits *li_traits(int type);   /* NULL if unsupported */
@@ -199,7 +191,7 @@ void li_panel_pack_w(const li_panel_plan *p, const uint8_t *u, const float *dw, 
 void li_panel_pack_a(const li_panel_plan *p, int act_type, const void *a_row, int offset, uint8_t *dst);
 int li_panel_steps(const li_panel_plan *p, int64_t sg);
 
-/* quantize_generic.c: a_sums for li_vec_dot_fn (2 floats per block of 32; nothing for other types) */
+/* generic/quantize_generic.c: a_sums for li_vec_dot_fn (2 floats per block of 32; nothing for other types) */
 void li_act_sums(int act_type, const void *row, int64_t n, float *sums);
 int li_act_sums_count(int act_type, int64_t n);
 
@@ -213,13 +205,5 @@ void *li_scratch(int slot, size_t bytes);
 typedef void (*li_task_fn)(void *ctx, int ith, int nth);
 /* fn(ctx, ith, nth) on every pool thread (want > 1) or inline (want <= 1); returns the nth used */
 int li_pool_run(li_task_fn fn, void *ctx, int want);
-
-/* generic kernels used by the tables (quants_generic.c, vec_dot_generic.c, gemm_generic.c) */
-void li_gemm_q_generic(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min,
-                       int offset, int umax, float *y, int64_t ldy, int nw_valid, int na_valid);
-void li_dot_rows_generic(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
-                         int64_t ldb, float *c, int64_t ldc);
-void li_gemm_f_generic(int64_t kp, const float *w, const float *a, float *y, int64_t ldy,
-                       int nw_valid, int na_valid);
 
 #endif /* LI_INTERNAL_H */

@@ -2,31 +2,13 @@
  *
  * One row per type: sizes, the activation type its dot product takes, the
  * integer form for the GEMM panel (group G, offset o, largest u, min or not; see
- * unpack_generic.c) and the generic functions. Adding a type is one row here plus
- * its dequantize/unpack functions; the matmul, the dispatch and the tests walk
- * the table. SIMD variants (kernels_*.c) override single functions per type.
+ * generic/unpack_generic.c) and the generic functions (generic/generic.h). Adding a
+ * type is one row here plus its dequantize/unpack/vec_dot functions in generic/; the
+ * matmul, the dispatch and the tests walk the table. SIMD variants override single
+ * functions per type in their ISA's table (x86/avx2_table.c, ...).
  */
 #include "core/li.h"
-
-#define DECLARE_WEIGHT(t)                                                              \
-    void dequantize_row_##t(const void *, float *, int64_t);                           \
-    void unpack_##t(const void *, int64_t, uint8_t *, float *, float *);
-DECLARE_WEIGHT(q4_0) DECLARE_WEIGHT(q4_1) DECLARE_WEIGHT(q5_0) DECLARE_WEIGHT(q5_1)
-DECLARE_WEIGHT(q8_0) DECLARE_WEIGHT(q2_K) DECLARE_WEIGHT(q3_K) DECLARE_WEIGHT(q4_K)
-DECLARE_WEIGHT(q5_K) DECLARE_WEIGHT(q6_K)
-void dequantize_row_f32(const void *, float *, int64_t);
-void dequantize_row_f16(const void *, float *, int64_t);
-void dequantize_row_bf16(const void *, float *, int64_t);
-
-#define DECLARE_DOT(w, a) void vec_dot_##w##_##a##_generic(int64_t, float *, const void *, const void *, const float *);
-DECLARE_DOT(q4_0, q8_0) DECLARE_DOT(q4_1, q8_1) DECLARE_DOT(q5_0, q8_0) DECLARE_DOT(q5_1, q8_1)
-DECLARE_DOT(q8_0, q8_0) DECLARE_DOT(q2_K, q8_K) DECLARE_DOT(q3_K, q8_K) DECLARE_DOT(q4_K, q8_K)
-DECLARE_DOT(q5_K, q8_K) DECLARE_DOT(q6_K, q8_K) DECLARE_DOT(f32, f32) DECLARE_DOT(f16, f16)
-DECLARE_DOT(bf16, bf16)
-
-#define DECLARE_QUANTIZE(a) void quantize_row_##a##_generic(const float *, void *, int64_t);
-DECLARE_QUANTIZE(q8_0) DECLARE_QUANTIZE(q8_1) DECLARE_QUANTIZE(q8_K)
-DECLARE_QUANTIZE(f32) DECLARE_QUANTIZE(f16) DECLARE_QUANTIZE(bf16)
+#include "generic/generic.h"
 
 /* type, function stem, block size, vec_dot type (+ its stem), G, o, umax, has_min, from_float
  * (Q8_0 is both a weight type and an activation type) */
@@ -57,10 +39,4 @@ const li_type_traits li_traits_generic[LI_TYPE_COUNT] = {
                       quantize_row_q8_1_generic},
     [LI_TYPE_Q8_K] = {"Q8_K", QK_K, (int)sizeof(block_q8_K), -1, 0, 0, 0, 0, NULL, NULL, NULL,
                       quantize_row_q8_K_generic},
-};
-
-const li_isa_kernels li_kernels_generic = {
-    .name = "generic",
-    .gemm_q = li_gemm_q_generic, .q_nw = 4, .q_na = 4,
-    .gemm_f = li_gemm_f_generic, .f_nw = 4, .f_na = 4,
 };

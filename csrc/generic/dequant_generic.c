@@ -7,6 +7,7 @@
  * -ffp-contract=off so the compiler never fuses them into an fma.
  */
 #include "core/li.h"
+#include "generic/generic.h"
 
 void dequantize_row_f32(const void *src, float *y, int64_t n) {
     memcpy(y, src, (size_t)n * sizeof(float));

@@ -1,12 +1,14 @@
-/* gemm_generic.c -- scalar GEMM microkernels over the panels of panel.c.
+/* gemm_generic.c -- scalar GEMM microkernels over the panels of core/panel.c.
  *
  * The readable statement of what every SIMD microkernel computes: for each pair
  * (weight row j, activation row i) of the tile, per super-group and per lane l,
  *   isum = corr[l] + sum over steps s, bytes t of u * q
  *   acc[l] += da[l] * (dw[l] * isum + mw[l] * sumf[l])
- * and y = the sum of the 16 lanes. Tile: LI_GENERIC_NW x LI_GENERIC_NA.
+ * and y = the sum of the 16 lanes. Any tile shape (nw_valid x na_valid); the generic table
+ * asks for LI_GENERIC_Q_NW x LI_GENERIC_Q_NA (generic/generic.h).
  */
 #include "core/li.h"
+#include "generic/generic.h"
 
 void li_gemm_q_generic(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min,
                        int offset, int umax, float *y, int64_t ldy, int nw_valid, int na_valid) {

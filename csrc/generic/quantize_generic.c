@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "core/li.h"
+#include "generic/generic.h"
 
 static inline int8_t round_away(float v) { return (int8_t)roundf(v); }
 

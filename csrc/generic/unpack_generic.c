@@ -21,9 +21,7 @@
  *   Q6_K   16  32   63    -     d*sc
  */
 #include "core/li.h"
-
-void li_q3_K_scales(const uint8_t *s, int8_t out[16]);
-void li_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
+#include "generic/generic.h"
 
 static inline uint32_t load_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;

@@ -14,17 +14,7 @@
  * dequantized product, so localinfer uses it everywhere (GEMV and GEMM agree).
  */
 #include "core/li.h"
-
-void unpack_q4_0(const void *, int64_t, uint8_t *, float *, float *);
-void unpack_q4_1(const void *, int64_t, uint8_t *, float *, float *);
-void unpack_q5_0(const void *, int64_t, uint8_t *, float *, float *);
-void unpack_q5_1(const void *, int64_t, uint8_t *, float *, float *);
-void unpack_q8_0(const void *, int64_t, uint8_t *, float *, float *);
-void unpack_q2_K(const void *, int64_t, uint8_t *, float *, float *);
-void unpack_q3_K(const void *, int64_t, uint8_t *, float *, float *);
-void unpack_q4_K(const void *, int64_t, uint8_t *, float *, float *);
-void unpack_q5_K(const void *, int64_t, uint8_t *, float *, float *);
-void unpack_q6_K(const void *, int64_t, uint8_t *, float *, float *);
+#include "generic/generic.h"
 
 /* One activation block -> its quants, and the scale and the sum of quants per group of G. */
 static const int8_t *act_block(int act_type, const void *a, int64_t i, int group, float *da, int32_t *sums) {

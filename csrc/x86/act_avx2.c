@@ -16,6 +16,7 @@
 
 #include <immintrin.h>
 #include "core/li.h"
+#include "x86/avx2.h"
 
 /* e^x for 4 doubles; x already clamped to [-160, 100] (2^n stays a normal double) */
 static inline __m256d exp4(__m256d x) {

@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "core/li.h"
+#include "x86/avx2.h"
 
 /* lanes lo[0..7] hi[0..7] = 16 lanes; the tree l+8, l+4, l+2, l+1 */
 static inline float reduce16(__m256 lo, __m256 hi) {

@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include "core/li.h"
+#include "x86/avx512.h"
 #include "x86/reduce_avx512.h"
 
 static inline __attribute__((always_inline)) void reduce_store(__m512 acc[4][4], float *c, int64_t ldc, const int NA,

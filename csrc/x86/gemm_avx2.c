@@ -1,4 +1,4 @@
-/* gemm_avx2.c -- AVX2 GEMM microkernels over the panels of panel.c, and the AVX2 kernel table.
+/* gemm_avx2.c -- AVX2 GEMM microkernels over the panels of core/panel.c.
  *
  * Integer tile: NW weight rows x NA activation rows. A 16-lane super-group is done
  * as two 8-lane halves. Plain AVX2 multiplies u8 x s8 with maddubs into s16 pair
@@ -17,14 +17,13 @@
 #include <immintrin.h>
 
 #include "core/li.h"
+#include "x86/avx2.h"
 
-/* 4 x 3: 12 products per step for 7 loads (2 x 2 was 4 for 4), the maddubs no longer waiting on
- * the loads; 4 x 3, 3 x 4 and 3 x 3 measured alike (within a few %), 2 x 2 about 15 % slower for
- * every type. NA = 3 keeps small batches (m = 6, 9) unpadded. The tile shape changes no sum. */
-#define NW 4
-#define NA 3
-#define F_NW 4
-#define F_NA 2
+/* the tile shapes (x86/avx2.h says why 4 x 3) */
+#define NW LI_AVX2_Q_NW
+#define NA LI_AVX2_Q_NA
+#define F_NW LI_AVX2_F_NW
+#define F_NA LI_AVX2_F_NA
 
 static inline float hsum_ps(__m256 x) {
     __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
@@ -138,67 +137,6 @@ void li_gemm_f_avx2(int64_t kp, const float *w, const float *a, float *y, int64_
     for (int j = 0; j < nw_valid; j++)
         for (int i = 0; i < na_valid; i++) y[i * ldy + j] = hsum_ps(acc[j][i]);
 }
-
-#define DECLARE_DOT(w, a) void vec_dot_##w##_##a##_avx2(int64_t, float *, const void *, const void *, const float *);
-DECLARE_DOT(q4_0, q8_0) DECLARE_DOT(q4_1, q8_1) DECLARE_DOT(q5_0, q8_0) DECLARE_DOT(q5_1, q8_1)
-DECLARE_DOT(q8_0, q8_0) DECLARE_DOT(q4_K, q8_K) DECLARE_DOT(q6_K, q8_K) DECLARE_DOT(f16, f16)
-DECLARE_DOT(f32, f32)
-#define DECLARE_DOT_ROWS(w, a) \
-    void vec_dot_rows_##w##_##a##_avx2(int64_t, float *, const void *, size_t, int, const void *, const float *);
-DECLARE_DOT_ROWS(q4_0, q8_0) DECLARE_DOT_ROWS(q4_1, q8_1) DECLARE_DOT_ROWS(q5_0, q8_0) DECLARE_DOT_ROWS(q5_1, q8_1)
-DECLARE_DOT_ROWS(q8_0, q8_0) DECLARE_DOT_ROWS(q4_K, q8_K) DECLARE_DOT_ROWS(q6_K, q8_K)
-void quantize_row_q8_0_avx2(const float *, void *, int64_t);
-void quantize_row_q8_1_avx2(const float *, void *, int64_t);
-void quantize_row_q8_K_avx2(const float *, void *, int64_t);
-
-#define DECLARE_UNPACK(t) void unpack_##t##_avx2(const void *, int64_t, uint8_t *, float *, float *);
-DECLARE_UNPACK(q4_0) DECLARE_UNPACK(q4_1) DECLARE_UNPACK(q5_0) DECLARE_UNPACK(q8_0) DECLARE_UNPACK(q4_K)
-DECLARE_UNPACK(q6_K)
-void li_panel_pack_w_avx2(const li_panel_plan *, const uint8_t *, const float *, const float *, uint8_t *);
-
-void li_dot_rows_avx2(int64_t, const float *, int, int64_t, const float *, int64_t, int64_t, float *, int64_t);
-void li_softmax_f16_avx2(float *, int64_t, float, float);
-void dequantize_row_f16_avx2(const void *, float *, int64_t);
-void quantize_row_f16_avx2(const float *, void *, int64_t);
-void li_silu_mul_avx2(const float *, const float *, float *, int64_t);
-void li_geglu_f16_avx2(const float *, const float *, float *, int64_t, const float *);
-void li_dot_rows_f16_avx2(int64_t, const float *, int, int64_t, const ggml_half *, int64_t, int64_t, float *, int64_t);
-void li_axpy_rows_f16_avx2(int64_t, const float *, int, int64_t, const ggml_half *, int64_t, int64_t, float *, int64_t);
-void li_round_f16_avx2(const float *, float *, int64_t);
-void li_widen_f16_avx2(const ggml_half *, float *, int64_t);
-
-const li_isa_kernels li_kernels_avx2 = {
-    .name = "avx2",
-    .vec_dot = {
-        [LI_TYPE_Q4_0] = vec_dot_q4_0_q8_0_avx2, [LI_TYPE_Q4_1] = vec_dot_q4_1_q8_1_avx2,
-        [LI_TYPE_Q5_0] = vec_dot_q5_0_q8_0_avx2, [LI_TYPE_Q5_1] = vec_dot_q5_1_q8_1_avx2,
-        [LI_TYPE_Q8_0] = vec_dot_q8_0_q8_0_avx2, [LI_TYPE_Q4_K] = vec_dot_q4_K_q8_K_avx2,
-        [LI_TYPE_Q6_K] = vec_dot_q6_K_q8_K_avx2, [LI_TYPE_F16] = vec_dot_f16_f16_avx2,
-        [LI_TYPE_F32] = vec_dot_f32_f32_avx2,
-    },
-    .vec_dot_rows = {
-        [LI_TYPE_Q4_0] = vec_dot_rows_q4_0_q8_0_avx2, [LI_TYPE_Q4_1] = vec_dot_rows_q4_1_q8_1_avx2,
-        [LI_TYPE_Q5_0] = vec_dot_rows_q5_0_q8_0_avx2, [LI_TYPE_Q5_1] = vec_dot_rows_q5_1_q8_1_avx2,
-        [LI_TYPE_Q8_0] = vec_dot_rows_q8_0_q8_0_avx2, [LI_TYPE_Q4_K] = vec_dot_rows_q4_K_q8_K_avx2,
-        [LI_TYPE_Q6_K] = vec_dot_rows_q6_K_q8_K_avx2,
-    },
-    .from_float = {
-        [LI_TYPE_Q8_0] = quantize_row_q8_0_avx2, [LI_TYPE_Q8_1] = quantize_row_q8_1_avx2,
-        [LI_TYPE_Q8_K] = quantize_row_q8_K_avx2, [LI_TYPE_F16] = quantize_row_f16_avx2,
-    },
-    .dequantize = {[LI_TYPE_F16] = dequantize_row_f16_avx2},
-    .unpack = {
-        [LI_TYPE_Q4_0] = unpack_q4_0_avx2, [LI_TYPE_Q4_1] = unpack_q4_1_avx2, [LI_TYPE_Q5_0] = unpack_q5_0_avx2,
-        [LI_TYPE_Q8_0] = unpack_q8_0_avx2, [LI_TYPE_Q4_K] = unpack_q4_K_avx2, [LI_TYPE_Q6_K] = unpack_q6_K_avx2,
-    },
-    .pack_w = li_panel_pack_w_avx2,
-    .gemm_q = li_gemm_q_avx2, .q_nw = NW, .q_na = NA,
-    .gemm_f = li_gemm_f_avx2, .f_nw = F_NW, .f_na = F_NA,
-    .dot_rows = li_dot_rows_avx2, .dot_rows_f16 = li_dot_rows_f16_avx2, .axpy_rows_f16 = li_axpy_rows_f16_avx2,
-    .softmax_f16 = li_softmax_f16_avx2, .round_f16 = li_round_f16_avx2,
-    .widen_f16 = li_widen_f16_avx2, .silu_mul = li_silu_mul_avx2,
-    .geglu_f16 = li_geglu_f16_avx2,
-};
 
 #if defined(__clang__)
 #pragma clang attribute pop

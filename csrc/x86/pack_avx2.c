@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include "core/li.h"
+#include "x86/avx2.h"
 
 static inline float fp16(ggml_half h) { return _cvtsh_ss(h); }
 

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 
 #include "core/li.h"
+#include "x86/avx2.h"
 
 static inline float hsum_ps(__m256 x) {
     __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));

@@ -1,0 +1,22 @@
+/* arm/neon.h -- the aarch64 NEON kernels with the dotprod extension (vdotq_s32): everything the
+ * neon table (arm/neon_table.c) points to that is not generic, and its GEMM tile shape.
+ */
+#ifndef LI_ARM_NEON_H
+#define LI_ARM_NEON_H
+
+#include "core/li.h"
+
+extern const li_isa_kernels li_kernels_neon;
+
+/* quants_neon.c: the dot products of the legacy 4- and 8-bit types */
+void vec_dot_q4_0_q8_0_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q4_1_q8_1_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q8_0_q8_0_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+
+/* quants_neon.c: the integer GEMM tile, LI_NEON_Q_NW weight rows x LI_NEON_Q_NA activation rows */
+#define LI_NEON_Q_NW 4
+#define LI_NEON_Q_NA 2
+void li_gemm_q_neon(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min, int offset,
+                    int umax, float *y, int64_t ldy, int nw_valid, int na_valid);
+
+#endif /* LI_ARM_NEON_H */

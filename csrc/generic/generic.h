@@ -1,0 +1,82 @@
+/* generic/generic.h -- the portable scalar kernels: the readable statement of what every SIMD
+ * variant computes, and the functions the traits table (core/traits.c) and the generic variant's
+ * table (generic/generic_table.c) point to. Every SIMD kernel has the signature of the generic
+ * one it replaces (ggml's `_generic` convention), and a test compares the two.
+ */
+#ifndef LI_GENERIC_H
+#define LI_GENERIC_H
+
+#include "core/li.h"
+
+extern const li_isa_kernels li_kernels_generic;
+
+/* dequant_generic.c: one row of a type -> f32, bit-identical to the numpy oracle (quant/) */
+void dequantize_row_f32(const void *src, float *y, int64_t n);
+void dequantize_row_f16(const void *src, float *y, int64_t n);
+void dequantize_row_bf16(const void *src, float *y, int64_t n);
+void dequantize_row_q4_0(const void *src, float *y, int64_t n);
+void dequantize_row_q4_1(const void *src, float *y, int64_t n);
+void dequantize_row_q5_0(const void *src, float *y, int64_t n);
+void dequantize_row_q5_1(const void *src, float *y, int64_t n);
+void dequantize_row_q8_0(const void *src, float *y, int64_t n);
+void dequantize_row_q2_K(const void *src, float *y, int64_t n);
+void dequantize_row_q3_K(const void *src, float *y, int64_t n);
+void dequantize_row_q4_K(const void *src, float *y, int64_t n);
+void dequantize_row_q5_K(const void *src, float *y, int64_t n);
+void dequantize_row_q6_K(const void *src, float *y, int64_t n);
+/* the k-quants' packed scales, shared with unpack_generic.c: Q3_K's 16 six-bit scales (minus 32),
+ * and ggml's get_scale_min_k4 for Q4_K / Q5_K */
+void li_q3_K_scales(const uint8_t *s, int8_t out[16]);
+void li_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
+
+/* unpack_generic.c: one weight row -> the integer form dw * (u - o) + mw (li_unpack_fn) */
+void unpack_q4_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q4_1(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q5_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q5_1(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q8_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q2_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q3_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q4_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q5_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q6_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+
+/* quantize_generic.c: activation rows (ggml's reference rounding) */
+void quantize_row_q8_0_generic(const float *x, void *dst, int64_t n);
+void quantize_row_q8_1_generic(const float *x, void *dst, int64_t n);
+void quantize_row_q8_K_generic(const float *x, void *dst, int64_t n);
+void quantize_row_f32_generic(const float *x, void *dst, int64_t n);
+void quantize_row_f16_generic(const float *x, void *dst, int64_t n);
+void quantize_row_bf16_generic(const float *x, void *dst, int64_t n);
+
+/* vec_dot_generic.c: one weight row . one activation row in the weight type's vec_dot_type */
+void vec_dot_q4_0_q8_0_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q4_1_q8_1_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q5_0_q8_0_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q5_1_q8_1_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q8_0_q8_0_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q2_K_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q3_K_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q4_K_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q5_K_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q6_K_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_f32_f32_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_f16_f16_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_bf16_bf16_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+
+/* gemm_generic.c: the GEMM tiles over the panels, LI_GENERIC_Q_NW x LI_GENERIC_Q_NA (integer) and
+ * LI_GENERIC_F_NW x LI_GENERIC_F_NA (float) */
+#define LI_GENERIC_Q_NW 4
+#define LI_GENERIC_Q_NA 4
+#define LI_GENERIC_F_NW 4
+#define LI_GENERIC_F_NA 4
+void li_gemm_q_generic(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min, int offset,
+                       int umax, float *y, int64_t ldy, int nw_valid, int na_valid);
+void li_gemm_f_generic(int64_t kp, const float *w, const float *a, float *y, int64_t ldy, int nw_valid,
+                       int na_valid);
+
+/* core/attention.c: the readable version of li_dot_rows_fn */
+void li_dot_rows_generic(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
+                         int64_t ldb, float *c, int64_t ldc);
+
+#endif /* LI_GENERIC_H */

@@ -1,0 +1,82 @@
+/* x86/avx2.h -- the AVX2 (+FMA, F16C) kernels: everything the avx2 table (x86/avx2_table.c) points
+ * to, by the file that defines it, and the GEMM tile shapes. Each function fills one slot of
+ * li_isa_kernels (core/li.h) and has that slot's signature; the sources include this header, so a
+ * definition that drifts from it does not compile. The avx512 table reuses some of these.
+ */
+#ifndef LI_X86_AVX2_H
+#define LI_X86_AVX2_H
+
+#include "core/li.h"
+
+extern const li_isa_kernels li_kernels_avx2;
+
+/* quants_avx2.c: activation quantizers and the dot products (one row, and LI_DOT_ROWS rows at once) */
+void quantize_row_q8_0_avx2(const float *x, void *dst, int64_t n);
+void quantize_row_q8_1_avx2(const float *x, void *dst, int64_t n);
+void quantize_row_q8_K_avx2(const float *x, void *dst, int64_t n);
+void vec_dot_q4_0_q8_0_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q4_1_q8_1_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q5_0_q8_0_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q5_1_q8_1_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_f16_f16_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_f32_f32_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_q4_0_q8_0_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+void vec_dot_rows_q4_1_q8_1_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+void vec_dot_rows_q5_0_q8_0_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+void vec_dot_rows_q5_1_q8_1_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+void vec_dot_rows_q8_0_q8_0_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+void vec_dot_rows_q4_K_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+void vec_dot_rows_q6_K_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+
+/* pack_avx2.c: weight rows -> the GEMM panel's integer form, and the panel packer */
+void unpack_q4_0_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q4_1_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q5_0_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q8_0_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q4_K_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_q6_K_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void li_panel_pack_w_avx2(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
+                          uint8_t *dst);
+
+/* gemm_avx2.c: the GEMM tiles, LI_AVX2_Q_NW weight rows x LI_AVX2_Q_NA activation rows (integer)
+ * and LI_AVX2_F_NW x LI_AVX2_F_NA (float). 4 x 3: 12 products per step for 7 loads (2 x 2 was 4
+ * for 4), the maddubs no longer waiting on the loads; 4 x 3, 3 x 4 and 3 x 3 measured alike
+ * (within a few %), 2 x 2 about 15 % slower for every type. NA = 3 keeps small batches (m = 6, 9)
+ * unpadded. The tile shape changes no sum. */
+#define LI_AVX2_Q_NW 4
+#define LI_AVX2_Q_NA 3
+#define LI_AVX2_F_NW 4
+#define LI_AVX2_F_NA 2
+void li_gemm_q_avx2(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min, int offset, int umax,
+                    float *y, int64_t ldy, int nw_valid, int na_valid);
+void li_gemm_f_avx2(int64_t kp, const float *w, const float *a, float *y, int64_t ldy, int nw_valid, int na_valid);
+
+/* attn_avx2.c: the attention's row kernels, and f16 rows <-> f32 with F16C */
+void li_dot_rows_avx2(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb, int64_t ldb,
+                      float *c, int64_t ldc);
+void li_dot_rows_f16_avx2(int64_t n, const float *a, int na, int64_t lda, const ggml_half *b, int64_t nb,
+                          int64_t ldb, float *c, int64_t ldc);
+void li_axpy_rows_f16_avx2(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
+                           int64_t ldv, float *out, int64_t ldo);
+void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap);
+void li_round_f16_avx2(const float *x, float *y, int64_t n);
+void li_widen_f16_avx2(const ggml_half *x, float *y, int64_t n);
+void dequantize_row_f16_avx2(const void *x, float *y, int64_t n);
+void quantize_row_f16_avx2(const float *x, void *dst, int64_t n);
+
+/* act_avx2.c: y = e^x for 8 floats at a time, rounded as expf (also the softmax's), and the gating */
+void li_exp_avx2(const float *x, float *y, int64_t n);
+void li_silu_mul_avx2(const float *g, const float *u, float *y, int64_t n);
+void li_geglu_f16_avx2(const float *g, const float *u, float *y, int64_t n, const float *table);
+
+#endif /* LI_X86_AVX2_H */

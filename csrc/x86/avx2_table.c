@@ -1,0 +1,45 @@
+/* avx2_table.c -- the avx2 variant (AVX2 + FMA + F16C): what it overrides of the generic kernels.
+ *
+ * core/dispatch.c picks this table when the CPU has avx2, fma and f16c, and merges it with the
+ * generic one: a slot left out here (a type without an AVX2 dot, say) keeps the generic function.
+ * Every function named here is declared in x86/avx2.h.
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+
+#include "core/li.h"
+#include "x86/avx2.h"
+
+const li_isa_kernels li_kernels_avx2 = {
+    .name = "avx2",
+    .vec_dot = {
+        [LI_TYPE_Q4_0] = vec_dot_q4_0_q8_0_avx2, [LI_TYPE_Q4_1] = vec_dot_q4_1_q8_1_avx2,
+        [LI_TYPE_Q5_0] = vec_dot_q5_0_q8_0_avx2, [LI_TYPE_Q5_1] = vec_dot_q5_1_q8_1_avx2,
+        [LI_TYPE_Q8_0] = vec_dot_q8_0_q8_0_avx2, [LI_TYPE_Q4_K] = vec_dot_q4_K_q8_K_avx2,
+        [LI_TYPE_Q6_K] = vec_dot_q6_K_q8_K_avx2, [LI_TYPE_F16] = vec_dot_f16_f16_avx2,
+        [LI_TYPE_F32] = vec_dot_f32_f32_avx2,
+    },
+    .vec_dot_rows = {
+        [LI_TYPE_Q4_0] = vec_dot_rows_q4_0_q8_0_avx2, [LI_TYPE_Q4_1] = vec_dot_rows_q4_1_q8_1_avx2,
+        [LI_TYPE_Q5_0] = vec_dot_rows_q5_0_q8_0_avx2, [LI_TYPE_Q5_1] = vec_dot_rows_q5_1_q8_1_avx2,
+        [LI_TYPE_Q8_0] = vec_dot_rows_q8_0_q8_0_avx2, [LI_TYPE_Q4_K] = vec_dot_rows_q4_K_q8_K_avx2,
+        [LI_TYPE_Q6_K] = vec_dot_rows_q6_K_q8_K_avx2,
+    },
+    .from_float = {
+        [LI_TYPE_Q8_0] = quantize_row_q8_0_avx2, [LI_TYPE_Q8_1] = quantize_row_q8_1_avx2,
+        [LI_TYPE_Q8_K] = quantize_row_q8_K_avx2, [LI_TYPE_F16] = quantize_row_f16_avx2,
+    },
+    .dequantize = {[LI_TYPE_F16] = dequantize_row_f16_avx2},
+    .unpack = {
+        [LI_TYPE_Q4_0] = unpack_q4_0_avx2, [LI_TYPE_Q4_1] = unpack_q4_1_avx2, [LI_TYPE_Q5_0] = unpack_q5_0_avx2,
+        [LI_TYPE_Q8_0] = unpack_q8_0_avx2, [LI_TYPE_Q4_K] = unpack_q4_K_avx2, [LI_TYPE_Q6_K] = unpack_q6_K_avx2,
+    },
+    .pack_w = li_panel_pack_w_avx2,
+    .gemm_q = li_gemm_q_avx2, .q_nw = LI_AVX2_Q_NW, .q_na = LI_AVX2_Q_NA,
+    .gemm_f = li_gemm_f_avx2, .f_nw = LI_AVX2_F_NW, .f_na = LI_AVX2_F_NA,
+    .dot_rows = li_dot_rows_avx2, .dot_rows_f16 = li_dot_rows_f16_avx2, .axpy_rows_f16 = li_axpy_rows_f16_avx2,
+    .softmax_f16 = li_softmax_f16_avx2, .round_f16 = li_round_f16_avx2,
+    .widen_f16 = li_widen_f16_avx2, .silu_mul = li_silu_mul_avx2,
+    .geglu_f16 = li_geglu_f16_avx2,
+};
+
+#endif /* x86_64 */
