@@ -57,7 +57,7 @@ _ERRORS = {} if _lib is None else {
 
 
 class KernelsUnavailable(RuntimeError):
-    """The C kernels were not built; use the numpy path (localinfer.quant / layers)."""
+    """The C kernels were not built; use the numpy path (localinfer.quant / ops_reference)."""
 
 
 def available() -> bool:

@@ -1,5 +1,5 @@
 """The layer ops on the C core, with exactly the signatures of the numpy reference in
-`layers.py`, so a model swaps one namespace for the other (`model.ops`) and never branches.
+`ops_reference.py`, so a model swaps one namespace for the other (`model.ops`) and never branches.
 
 Arguments are checked here before C sees them (dtypes, shapes, contiguity); anything the C
 op does not cover (an f32 KV cache, say) goes to the reference.
@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import layers
+from . import ops_reference as reference
 from .kernels import _check, _ffi, _lib, available  # noqa: F401  (the same compiled module)
 
-rope_freqs = layers.rope_freqs
+rope_freqs = reference.rope_freqs
 
 
 def _gelu_f16_table() -> np.ndarray:
     """(65536,) float32: the reference GELU at every f16 value, rounded to f16 (ggml's table)."""
     x = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
     with np.errstate(all="ignore"):
-        return layers.gelu_tanh(x).astype(np.float16).astype(np.float32)
+        return reference.gelu_tanh(x).astype(np.float16).astype(np.float32)
 
 
 _GELU_F16 = _gelu_f16_table()
@@ -70,7 +70,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
               kv_dtype=np.float16, sliding_window: int | None = None, softcap: float | None = None,
               key_start: int = 0) -> np.ndarray:
     if k.dtype != np.float16 or v.dtype != np.float16 or kv_dtype != np.float16:
-        return layers.attention(q, k, v, q_positions, scale, kv_dtype, sliding_window, softcap, key_start)
+        return reference.attention(q, k, v, q_positions, scale, kv_dtype, sliding_window, softcap, key_start)
     n, n_head, head_dim = q.shape
     n_kv, n_head_kv, kd = k.shape
     if v.shape != k.shape or kd != head_dim or n_head % n_head_kv:

@@ -20,7 +20,7 @@ from hf_oracle import ARCHS, SENTENCES, hf_logits, make_hf_model  # noqa: E402
 from localinfer.arch import build_model  # noqa: E402
 from localinfer.cli.main import main  # noqa: E402
 from localinfer.gguf_file import GGUFFile  # noqa: E402
-from localinfer.layers import rope_freqs  # noqa: E402
+from localinfer.ops_reference import rope_freqs  # noqa: E402
 from localinfer.quant import convert_hf as convert_module  # noqa: E402
 from localinfer.quant.convert_hf import convert_hf  # noqa: E402
 from localinfer.tokenizer import Tokenizer  # noqa: E402

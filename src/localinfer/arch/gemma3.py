@@ -27,8 +27,8 @@ import numpy as np
 
 from ..gguf_file import GGUFFile
 from ..kv_cache import InterleavedKVCache
-from .. import layers
-from ..layers import rope_freqs
+from .. import ops_reference
+from ..ops_reference import rope_freqs
 from .batch import Batch
 from .blocks import Attention, GatedMLP, attention_block
 from .fused import FusedLayers
@@ -146,9 +146,9 @@ class Gemma3Weights:
 class Gemma3Model:
     """forward(tokens, cache) -> logits; the cache holds everything that depends on the past."""
 
-    def __init__(self, config: Gemma3Config, weights: Gemma3Weights, ops=layers):
+    def __init__(self, config: Gemma3Config, weights: Gemma3Weights, ops=ops_reference):
         self.config, self.weights = config, weights
-        self.ops = ops  # layers (numpy reference) or localinfer.ops (C): the same functions
+        self.ops = ops  # ops_reference (numpy) or ops (C): the same functions
         self.fuse, self._fused = True, None
         c = config
         # linear rope scaling multiplies positions by rope_scale, i.e. the frequencies

@@ -20,8 +20,8 @@ import numpy as np
 
 from ..gguf_file import GGUFFile, GGUFError
 from ..kv_cache import KVCache
-from .. import layers
-from ..layers import rope_freqs
+from .. import ops_reference
+from ..ops_reference import rope_freqs
 from .batch import Batch
 from .blocks import Attention, GatedMLP, attention_block
 from .fused import FusedLayers
@@ -116,9 +116,9 @@ class LlamaModel:
     scale_q = False  # queries are scaled by 1/sqrt(head_dim) before the attention, not the scores (phi3)
     rope_scaling_types = ("none", "linear")  # rope.scaling.type values this architecture runs
 
-    def __init__(self, config: LlamaConfig, weights: LlamaWeights, ops=layers):
+    def __init__(self, config: LlamaConfig, weights: LlamaWeights, ops=ops_reference):
         self.config, self.weights = config, weights
-        self.ops = ops  # layers (numpy reference) or localinfer.ops (C): the same functions
+        self.ops = ops  # ops_reference (numpy) or ops (C): the same functions
         self.fuse, self._fused = True, None
         c, w = config, weights
 

@@ -69,8 +69,8 @@ class WeightLoader:
             from .. import ops
             self.ops = ops  # the layer ops in C, same signatures as the reference
         else:
-            from .. import layers
-            self.ops = layers
+            from .. import ops_reference
+            self.ops = ops_reference
 
     def _info(self, name: str, shape: tuple[int, ...]):
         info = self.f.tensors.get(name)

@@ -1,4 +1,4 @@
-"""Readable numpy reference versions of the transformer building blocks.
+"""The numpy reference of the layer ops (`ops.py` is the same functions on the C core).
 
 Every function works on float32 arrays of shape (n_tokens, ...). These are the oracle for the
 fast kernels of the C core: clarity over speed, but no per-element Python loops.
