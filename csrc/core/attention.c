@@ -43,37 +43,6 @@ typedef struct {
     atomic_int error;
 } attn_job;
 
-static inline float round_f16(float x) { return li_fp16_to_fp32(li_fp32_to_fp16(x)); }
-
-/* the readable row steps (li_softmax_f16_fn etc. in li.h) */
-static void softmax_f16_generic(float *p, int64_t n, float scale, float softcap) {
-    float max = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
-        float x = p[j] * scale;
-        if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
-        p[j] = x;
-        if (x > max) max = x;
-    }
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        p[j] = expf(p[j] - max);
-        sum += p[j];
-    }
-    const float inv = 1.0f / (float)sum;
-    for (int64_t j = 0; j < n; j++) p[j] = round_f16(p[j] * inv);
-}
-
-static void round_f16_generic(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = round_f16(x[i]);
-}
-
-static void widen_f16_generic(const ggml_half *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = li_fp16_to_fp32(x[i]);
-}
-static void dot_rows_f16_generic(int64_t n, const float *a, int na, int64_t lda, const ggml_half *b, int64_t nb,
-                                 int64_t ldb, float *c, int64_t ldc);
-static void axpy_rows_f16_generic(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
-                                  int64_t ldv, float *out, int64_t ldo);
 static int64_t up16(int64_t n) { return (n + 15) / 16 * 16; }
 
 /* widen keys [lo, hi) of every KV head (K only if kf, V only if vt); thread ith of nth takes its share */
@@ -156,11 +125,11 @@ int li_attention_f16(const float *q, const void *k, const void *v, float *out, i
     a.scale = scale, a.softcap = softcap;
     const li_isa_kernels *kern = li_active_kernels();
     a.dot = kern->dot_rows ? kern->dot_rows : li_dot_rows_generic;
-    a.dot_f16 = kern->dot_rows_f16 ? kern->dot_rows_f16 : dot_rows_f16_generic;
-    a.axpy_f16 = kern->axpy_rows_f16 ? kern->axpy_rows_f16 : axpy_rows_f16_generic;
-    a.softmax = kern->softmax_f16 ? kern->softmax_f16 : softmax_f16_generic;
-    a.round = kern->round_f16 ? kern->round_f16 : round_f16_generic;
-    a.widen = kern->widen_f16 ? kern->widen_f16 : widen_f16_generic;
+    a.dot_f16 = kern->dot_rows_f16 ? kern->dot_rows_f16 : li_dot_rows_f16_generic;
+    a.axpy_f16 = kern->axpy_rows_f16 ? kern->axpy_rows_f16 : li_axpy_rows_f16_generic;
+    a.softmax = kern->softmax_f16 ? kern->softmax_f16 : li_softmax_f16_generic;
+    a.round = kern->round_f16 ? kern->round_f16 : li_round_f16_generic;
+    a.widen = kern->widen_f16 ? kern->widen_f16 : li_widen_f16_generic;
     const int in_place = head_dim % 16 == 0;
     const int widen_k = !in_place, widen_v = !in_place || n_q >= LI_ATTN_BATCH;
     const size_t k_floats = widen_k ? (size_t)n_kv * (size_t)a.dp : 0;
@@ -176,48 +145,4 @@ int li_attention_f16(const float *q, const void *k, const void *v, float *out, i
     const double macs = 2.0 * (double)n_q * (double)n_head * (double)n_kv * (double)head_dim;
     li_pool_run(task_attend, &a, macs >= LI_ATTN_PARALLEL_MIN ? (int)(n_q * n_head_kv) : 1);
     return atomic_load(&a.error) ? LI_ENOMEM : LI_OK;   /* a task's scratch (the only error a task sets) */
-}
-
-/* The readable version of li_dot_rows_fn: 16 lanes in a plain array, the same tree. */
-void li_dot_rows_generic(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
-                         int64_t ldb, float *c, int64_t ldc) {
-    for (int i = 0; i < na; i++) {
-        for (int64_t j = 0; j < nb; j++) {
-            float acc[16] = {0};
-            const float *ar = a + i * lda, *br = b + j * ldb;
-            for (int64_t l = 0; l < n; l += 16)
-                for (int e = 0; e < 16; e++) acc[e] += ar[l + e] * br[l + e];
-            for (int w = 8; w >= 1; w /= 2)
-                for (int e = 0; e < w; e++) acc[e] += acc[e + w];
-            c[i * ldc + j] = acc[0];
-        }
-    }
-}
-
-static void dot_rows_f16_generic(int64_t n, const float *a, int na, int64_t lda, const ggml_half *b, int64_t nb,
-                                 int64_t ldb, float *c, int64_t ldc) {
-    for (int i = 0; i < na; i++) {
-        for (int64_t j = 0; j < nb; j++) {
-            float acc[16] = {0};
-            const float *ar = a + i * lda;
-            const ggml_half *br = b + j * ldb;
-            for (int64_t l = 0; l < n; l += 16)
-                for (int e = 0; e < 16; e++) acc[e] += ar[l + e] * li_fp16_to_fp32(br[l + e]);
-            for (int w = 8; w >= 1; w /= 2)
-                for (int e = 0; e < w; e++) acc[e] += acc[e + w];
-            c[i * ldc + j] = acc[0];
-        }
-    }
-}
-
-static void axpy_rows_f16_generic(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
-                                  int64_t ldv, float *out, int64_t ldo) {
-    for (int i = 0; i < na; i++) {
-        float *o = out + i * ldo;
-        for (int64_t e = 0; e < n; e++) o[e] = 0.0f;
-        for (int64_t j = 0; j < nv; j++) {
-            const float w = p[i * ldp + j];
-            for (int64_t e = 0; e < n; e++) o[e] += w * li_fp16_to_fp32(v[j * ldv + e]);
-        }
-    }
 }

@@ -125,7 +125,8 @@ typedef void (*li_dot_rows_f16_fn)(int64_t n, const float *a, int na, int64_t ld
  * of 16): P.V for a few queries straight from the f16 cache, keys one after another. */
 typedef void (*li_axpy_rows_f16_fn)(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
                                     int64_t ldv, float *out, int64_t ldo);
-/* The attention's row steps (attention.c), in place on n floats:
+/* The attention's row steps (attention.c; the readable versions in generic/attention_generic.c), in
+ * place on n floats:
  * softmax: p = f16(softmax(cap(p * scale))) with cap(x) = tanh(x / softcap) * softcap when softcap > 0,
  *   the exponentials summed in double (ggml_vec_soft_max_f32);
  * round_f16: y = f16(x) widened back; widen_f16: y = x (f16 -> f32, exact). */
@@ -164,14 +165,15 @@ typedef struct {
                    uint8_t *dst);   /* NULL: li_panel_pack_w */
     li_gemm_q_fn gemm_q; int q_nw, q_na;
     li_gemm_f_fn gemm_f; int f_nw, f_na;
-    li_dot_rows_fn dot_rows;        /* attention; NULL: the _generic ones in attention.c */
+    li_dot_rows_fn dot_rows;        /* attention; NULL: generic/attention_generic.c */
     li_dot_rows_f16_fn dot_rows_f16;
     li_axpy_rows_f16_fn axpy_rows_f16;
     li_softmax_f16_fn softmax_f16;
     li_round_f16_fn round_f16;
     li_widen_f16_fn widen_f16;
+    /* the gating of ops.c's li_glu; NULL: generic/act_generic.c */
     void (*silu_mul)(const float *g, const float *u, float *y, int64_t n);   /* y = g / (1 + e^-g) * u */
-    void (*geglu_f16)(const float *g, const float *u, float *y, int64_t n, const float *table);   /* ops.c */
+    void (*geglu_f16)(const float *g, const float *u, float *y, int64_t n, const float *table);
 } li_isa_kernels;
 
 #define LI_MAX_NW 8

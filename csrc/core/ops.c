@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "core/li.h"
+#include "generic/generic.h"
 
 /* Row-wise ops split over the pool when a call has this many elements (a prefill; a decode
  * step's few hundred floats stay on the calling thread). Rows are independent, so the split
@@ -87,22 +88,6 @@ int li_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n
     return atomic_load(&j.failed) ? LI_ENOMEM : LI_OK;   /* a task's cos/sin scratch */
 }
 
-static void silu_mul_generic(const float *g, const float *u, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-
-/* y = gelu(g) * u the way ggml_geglu computes it on the CPU (GGML_GELU_FP16): gelu read from a
- * table indexed by the f16 bits of g and holding f16 results; g itself above 10, 0 below -10.
- * `table` (65536 floats) is built by the caller from the numpy reference (ops.py), so this is
- * bit for bit layers.geglu. */
-static void geglu_f16(const float *g, const float *u, float *y, int64_t n, const float *table) {
-    for (int64_t i = 0; i < n; i++) {
-        const float x = g[i];
-        const float act = x >= 10.0f ? x : x <= -10.0f ? 0.0f : table[li_fp32_to_fp16(x)];
-        y[i] = act * u[i];
-    }
-}
-
 typedef struct {
     const float *g, *u, *table;
     float *y;
@@ -131,13 +116,13 @@ static void task_glu(void *ctx, int ith, int nth) {
 
 /* y (n_rows, n_cols) = act(g) * u, for gate and up rows `ldg` / `ldu` floats apart (the two
  * halves of one fused gate|up matmul are read in place); act = GELU from `table` (see
- * geglu_f16) or SiLU when table is NULL. Split over the pool's threads when it pays. */
+ * li_geglu_f16_generic) or SiLU when table is NULL. Split over the pool's threads when it pays. */
 int li_glu(const float *g, int64_t ldg, const float *u, int64_t ldu, float *y, int64_t n_rows, int64_t n_cols,
            const float *table) {
     if (n_rows < 0 || n_cols < 0 || ldg < n_cols || ldu < n_cols) return LI_EINVAL;
     const li_isa_kernels *kern = li_active_kernels();
-    glu_job j = {g, u, table, y, ldg, ldu, n_rows, n_cols, kern->silu_mul ? kern->silu_mul : silu_mul_generic,
-                 kern->geglu_f16 ? kern->geglu_f16 : geglu_f16};
+    glu_job j = {g, u, table, y, ldg, ldu, n_rows, n_cols, kern->silu_mul ? kern->silu_mul : li_silu_mul_generic,
+                 kern->geglu_f16 ? kern->geglu_f16 : li_geglu_f16_generic};
     li_pool_run(task_glu, &j, n_rows * n_cols >= 16384 ? 2 : 1);
     return LI_OK;
 }

@@ -75,8 +75,19 @@ void li_gemm_q_generic(const li_panel_plan *p, const uint8_t *w, const uint8_t *
 void li_gemm_f_generic(int64_t kp, const float *w, const float *a, float *y, int64_t ldy, int nw_valid,
                        int na_valid);
 
-/* core/attention.c: the readable version of li_dot_rows_fn */
+/* attention_generic.c: the attention's row kernels (core/attention.c) */
 void li_dot_rows_generic(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
                          int64_t ldb, float *c, int64_t ldc);
+void li_dot_rows_f16_generic(int64_t n, const float *a, int na, int64_t lda, const ggml_half *b, int64_t nb,
+                             int64_t ldb, float *c, int64_t ldc);
+void li_axpy_rows_f16_generic(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
+                              int64_t ldv, float *out, int64_t ldo);
+void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap);
+void li_round_f16_generic(const float *x, float *y, int64_t n);
+void li_widen_f16_generic(const ggml_half *x, float *y, int64_t n);
+
+/* act_generic.c: the gated activations (core/ops.c) */
+void li_silu_mul_generic(const float *g, const float *u, float *y, int64_t n);
+void li_geglu_f16_generic(const float *g, const float *u, float *y, int64_t n, const float *table);
 
 #endif /* LI_GENERIC_H */

@@ -1,8 +1,9 @@
 /* generic_table.c -- the generic variant: the portable GEMM tiles and nothing else.
  *
- * Every per-type function of this variant comes from the traits table (core/traits.c); every other
- * slot left NULL here is the readable version beside its op (core/attention.c, core/ops.c). SIMD
- * tables (x86/, arm/) override what they accelerate; core/dispatch.c merges them with this one.
+ * Every per-type function of this variant comes from the traits table (core/traits.c); for a slot
+ * left NULL here or in a SIMD table, the op takes the readable version itself (core/attention.c and
+ * core/ops.c fall back to attention_generic.c and act_generic.c). SIMD tables (x86/, arm/) override
+ * what they accelerate; core/dispatch.c merges their per-type functions with the traits.
  */
 #include "core/li.h"
 #include "generic/generic.h"
