@@ -82,7 +82,7 @@ void vec_dot_q8_0_q8_0_neon(int64_t n, float *s, const void *vw, const void *va,
     *s = vaddvq_f32(vaddq_f32(acc0, acc1));
 }
 
-/* --- GEMM tile over the panels of panel.c: 4-lane quarters of each super-group --------- */
+/* --- GEMM tile over the panels of core/panel.c: 4-lane quarters of each super-group --------- */
 
 #define NW LI_NEON_Q_NW   /* the tile shape (arm/neon.h) */
 #define NA LI_NEON_Q_NA

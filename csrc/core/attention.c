@@ -13,7 +13,7 @@
  * vec_dot_f16). Work unit: one token and one KV head, i.e. the `group` query heads that share K/V
  * and the same visible keys; units are dealt round-robin to the pool's threads, which balances the
  * causal triangle. Only the visible keys of a unit are scored.
- * The numpy oracle is layers.attention (tests/test_ops.py).
+ * The numpy oracle is ops_reference.attention (tests/kernels/test_ops.py).
  */
 #include <math.h>
 #include <stdatomic.h>

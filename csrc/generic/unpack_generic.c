@@ -3,7 +3,7 @@
  * Every quant type is an unsigned integer u (0..umax) per element with one float
  * scale dw (and, for the "_1" and k-quant types, one float min mw) per group of
  * G elements, and a type-wide integer offset o. That one form feeds both the
- * generic dot products (vec_dot_generic.c) and the GEMM panels (panel.c), so a
+ * generic dot products (vec_dot_generic.c) and the GEMM panels (core/panel.c), so a
  * SIMD microkernel needs no per-type code. The scales are computed exactly as the
  * dequantizers compute them (dl = d * sc in f32), so dw * (u - o) + mw
  * reproduces dequantize_row_<type> value for value.

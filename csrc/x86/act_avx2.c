@@ -76,7 +76,7 @@ void li_silu_mul_avx2(const float *g, const float *u, float *y, int64_t n) {
     }
 }
 
-/* y = gelu(g) * u from ggml's f16 table (see ops.c): the index is g rounded to f16 by F16C,
+/* y = gelu(g) * u from ggml's f16 table (see generic/act_generic.c): the index is g rounded to f16 by F16C,
  * the same round-to-nearest-even as the portable conversion, so the same entries */
 void li_geglu_f16_avx2(const float *g, const float *u, float *y, int64_t n, const float *table) {
     const __m256 hi = _mm256_set1_ps(10.0f), lo = _mm256_set1_ps(-10.0f);

@@ -1,11 +1,11 @@
 /* pack_avx2.c -- AVX2 weight unpacking for the GEMM panels (used by the avx2 and avx512 tables).
  *
  * The GEMM reads every weight row once per call, so for a few tokens (m = 4..64) the
- * unpack -- quants to bytes, fp16 scales to f32, and the interleave of panel.c --
+ * unpack -- quants to bytes, fp16 scales to f32, and the interleave of core/panel.c --
  * costs as much as the multiply. Here: the hot types' unpack_<type> with F16C and
  * 32-byte nibble splits, and the interleave of full 16-group super-groups of G = 32
  * as two 8x8 dword transposes (the tails and G = 16 take the generic code).
- * Results are identical to unpack_generic.c / panel.c (tests compare the matmuls).
+ * Results are identical to generic/unpack_generic.c / core/panel.c (tests compare the matmuls).
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)

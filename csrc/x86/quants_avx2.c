@@ -1,7 +1,7 @@
 /* quants_avx2.c -- AVX2 (+FMA, F16C) activation quantizers and dot products.
  *
  * Compiled with baseline flags like every file; the target pragma enables AVX2
- * for the functions here only, and dispatch.c calls them only on CPUs that have
+ * for the functions here only, and core/dispatch.c calls them only on CPUs that have
  * it. Same signatures and results as the _generic versions: the quantizers are
  * bit-identical (same f32 operations, roundf done as trunc + carry), the dot
  * products equal up to float summation order (integer parts are exact).

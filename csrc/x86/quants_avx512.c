@@ -2,7 +2,7 @@
  *
  * _mm512_dpbusd_epi32 multiplies unsigned by signed bytes and adds groups of four
  * straight into int32 lanes: no s16 saturation, no widening step. Every weight
- * type is read as unsigned u with an offset (see unpack_generic.c), so a block's
+ * type is read as unsigned u with an offset (see generic/unpack_generic.c), so a block's
  * integer dot is dpbusd(u, q) - o * sum(q), exact. The 32-element types go two
  * blocks per 512-bit register, the k-quants 64 elements of a super-block at a time.
  * The activation quantizers are the AVX2 ones (quants_avx2.c), which run here too.
