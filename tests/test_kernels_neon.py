@@ -7,6 +7,7 @@ machine the ordinary tests (tests/test_kernels.py) run the neon variant natively
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 CSRC = Path(__file__).resolve().parents[1] / "csrc"
 CC = shutil.which("aarch64-linux-gnu-gcc")
 QEMU = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
+# the binary's own dispatch is under test: a LOCALINFER_ISA set for the host's kernels must not reach it
+ENV = {k: v for k, v in os.environ.items() if k != "LOCALINFER_ISA"}
 
 pytestmark = pytest.mark.skipif(not (CC and QEMU), reason="no aarch64 cross compiler or qemu-user")
 
@@ -34,13 +37,14 @@ def neon_binary(tmp_path_factory) -> Path:
 
 
 def test_neon_matches_generic(neon_binary):
-    r = subprocess.run([QEMU, str(neon_binary)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([QEMU, str(neon_binary)], capture_output=True, text=True, timeout=300, env=ENV)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "isa at start: neon" in r.stdout  # qemu's default CPU has dotprod: dispatch picks neon
     assert "all ok" in r.stdout
 
 
 def test_without_dotprod_dispatch_falls_back_to_generic(neon_binary):
-    r = subprocess.run([QEMU, "-cpu", "cortex-a53", str(neon_binary)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([QEMU, "-cpu", "cortex-a53", str(neon_binary)], capture_output=True, text=True, timeout=300,
+                       env=ENV)
     assert "isa at start: generic" in r.stdout
     assert "neon supported: 0" in r.stdout
