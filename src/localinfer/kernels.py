@@ -344,7 +344,7 @@ def quantize_activations(x: np.ndarray, act_type) -> np.ndarray:
 
 def memory_bandwidth(n_bytes: int, reps: int = 5, copy: bool = True) -> dict:
     """Best-of-`reps` bandwidth of the kernels' thread pool (get_threads() threads) streaming a
-    buffer of `n_bytes` (csrc/membw.c): {"read_bps", "copy_bps" (read + write bytes; None without
+    buffer of `n_bytes` (csrc/core/membw.c): {"read_bps", "copy_bps" (read + write bytes; None without
     `copy`)}. Give more than the last-level cache, or the figure is the cache's; `copy` allocates
     the buffer twice."""
     lib = _need_lib()

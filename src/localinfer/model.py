@@ -226,7 +226,7 @@ class Model:
         kv_cache: the KV caches of live contexts and of the engine's slots (a slot gets its
         cache when it first runs a request; pages become resident as positions are written);
         prefix_cache: K/V blocks the engine keeps to reuse prompt prefixes (at most 64 MiB);
-        scratch: None -- the C kernels' per-thread buffers (csrc/scratch.c) and numpy's
+        scratch: None -- the C kernels' per-thread buffers (csrc/core/scratch.c) and numpy's
         activations are not counted (they follow the largest batch run, not the model)."""
         self._check_open()
         mapped = sum(t.nbytes for name, t in self.gguf.tensors.items() if name not in self.gguf.released)

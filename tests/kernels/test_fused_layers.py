@@ -1,4 +1,4 @@
-"""The llama family's layers in one C call (arch/fused.py, csrc/layers.c) against the Python loop
+"""The llama family's layers in one C call (arch/fused.py, csrc/core/decoder_layers.c) against the Python loop
 over the same C ops: the same logits and the same KV cache, bit for bit, on the real SmolLM2.
 (test_hf_oracle.py does the same for qwen2, qwen3, phi3, mistral and llama3 layouts.)"""
 from __future__ import annotations

@@ -32,7 +32,7 @@ from .request import Cancelled, Request
 
 
 # The C kernels take another summation order for a few rows than for many: the matmul below
-# csrc/matmul.c LI_GEMM_MIN_M (6) rows is a GEMV, and attention below csrc/attention.c
+# csrc/core/matmul.c LI_GEMM_MIN_M (6) rows is a GEMV, and attention below csrc/core/attention.c
 # LI_ATTN_BATCH (16) queries sums P.V key after key. From this many rows on, each row's result is
 # independent of the others. So a prompt whose prefix comes from the cache still computes at least
 # this many rows, and a chunked prefill never leaves fewer for last: a request's logits are then
