@@ -363,8 +363,10 @@ static inline __attribute__((always_inline)) void q6_K_rows_nr(int64_t n, float 
                 const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
                 const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
                 const __m256i hb = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
-                /* scales 8h..8h+7 as int16 in both halves; quarter k takes 8h+2k (low half), 8h+2k+1 (high) */
-                const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8 * h)));
+                /* scales 8h..8h+7 as int16 in both halves; quarter k takes 8h+2k (low half), 8h+2k+1 (high).
+                 * The byte shift must be an immediate at any -O (the ASan build is -O1): 0 or 8, not 8 * h. */
+                const __m128i sc8h = h ? _mm_srli_si128(sc8, 8) : sc8;
+                const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8h));
                 __m256i u[4];   /* quarter k: low bits from l(k%2), high bits 2k..2k+1 of hb, to bits 4..5 */
                 u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
                 u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
