@@ -28,6 +28,11 @@ from .common import int_list
 @click.option("-o", "--output", type=click.Choice(["table", "json", "md"]), default="table", show_default=True)
 @click.option("--compare-llama-bench", "llama_bench", type=click.Path(exists=True, dir_okay=False),
               help="Path to llama.cpp's llama-bench: run it with the same parameters in the same run.")
+@click.option("--startup", is_flag=True,
+              help="Also time whole processes from start to the first token (`run --raw -n 1`), with a warm "
+                   "page cache and, as root, a cold one.")
+@click.option("--compare-llama-completion", "llama_completion", type=click.Path(exists=True, dir_okay=False),
+              help="With --startup: llama.cpp's llama-completion, timed alternately with ours.")
 @click.option("--llama-bench-args", default="", help="Extra arguments for llama-bench (quoted).")
 @click.option("--backend", type=click.Choice(["auto", "c", "reference"]), default="auto", show_default=True,
               help="localinfer's backend: the C kernels or the numpy reference.")
@@ -35,20 +40,23 @@ from .common import int_list
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a tokens/s vs threads plot (PNG).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the report into this markdown file (e.g. BENCHMARKS.md), replacing only its own section.")
-def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama_bench, llama_bench_args, backend,
-          membw, plot_path, report_path):
+def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama_bench, startup, llama_completion,
+          llama_bench_args, backend, membw, plot_path, report_path):
     """Measure prompt processing (ppN) and generation (tgN) tokens/s for MODELS (catalog names or paths).
 
     --synthetic llama-8b:Q4_0,Q4_K_M benches random-weight files of Llama-3.1-8B's shape: real matrix
     shapes, llama.cpp's metadata and a real tokenizer (llama-bench loads them too), noise for text."""
     from localinfer.measure.bench_report import markdown, membw_line, plot, report, table, to_json
     from localinfer.measure.bench_suite import Suite, memory_bandwidth, run_suite
+    from localinfer.measure.startup import measure_startup, startup_table
     from localinfer.fetch import resolve_model
 
     from .progress import ByteProgress
 
     if not models and not synthetic and not membw:
         raise click.UsageError("give at least one model, or --synthetic, or --membw")
+    if llama_completion and not startup:
+        raise click.UsageError("--compare-llama-completion needs --startup")
     if any(t < 1 for t in threads):
         raise click.BadParameter("thread counts must be >= 1", param_hint="-t")
 
@@ -73,12 +81,21 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
             raise click.ClickException(str(e))
         log(f"error: {e}; reporting the results so far")
         suite.interrupted = True
+    if startup and not suite.interrupted:
+        log("timing whole processes to the first token ...")
+        try:
+            for path in paths:
+                suite.startup += measure_startup(path, max(threads), reps, llama_completion, log)
+        except RuntimeError as e:
+            log(f"error: {e}; reporting the results so far")
+        except KeyboardInterrupt:
+            suite.interrupted = True
     if output == "json":
         click.echo(to_json(suite, bw))
     elif output == "md":
-        click.echo(markdown(suite.rows))
+        click.echo(markdown(suite.rows) + (f"\n\n{startup_table(suite.startup)}" if suite.startup else ""))
     elif suite.rows:
-        click.echo(table(suite.rows))
+        click.echo(table(suite.rows) + (f"\n\n{startup_table(suite.startup)}" if suite.startup else ""))
     if plot_path and suite.rows:
         plot(suite.rows, plot_path)
         log(f"plot written to {plot_path}")
@@ -86,6 +103,8 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
         command = "localinfer " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         if llama_bench:  # where the user keeps llama.cpp is theirs, not the report's
             command = command.replace(shlex.quote(llama_bench), "$LLAMA_BENCH")
+        if llama_completion:
+            command = command.replace(shlex.quote(llama_completion), "$LLAMA_COMPLETION")
         rel_plot = os.path.relpath(plot_path, os.path.dirname(os.path.abspath(report_path))) if plot_path else None
         from localinfer.measure.report_sections import write_section
         write_section(report_path, "bench", report(suite, bw, command, rel_plot), first=True)  # other sections stay

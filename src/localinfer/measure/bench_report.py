@@ -5,6 +5,7 @@ import json
 import time
 
 from .bench_suite import Suite, machine, ratios
+from .startup import startup_table
 
 
 def _ts(r: dict) -> str:
@@ -74,7 +75,7 @@ def extras_table(rows: list[dict], markdown: bool) -> str:
 
 def to_json(s: Suite, membw: dict | None) -> str:
     return json.dumps({"machine": machine(), "interrupted": s.interrupted, "rows": s.rows,
-                       "ratios": ratios(s.rows), "memory_bandwidth": membw}, indent=2)
+                       "ratios": ratios(s.rows), "memory_bandwidth": membw, "startup": s.startup}, indent=2)
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -142,6 +143,10 @@ def report(s: Suite, membw: dict | None, command: str, plot_path: str | None) ->
     if s.interrupted:
         lines += ["**This run was interrupted; the tables hold the tests that finished.**", ""]
     lines += ["## Results", "", markdown(s.rows), ""]
+    if s.startup:
+        lines += ["Start to first token, whole process (`localinfer run MODEL --raw -p Hi -n 1` against",
+                  "`llama-completion -m MODEL -p Hi -n 1 -no-cnv`, alternating; medians; cold = page cache dropped):",
+                  "", startup_table(s.startup), ""]
     if plot_path:
         lines += [f"![tokens/s vs threads]({plot_path})", ""]
     return "\n".join(lines)

@@ -26,6 +26,7 @@ class Suite:
     backend: str = "auto"  # localinfer's: "c", "reference" (the numpy oracle) or "auto"
     depths: list[int] = field(default_factory=lambda: [0])  # tokens in the context before each test (-d)
     rows: list[dict] = field(default_factory=list)  # filled as results arrive
+    startup: list[dict] = field(default_factory=list)  # whole processes to the first token (startup.py)
     interrupted: bool = False
 
 

@@ -1,0 +1,89 @@
+"""Cold start: a whole process from exec to its first generated token.
+
+Ours is `localinfer run MODEL --raw -p Hi -n 1` (Python start, imports, GGUF parse, tokenizer, weights,
+one prefill and one sampled token); llama.cpp's is `llama-completion -m MODEL -p Hi -n 1 -no-cnv`
+with its defaults (warm-up included, as its users run it). The two alternate in one run, each
+repetition after one untimed start of each, with the file in the page cache ("warm") and, where this
+process may drop the page cache (root on Linux), read from disk ("cold")."""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+
+def can_drop_page_cache() -> bool:
+    return sys.platform.startswith("linux") and os.geteuid() == 0 and os.access(DROP_CACHES, os.W_OK)
+
+
+def drop_page_cache() -> None:
+    """Every clean cached page of every file goes (root only): the next read comes from disk."""
+    os.sync()
+    with open(DROP_CACHES, "w") as f:
+        f.write("3\n")
+
+
+def localinfer_command(path: str, n_threads: int) -> list[str]:
+    exe = shutil.which("localinfer", path=os.path.dirname(sys.executable))
+    head = [exe] if exe else [sys.executable, "-m", "localinfer.cli.main"]
+    return head + ["run", path, "--raw", "-p", "Hi", "-n", "1", "--temp", "0", "-t", str(n_threads)]
+
+
+def llama_completion_command(binary: str, path: str, n_threads: int) -> list[str]:
+    return [binary, "-m", path, "-p", "Hi", "-n", "1", "--temp", "0", "-t", str(n_threads), "-no-cnv"]
+
+
+def time_command(cmd: list[str], cold: bool) -> float:
+    """Seconds from exec to exit; raises RuntimeError naming the command if it fails."""
+    if cold:
+        drop_page_cache()
+    t0 = time.perf_counter()
+    result = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seconds = time.perf_counter() - t0
+    if result.returncode != 0:
+        tail = result.stderr.decode("utf-8", "replace").strip()[-800:]
+        raise RuntimeError(f"{os.path.basename(cmd[0])} failed (exit {result.returncode}): {tail}")
+    return seconds
+
+
+def measure_startup(path: str, n_threads: int, reps: int, llama_completion: str | None = None,
+                    log: Callable[[str], None] = lambda msg: None) -> list[dict]:
+    """One row per page-cache state: median seconds of ours and (if given) llama-completion's."""
+    ours = localinfer_command(path, n_threads)
+    theirs = llama_completion_command(llama_completion, path, n_threads) if llama_completion else None
+    rows = []
+    for cache in ("warm", "cold") if can_drop_page_cache() else ("warm",):
+        time_command(ours, False)  # untimed: imports compiled, file in the page cache
+        if theirs:
+            time_command(theirs, False)
+        a, b = [], []
+        for i in range(reps):
+            a.append(time_command(ours, cache == "cold"))
+            if theirs:
+                b.append(time_command(theirs, cache == "cold"))
+            log(f"  start to first token ({cache} page cache) rep {i + 1}/{reps}: localinfer {a[-1]:.3f} s"
+                + (f", llama-completion {b[-1]:.3f} s" if b else ""))
+        row = {"model": os.path.basename(path), "n_threads": n_threads, "page_cache": cache,
+               "localinfer_s": statistics.median(a), "localinfer_samples_s": a}
+        if b:
+            row.update(llama_cpp_s=statistics.median(b), llama_cpp_samples_s=b,
+                       ratio=statistics.median(a) / statistics.median(b))
+        rows.append(row)
+    return rows
+
+
+def startup_table(rows: list[dict]) -> str:
+    """Markdown: the medians and llama.cpp's time over ours (> 1: we start faster)."""
+    out = ["| model | threads | page cache | localinfer s | llama-completion s | speed vs llama.cpp |",
+           "|---|---:|---|---:|---:|---:|"]
+    for r in rows:
+        theirs = f"{r['llama_cpp_s']:.3f}" if "llama_cpp_s" in r else "-"
+        ratio = f"**{1 / r['ratio']:.2f}**" if "ratio" in r else "-"
+        out.append(f"| {r['model']} | {r['n_threads']} | {r['page_cache']} | {r['localinfer_s']:.3f} | {theirs} | {ratio} |")
+    return "\n".join(out)

@@ -1,0 +1,65 @@
+"""Start-to-first-token timing of whole processes (`localinfer bench --startup`)."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from localinfer.measure import startup
+from localinfer.measure.startup import localinfer_command, measure_startup, startup_table
+
+
+def fake_llama_completion(tmp_path, body: str) -> str:
+    """A stand-in for llama-completion that records its arguments."""
+    path = tmp_path / "llama-completion"
+    path.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/args\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.fixture
+def warm_only(monkeypatch):
+    """Dropping the page cache would slow everything else on the machine: warm runs only."""
+    monkeypatch.setattr(startup, "can_drop_page_cache", lambda: False)
+
+
+def test_our_process_really_generates_a_token(smollm2_path):
+    import subprocess
+
+    out = subprocess.run(localinfer_command(str(smollm2_path), 1), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip(), "one generated token is printed"
+
+
+def test_rows_alternate_and_compare(smollm2_path, tmp_path, warm_only):
+    binary = fake_llama_completion(tmp_path, "exit 0")
+    lines = []
+    rows = measure_startup(str(smollm2_path), 2, 2, binary, lines.append)
+    (row,) = rows
+    assert row["page_cache"] == "warm" and row["n_threads"] == 2
+    assert len(row["localinfer_samples_s"]) == len(row["llama_cpp_samples_s"]) == 2
+    assert row["localinfer_s"] > row["llama_cpp_s"] > 0  # a real model load against `exit 0`
+    assert row["ratio"] == pytest.approx(row["localinfer_s"] / row["llama_cpp_s"])
+    args = (tmp_path / "args").read_text().splitlines()
+    assert len(args) == 3  # one untimed start, then one per repetition
+    assert args[0].split() == ["-m", str(smollm2_path), "-p", "Hi", "-n", "1", "--temp", "0", "-t", "2", "-no-cnv"]
+    assert len(lines) == 2
+    table = startup_table(rows)
+    assert os.path.basename(str(smollm2_path)) in table and "| warm |" in table
+
+
+def test_a_failing_reference_is_named(smollm2_path, tmp_path, warm_only):
+    binary = fake_llama_completion(tmp_path, "echo 'no such model' >&2; exit 3")
+    with pytest.raises(RuntimeError, match=r"llama-completion failed \(exit 3\): no such model"):
+        measure_startup(str(smollm2_path), 1, 1, binary)
+
+
+def test_cli_needs_startup_for_the_reference(tmp_path):
+    from click.testing import CliRunner
+
+    from localinfer.cli.main import main
+
+    binary = fake_llama_completion(tmp_path, "exit 0")
+    result = CliRunner().invoke(main, ["bench", "smollm2", "--compare-llama-completion", binary])
+    assert result.exit_code == 2 and "--compare-llama-completion needs --startup" in result.output
