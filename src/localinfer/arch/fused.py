@@ -1,20 +1,34 @@
-"""The decoder layers of the llama family and gemma3 in one C call (csrc/layers.c), for the C backend.
+"""The decoder layers of the llama family and gemma3 in one C call (csrc/core/decoder_layers.c), for the C backend.
 
-The architectures' Python loops (LlamaModel / Gemma3Model.forward_batch) are the readable
+The architectures' Python loops (LlamaModel / Gemma3Model.layers) are the readable
 version; for a batch whose caches are all f16 (plain, or gemma3's full + sliding-window ring),
 on C kernels, `FusedLayers.run` does the same steps with the same kernels in C, so the logits
-are the same bits (tests/test_fused_layers.py) and a decode step costs one Python->C call
+are the same bits (tests/kernels/test_fused_layers.py) and a decode step costs one Python->C call
 instead of ~13 per layer. Everything C will dereference is checked or built here: the weight
 pointers come from PreparedMatrix (checked when the model loaded), the per-call arguments
 (activations, positions, caches, frequencies) are checked on every call.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..kernels import _check
 from ..kv_cache import InterleavedKVCache, KVCache
 from .weights import KernelLinear
+
+
+@dataclass(frozen=True)
+class FusedParams:
+    """The per-call arguments of FusedLayers.run besides the activations and the batch: what the
+    architecture's Python layer loop passes to attention_block, named."""
+
+    inv_freq: np.ndarray  # (n_rot/2,) rope frequencies; a layer with its own (FusedLayers' layer_freqs) uses those
+    attn_scale: float  # multiplies q.k in the attention; 1.0 when the queries were scaled beforehand
+    q_scale: float | None = None  # multiplies the queries before the attention (phi3, gemma3); None: not scaled
+    rope_mscale: float = 1.0  # multiplies the rotated dimensions (longrope's rope.scaling.attn_factor)
+    neox: bool = False  # NeoX rope pairs (x[i], x[i + n_rot/2]) instead of adjacent ones
 
 
 def _parts(cache):
@@ -122,14 +136,13 @@ class FusedLayers:
                 return False
         return True
 
-    def run(self, x: np.ndarray, batch, inv_freq: np.ndarray, attn_scale: float, q_scale: float | None,
-            rope_mscale: float, neox: bool) -> np.ndarray:
+    def run(self, x: np.ndarray, batch, params: FusedParams) -> np.ndarray:
         """x (n, n_embd) after the embedding -> x after every layer; stores the batch's K/V."""
-        c, ffi = self.config, self.ffi
+        c, ffi, p = self.config, self.ffi, params
         x = np.array(x, dtype=np.float32, order="C", copy=True)
         n = x.shape[0]
         pos = np.ascontiguousarray(batch.positions, dtype=np.int64)
-        freq = np.ascontiguousarray(inv_freq, dtype=np.float64)
+        freq = np.ascontiguousarray(p.inv_freq, dtype=np.float64)
         if x.shape != (n, c.n_embd) or pos.shape != (n,) or 2 * freq.shape[0] > c.head_dim or \
                 any(size != freq.shape for size in self.layer_freq_sizes):
             raise ValueError("fused layers: the batch does not fit this model's shapes")
@@ -156,8 +169,8 @@ class FusedLayers:
                 seq.n_slots = ring.n_slots
         cfg = ffi.new("li_decoder_config *", dict(
             n_embd=c.n_embd, n_head=c.n_head, n_head_kv=c.n_head_kv, head_dim=c.head_dim, n_ff=c.n_ff,
-            n_rot=2 * freq.shape[0], eps=c.rms_eps, attn_scale=attn_scale, q_scale=q_scale or 0.0,
-            rope_mscale=rope_mscale, neox=int(neox)))
+            n_rot=2 * freq.shape[0], eps=c.rms_eps, attn_scale=p.attn_scale, q_scale=p.q_scale or 0.0,
+            rope_mscale=p.rope_mscale, neox=int(p.neox)))
         cfg.inv_freq = ffi.from_buffer("double[]", freq)
         if self.geglu_table is not None:
             cfg.geglu_table = self.geglu_table

@@ -31,7 +31,8 @@ from .. import ops_reference
 from ..ops_reference import rope_freqs
 from .batch import Batch
 from .blocks import Attention, GatedMLP, attention_block
-from .fused import FusedLayers
+from .decoder import DecoderModel
+from .fused import FusedParams
 from .hparams import HParams
 from .weights import Embedding, Linear, WeightLoader
 
@@ -143,69 +144,41 @@ class Gemma3Weights:
                    output=output or w.linear("token_embd.weight", (c.n_vocab, c.n_embd)))
 
 
-class Gemma3Model:
-    """forward(tokens, cache) -> logits; the cache holds everything that depends on the past."""
+class Gemma3Model(DecoderModel):
+    """Gemma 3: the embedding scaled by sqrt(n_embd), norms after the attention and the MLP too,
+    GELU gating, five sliding-window layers per global one, and a soft cap on the logits."""
+
+    config_class = Gemma3Config
 
     def __init__(self, config: Gemma3Config, weights: Gemma3Weights, ops=ops_reference):
-        self.config, self.weights = config, weights
-        self.ops = ops  # ops_reference (numpy) or ops (C): the same functions
-        self.fuse, self._fused = True, None
+        super().__init__(config, weights, ops)
         c = config
         # linear rope scaling multiplies positions by rope_scale, i.e. the frequencies
         self.inv_freq_global = rope_freqs(c.head_dim, c.rope_base, c.n_rot) * c.rope_scale
         self.inv_freq_swa = rope_freqs(c.head_dim, c.rope_base_swa, c.n_rot)
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "Gemma3Model":
-        config = Gemma3Config.from_gguf(f)
-        loader = WeightLoader(f, backend)
-        model = cls(config, Gemma3Weights.from_gguf(loader, config), loader.ops)
-        model.weight_copy_bytes = loader.copied_bytes  # Model.memory() reports it
-        return model
+    def load_weights(cls, loader, config: Gemma3Config) -> Gemma3Weights:
+        return Gemma3Weights.from_gguf(loader, config)
 
     def new_cache(self, n_ctx: int, dtype=np.float16) -> InterleavedKVCache:
         c = self.config
         return InterleavedKVCache(list(c.is_swa), n_ctx, c.n_head_kv, c.head_dim,
                                   c.sliding_window or n_ctx, dtype)
 
-    def forward(self, tokens: np.ndarray, cache: InterleavedKVCache, last_only: bool = False) -> np.ndarray:
-        """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32,
-        or (1, n_vocab) for the last token only with `last_only`."""
-        return self.forward_batch([(tokens, cache)], last_only)[0]
+    def embed(self, tokens: np.ndarray) -> np.ndarray:
+        return self.weights.token_embd(tokens) * np.float32(np.sqrt(self.config.n_embd))
 
-    def forward_batch(self, seqs, last_only: bool = False) -> list[np.ndarray]:
-        """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
-        c, w, ops = self.config, self.weights, self.ops
-        batch = Batch(seqs)
-        x = w.token_embd(batch.tokens) * np.float32(np.sqrt(c.n_embd))  # (n, n_embd)
-        fused = self.fused_layers()
-        if fused is not None and fused.applies(batch):  # the loop below in one C call, bit for bit
-            x = fused.run(x, batch, self.inv_freq_global, 1.0, c.attn_scale, 1.0, True)
-        else:
-            x = self._layers(x, batch)
-        batch.advance()
-        if last_only:
-            x = batch.last_rows(x)
-        x = ops.rms_norm(x, w.output_norm, c.rms_eps)
-        logits = w.output(x)
-        if c.final_logit_softcap is not None:
-            cap = np.float32(c.final_logit_softcap)
-            logits = np.tanh(logits / cap) * cap
-        return batch.split(logits, last_only)
+    def fused_options(self) -> dict:
+        c = self.config
+        return dict(ring_layers=c.is_swa, window=c.sliding_window or 0,
+                    layer_freqs=[self.inv_freq_swa if swa else None for swa in c.is_swa], geglu=True)
 
-    def fused_layers(self) -> FusedLayers | None:
-        """The layer stack as one C call (arch/fused.py) when every weight is on the C kernels;
-        `self.fuse = False` keeps the Python loop."""
-        if not self.fuse:
-            return None
-        if self._fused is None:
-            c = self.config
-            self._fused = FusedLayers.build(
-                self, ring_layers=c.is_swa, window=c.sliding_window or 0,
-                layer_freqs=[self.inv_freq_swa if swa else None for swa in c.is_swa], geglu=True) or False
-        return self._fused or None
+    def fused_params(self, batch: Batch) -> FusedParams:
+        # queries scaled beforehand (attn_scale 1); the sliding-window layers bring their own frequencies
+        return FusedParams(self.inv_freq_global, attn_scale=1.0, q_scale=self.config.attn_scale, neox=True)
 
-    def _layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
+    def layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
         c, w, ops = self.config, self.weights, self.ops
         attention_global = partial(ops.attention, scale=1.0)  # queries are scaled beforehand
         attention_swa = partial(ops.attention, scale=1.0, sliding_window=c.sliding_window)
@@ -219,3 +192,11 @@ class Gemma3Model:
             ffn = layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.geglu)
             x = x + ops.rms_norm(ffn, layer.ffn_post_norm, c.rms_eps)
         return x
+
+    def head(self, x: np.ndarray) -> np.ndarray:
+        c, w = self.config, self.weights
+        logits = w.output(self.ops.rms_norm(x, w.output_norm, c.rms_eps))
+        if c.final_logit_softcap is not None:
+            cap = np.float32(c.final_logit_softcap)
+            logits = np.tanh(logits / cap) * cap
+        return logits

@@ -19,12 +19,12 @@ from functools import partial
 import numpy as np
 
 from ..gguf_file import GGUFFile, GGUFError
-from ..kv_cache import KVCache
 from .. import ops_reference
 from ..ops_reference import rope_freqs
 from .batch import Batch
 from .blocks import Attention, GatedMLP, attention_block
-from .fused import FusedLayers
+from .decoder import DecoderModel
+from .fused import FusedParams
 from .hparams import HParams, show
 from .weights import Embedding, Linear, WeightLoader
 
@@ -105,21 +105,18 @@ class LlamaWeights:
                    rope_factors_short=w.optional_vector("rope_factors_short.weight", (c.n_rot // 2,)))
 
 
-class LlamaModel:
-    """forward(tokens, cache) -> logits; the cache holds everything that depends on the past.
-
-    The variants of this layout (qwen2, qwen3, phi3) subclass it and set these class attributes,
-    which are properties of the architecture in llama.cpp (llama_model_rope_type), not of the file."""
+class LlamaModel(DecoderModel):
+    """The llama layout. The variants of it (qwen2, qwen3, phi3) subclass this and set these class
+    attributes, which are properties of the architecture in llama.cpp (llama_model_rope_type), not of the file."""
 
     rope_neox = False  # NeoX rope pairs (x[i], x[i + n_rot/2]); llama's permuted Q/K use adjacent pairs
     qk_norm = False  # every layer has per-head attn_q_norm / attn_k_norm (qwen3)
     scale_q = False  # queries are scaled by 1/sqrt(head_dim) before the attention, not the scores (phi3)
     rope_scaling_types = ("none", "linear")  # rope.scaling.type values this architecture runs
+    config_class = LlamaConfig
 
     def __init__(self, config: LlamaConfig, weights: LlamaWeights, ops=ops_reference):
-        self.config, self.weights = config, weights
-        self.ops = ops  # ops_reference (numpy) or ops (C): the same functions
-        self.fuse, self._fused = True, None
+        super().__init__(config, weights, ops)
         c, w = config, weights
 
         def inv_freq(factors):  # (n_rot/2,)
@@ -129,24 +126,14 @@ class LlamaModel:
         self.inv_freq_long = inv_freq(long_factors) if long_factors is not None else self.inv_freq
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "LlamaModel":
-        config = LlamaConfig.from_gguf(f)
+    def check_config(cls, f: GGUFFile, config: LlamaConfig) -> None:
         if config.rope_scaling not in cls.rope_scaling_types:
             raise GGUFError(f"{f.path}: rope scaling {show(config.rope_scaling)} is not supported for "
                             f"{f.architecture} (supported: {', '.join(cls.rope_scaling_types)})")
-        loader = WeightLoader(f, backend)
-        model = cls(config, LlamaWeights.from_gguf(loader, config, cls.qk_norm), loader.ops)
-        model.weight_copy_bytes = loader.copied_bytes  # Model.memory() reports it
-        return model
 
-    def fused_layers(self) -> FusedLayers | None:
-        """The layer stack as one C call when every weight is on the C kernels (built on first
-        use; `self.fuse = False` keeps the Python loop, e.g. to compare the two)."""
-        if not self.fuse:
-            return None
-        if self._fused is None:
-            self._fused = FusedLayers.build(self) or False
-        return self._fused or None
+    @classmethod
+    def load_weights(cls, loader, config: LlamaConfig) -> LlamaWeights:
+        return LlamaWeights.from_gguf(loader, config, cls.qk_norm)
 
     def rope_inv_freq(self, batch: Batch) -> np.ndarray:
         """The long-context frequencies when a cache of the batch holds more than n_ctx_orig
@@ -155,35 +142,31 @@ class LlamaModel:
             return self.inv_freq_long
         return self.inv_freq
 
-    def new_cache(self, n_ctx: int, dtype=np.float16) -> KVCache:
-        c = self.config
-        return KVCache(c.n_layer, n_ctx, c.n_head_kv, c.head_dim, dtype)
+    def _scales(self) -> tuple[float, float | None]:
+        """(attention's scale of q.k, the queries' scale before it): 1/sqrt(head_dim) goes to one of them."""
+        scale = 1.0 / np.sqrt(self.config.head_dim)
+        return (1.0, scale) if self.scale_q else (scale, None)
 
-    def forward(self, tokens: np.ndarray, cache: KVCache, last_only: bool = False) -> np.ndarray:
-        """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32,
-        or (1, n_vocab) for the last token only with `last_only`."""
-        return self.forward_batch([(tokens, cache)], last_only)[0]
+    def embed(self, tokens: np.ndarray) -> np.ndarray:
+        return self.weights.token_embd(tokens)
 
-    def forward_batch(self, seqs, last_only: bool = False) -> list[np.ndarray]:
-        """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
+    def fused_params(self, batch: Batch) -> FusedParams:
+        attn_scale, q_scale = self._scales()
+        return FusedParams(self.rope_inv_freq(batch), attn_scale, q_scale, self.config.rope_attn_factor,
+                           self.rope_neox)
+
+    def layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
         c, w, ops = self.config, self.weights, self.ops
-        batch = Batch(seqs)
-        scale = 1.0 / np.sqrt(c.head_dim)
-        attention = partial(ops.attention, scale=1.0 if self.scale_q else scale)
-        q_scale = scale if self.scale_q else None
+        attn_scale, q_scale = self._scales()
+        attention = partial(ops.attention, scale=attn_scale)
         inv_freq = self.rope_inv_freq(batch)
-        x = w.token_embd(batch.tokens)  # (n, n_embd)
-        fused = self.fused_layers()
-        if fused is not None and fused.applies(batch):  # the loop below in one C call, bit for bit (arch/fused.py)
-            x = fused.run(x, batch, inv_freq, 1.0 if self.scale_q else scale, q_scale, c.rope_attn_factor,
-                          self.rope_neox)
-        else:
-            for li, layer in enumerate(w.layers):
-                h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
-                x = x + attention_block(ops, batch, li, layer.attn, h, c, inv_freq, self.rope_neox,
-                                        attention, q_scale, c.rope_attn_factor)
-                x = x + layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.swiglu)
-        batch.advance()
-        if last_only:
-            x = batch.last_rows(x)
-        return batch.split(w.output(ops.rms_norm(x, w.output_norm, c.rms_eps)), last_only)
+        for li, layer in enumerate(w.layers):
+            h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
+            x = x + attention_block(ops, batch, li, layer.attn, h, c, inv_freq, self.rope_neox,
+                                    attention, q_scale, c.rope_attn_factor)
+            x = x + layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.swiglu)
+        return x
+
+    def head(self, x: np.ndarray) -> np.ndarray:
+        w = self.weights
+        return w.output(self.ops.rms_norm(x, w.output_norm, self.config.rms_eps))

@@ -1,0 +1,105 @@
+"""What every decoder architecture shares around its own layers: loading, the cache, the choice
+between the Python layer loop and the fused C call, and the forward pass's frame.
+
+    x = embed(tokens)                              # the architecture's (gemma3 scales it)
+    x = layers(x, batch)   or   FusedLayers.run    # the same steps; C when every weight is on the kernels
+    logits = head(x)                               # final norm, output matrix (gemma3: softcap)
+
+An architecture subclasses DecoderModel and writes `config_class`, `load_weights`, `embed`,
+`layers`, `head` and `fused_params` (plus `fused_options` and `new_cache` when its layers differ
+from llama's); docs/architectures.md says how.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import ops_reference
+from ..gguf_file import GGUFFile
+from ..kv_cache import KVCache
+from .batch import Batch
+from .fused import FusedLayers, FusedParams
+from .weights import WeightLoader
+
+
+class DecoderModel:
+    """forward(tokens, cache) -> logits; the cache holds everything that depends on the past."""
+
+    config_class: ClassVar[Any]  # has from_gguf(f) -> the frozen hyper-parameters
+
+    def __init__(self, config, weights, ops=ops_reference):
+        self.config, self.weights = config, weights
+        self.ops = ops  # ops_reference (numpy) or ops (C): the same functions, so the model never branches
+        self.fuse, self._fused = True, None  # fuse = False keeps the Python loop (to compare the two)
+
+    # -- what an architecture writes ------------------------------------------------------------
+    @classmethod
+    def load_weights(cls, loader: WeightLoader, config):
+        raise NotImplementedError
+
+    def embed(self, tokens: np.ndarray) -> np.ndarray:
+        """(n,) ids -> (n, n_embd) float32"""
+        raise NotImplementedError
+
+    def layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
+        """(n, n_embd) -> (n, n_embd) through every layer, written with self.ops: the readable path."""
+        raise NotImplementedError
+
+    def head(self, x: np.ndarray) -> np.ndarray:
+        """(n, n_embd) -> (n, n_vocab) logits"""
+        raise NotImplementedError
+
+    def fused_params(self, batch: Batch) -> FusedParams:
+        """The arguments of FusedLayers.run that `layers` uses for this batch."""
+        raise NotImplementedError
+
+    def fused_options(self) -> dict:
+        """FusedLayers' per-layer options (ring_layers, window, layer_freqs, geglu); none for llama's layout."""
+        return {}
+
+    # -- shared ---------------------------------------------------------------------------------
+    @classmethod
+    def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "DecoderModel":
+        config = cls.config_class.from_gguf(f)
+        cls.check_config(f, config)
+        loader = WeightLoader(f, backend)
+        model = cls(config, cls.load_weights(loader, config), loader.ops)
+        model.weight_copy_bytes = loader.copied_bytes  # Model.memory() reports it
+        return model
+
+    @classmethod
+    def check_config(cls, f: GGUFFile, config) -> None:
+        """A GGUFError for a file this class reads but cannot run (llama: an unknown rope scaling)."""
+
+    def new_cache(self, n_ctx: int, dtype=np.float16):
+        c = self.config
+        return KVCache(c.n_layer, n_ctx, c.n_head_kv, c.head_dim, dtype)
+
+    def fused_layers(self) -> FusedLayers | None:
+        """The layer stack as one C call (arch/fused.py) when every weight is on the C kernels
+        (built on first use); None with `self.fuse = False`."""
+        if not self.fuse:
+            return None
+        if self._fused is None:
+            self._fused = FusedLayers.build(self, **self.fused_options()) or False
+        return self._fused or None
+
+    def forward(self, tokens: np.ndarray, cache, last_only: bool = False) -> np.ndarray:
+        """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32,
+        or (1, n_vocab) for the last token only with `last_only`."""
+        return self.forward_batch([(tokens, cache)], last_only)[0]
+
+    def forward_batch(self, seqs, last_only: bool = False) -> list[np.ndarray]:
+        """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
+        batch = Batch(seqs)
+        x = self.embed(batch.tokens)  # (n, n_embd)
+        fused = self.fused_layers()
+        if fused is not None and fused.applies(batch):  # `layers` in one C call, bit for bit (arch/fused.py)
+            x = fused.run(x, batch, self.fused_params(batch))
+        else:
+            x = self.layers(x, batch)
+        batch.advance()
+        if last_only:
+            x = batch.last_rows(x)
+        return batch.split(self.head(x), last_only)
