@@ -3,31 +3,21 @@ llama.cpp reference data in ../shared/refdata (or $LOCALINFER_REFDATA)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from localinfer.fetch import resolve_model
 from localinfer.gguf_file import GGUFFile
+from refdata import refdata_root
 
 SMOLLM2_REF = "smollm2-135m-instruct-q4_1"
 GEMMA3_REF = "gemma-3-270m-q4_k_m"
 
 
-def _refdata_dir() -> Path | None:
-    env = os.environ.get("LOCALINFER_REFDATA")
-    candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parents[2] / "shared" / "refdata")
-    for c in candidates:
-        if (c / "public").is_dir():
-            return c
-    return None
-
-
 @pytest.fixture(scope="session")
 def refdata_dir() -> Path:
-    d = _refdata_dir()
+    d = refdata_root()
     if d is None:
         pytest.skip("llama.cpp reference data not found (set LOCALINFER_REFDATA)")
     return d

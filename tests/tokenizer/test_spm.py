@@ -1,5 +1,5 @@
 """SentencePiece (SPM) tokenizer tests: gemma-3-270m token-for-token against llama.cpp's
-reference output (tokenize in three modes, pieces, detokenize, chat prompt, the prompts
+reference output beyond what test_tokenizer.py checks for both kinds (chat prompt, the prompts
 and generated text of the greedy/logits files, a whole book's token count), the merge
 loop against a readable reference, the word-cutting shortcut against merging whole
 fragments, and small hand-made vocabularies for rules gemma-3 does not exercise
@@ -7,45 +7,16 @@ fragments, and small hand-made vocabularies for rules gemma-3 does not exercise
 
 from __future__ import annotations
 
-import json
-import os
 import random
-from pathlib import Path
 
 import pytest
 
 from localinfer.tokenizer import StreamingDetokenizer, Tokenizer
 from localinfer.tokenizer.spm import SPACE, escape_whitespace, spm_merge, spm_merge_ref
+from refdata import ref_case_ids
 
 GEMMA3 = "gemma-3-270m-q4_k_m"
-
-
-def _refdata_root() -> Path | None:
-    """Same search as conftest's refdata_dir, needed at collection time for parametrize."""
-    candidates = []
-    if os.environ.get("LOCALINFER_REFDATA"):
-        candidates.append(Path(os.environ["LOCALINFER_REFDATA"]))
-    candidates.append(Path(__file__).resolve().parents[3] / "shared" / "refdata")
-    for c in candidates:
-        if (c / "public").is_dir():
-            return c
-    return None
-
-
-def _ref_ids(kind: str) -> list[str]:
-    root = _refdata_root()
-    if root is None:
-        return []
-    return [c["id"] for c in json.loads((root / "public" / f"{kind}-{GEMMA3}.json").read_text())["cases"]]
-
-
-CASE_IDS = _ref_ids("tokenize")
-PROMPT_CASES = [("greedy", c) for c in _ref_ids("greedy")] + [("logits", c) for c in _ref_ids("logits")]
-MODES = {
-    "ids": {},                                          # add_special=True, parse_special=True
-    "ids_parse_special_false": {"parse_special": False},
-    "ids_add_special_false": {"add_special": False},
-}
+PROMPT_CASES = [("greedy", c) for c in ref_case_ids("greedy", GEMMA3)] + [("logits", c) for c in ref_case_ids("logits", GEMMA3)]
 
 
 @pytest.fixture(scope="module")
@@ -59,34 +30,7 @@ def tok_prefix(gemma3_metadata) -> Tokenizer:
     return Tokenizer.from_metadata({**gemma3_metadata, "tokenizer.ggml.add_space_prefix": True})
 
 
-@pytest.fixture(scope="module")
-def cases(load_ref) -> dict[str, dict]:
-    return {c["id"]: c for c in load_ref("tokenize", GEMMA3)["cases"]}
-
-
 # ---- llama.cpp reference data ----------------------------------------------
-
-
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("case_id", CASE_IDS)
-def test_tokenize_matches_llama_cpp(tok, cases, case_id, mode):
-    case = cases[case_id]
-    assert tok.tokenize(case["text"], **MODES[mode]) == case[mode]
-
-
-@pytest.mark.parametrize("case_id", CASE_IDS)
-def test_detokenize_matches_llama_cpp(tok, cases, case_id):
-    case = cases[case_id]
-    assert tok.detokenize(case["ids"]) == case["detokenized"]
-    assert tok.detokenize(case["ids"], remove_special=True) == case["detokenized_remove_special"]
-
-
-@pytest.mark.parametrize("case_id", CASE_IDS)
-def test_pieces_match_llama_cpp(tok, cases, case_id):
-    case = cases[case_id]
-    for key_ids, key_pieces in (("ids", "pieces"), ("ids_parse_special_false", "pieces_parse_special_false")):
-        got = [tok.token_to_bytes(t).hex() for t in case[key_ids]]
-        assert got == [p["hex"] for p in case[key_pieces]]
 
 
 def test_chat_prompt_matches_llama_cpp(tok, load_ref):
@@ -102,7 +46,7 @@ def test_reference_prompts_match_llama_cpp(tok, load_ref, kind, case_id):
     assert tok.tokenize(case["prompt"], add_special=True, parse_special=True) == expected
 
 
-@pytest.mark.parametrize("case_id", _ref_ids("greedy"))
+@pytest.mark.parametrize("case_id", ref_case_ids("greedy", GEMMA3))
 def test_generated_text_matches_llama_cpp(tok, load_ref, case_id):
     """generated_text = llama_detokenize(non-EOG ids, unparse_special=False); streaming
     the same ids one at a time gives the same text."""
@@ -229,18 +173,6 @@ def test_streaming_space_prefix_rule(tok_prefix, tok):
 
 
 # ---- streaming -----------------------------------------------------------------
-
-MULTIBYTE_CASES = ["emoji", "chinese", "japanese", "cyrillic", "spanish_accents", "combining_marks"]
-
-
-@pytest.mark.parametrize("case_id", [c for c in MULTIBYTE_CASES if c in CASE_IDS])
-def test_streaming_detokenizer_matches_detokenize(tok, cases, case_id):
-    ids = cases[case_id]["ids"]
-    stream = StreamingDetokenizer(tok)
-    chunks = [stream.feed(t) for t in ids] + [stream.flush()]
-    assert "".join(chunks) == tok.detokenize(ids)
-    assert not any("\ufffd" in c for c in chunks)
-
 
 def test_streaming_holds_byte_fallback_tokens_until_the_character_is_complete(tok):
     text = "ok \ua66e\U00013000!"
