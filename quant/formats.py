@@ -2,7 +2,7 @@
 
 Like ggml's ``type_traits`` table: block size, bytes per block and a
 ``to_float`` for each type, so adding a type is one entry here plus its
-dequantizer, and ``tests/test_dequant.py`` picks it up automatically. The
+dequantizer, and ``tests/quant/test_dequant.py`` picks it up automatically. The
 type always comes from GGUF metadata (``gguf.GGMLQuantizationType``); an
 unknown or unsupported one is an ``UnsupportedQuantType`` naming it.
 """

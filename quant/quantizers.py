@@ -2,7 +2,7 @@
 
 The counterpart of ``formats.FORMATS`` (which reads types): one ``from_float``
 per type we can write, like ggml's ``type_traits[type].from_float_ref``.
-``tests/test_quantize.py`` walks this table, so a new type is one entry here
+``tests/quant/test_quantize.py`` walks this table, so a new type is one entry here
 plus its quantizer.
 """
 

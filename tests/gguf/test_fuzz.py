@@ -15,7 +15,7 @@ exactly as far as the vocab type promises:
 - with add_space_prefix (llama-2-style SPM vocabs; gemma-3 has it off) tokenize puts one space in
   front and detokenize takes it off the first token: the text comes back when it is one plain
   fragment. After a USER_DEFINED token such as "\\n" llama.cpp adds the space again, and
-  detokenize does not remove that one (tests/test_tokenizer_spm.py pins that rule).
+  detokenize does not remove that one (tests/tokenizer/test_spm.py pins that rule).
 The streaming detokenizer, fed the same ids one by one, gives what detokenize gives.
 
 Hypothesis keeps its example database in .hypothesis/ (it git-ignores that folder itself), so a

@@ -1,5 +1,7 @@
-"""The numpy reference forward pass against llama.cpp's own logits and greedy continuations
-for SmolLM2-135M-Instruct Q4_1 (../shared/refdata/public/*-smollm2-*.json)."""
+"""The model as `localinfer.load` gives it (the C backend, fused layers included, when the kernels
+are built; else the numpy reference) against llama.cpp's own logits and greedy continuations for
+SmolLM2-135M-Instruct Q4_1 (../shared/refdata/public/*-smollm2-*.json). The numpy reference is
+held to this same path by tests/model/test_backends.py."""
 from __future__ import annotations
 
 import numpy as np

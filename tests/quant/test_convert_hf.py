@@ -1,6 +1,6 @@
 """The HF -> GGUF converter without torch: a hand-made safetensors checkpoint and tokenizer.json,
 the safetensors reader, and clear errors for what it cannot convert.
-(The comparison with transformers' forward pass is tests/test_hf_oracle.py.)"""
+(The comparison with transformers' forward pass is tests/model/test_hf_oracle.py.)"""
 from __future__ import annotations
 
 import json

@@ -2,7 +2,7 @@
 
 The legacy quantizers are checked bit for bit against a scalar transcription of
 ggml's quantize_row_*_ref rounding (below) and against gguf-py's numpy
-quantizers; the k-quants by their round-trip error. tests/test_quantize_llamacpp.py
+quantizers; the k-quants by their round-trip error. tests/quant/test_quantize_llamacpp.py
 compares whole files with a llama-quantize binary when one is available.
 """
 from __future__ import annotations
