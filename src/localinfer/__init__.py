@@ -4,6 +4,10 @@
     model = localinfer.load()                       # the default model (fetched on first use)
     print(model.generate("The capital of France is", max_tokens=16, temperature=0).text)
 
+The modules at this level are the runtime core (model, generation, KV cache, sampling, chat, the GGUF
+reader, the C bindings and their numpy reference); the subpackages hold one responsibility each
+(arch, tokenizer, batching, serve, measure; cli, quant and models come from the top-level folders).
+
 `import localinfer` itself imports nothing else: each public name is imported from its module the
 first time it is used (PEP 562), so a program that only imports the package (a CLI's --help, an
 app that loads a model later) does not pay for numpy, gguf or jinja2 up front.

@@ -1,6 +1,6 @@
-"""Architecture registry: `general.architecture` -> model class, with an alias table.
-
-Adding an architecture = one new module here + one line in ARCHITECTURES.
+"""The model architectures, one module each (llama, qwen2, qwen3, phi3, gemma3) over shared transformer
+blocks, the DecoderModel wrapper and the fused C layer call; this registry maps `general.architecture`
+to the model class, with an alias table. Adding one: docs/architectures.md.
 """
 from __future__ import annotations
 
