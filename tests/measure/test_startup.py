@@ -40,6 +40,7 @@ def test_rows_alternate_and_compare(smollm2_path, tmp_path, warm_only):
     assert row["page_cache"] == "warm" and row["n_threads"] == 2
     assert len(row["localinfer_samples_s"]) == len(row["llama_cpp_samples_s"]) == 2
     assert row["localinfer_s"] > row["llama_cpp_s"] > 0  # a real model load against `exit 0`
+    assert row["localinfer_rss_mib"] > 50 and row["llama_cpp_rss_mib"] > 0  # the model was mapped and read
     assert row["ratio"] == pytest.approx(row["localinfer_s"] / row["llama_cpp_s"])
     args = (tmp_path / "args").read_text().splitlines()
     assert len(args) == 3  # one untimed start, then one per repetition

@@ -4,7 +4,8 @@ Ours is `localinfer run MODEL --raw -p Hi -n 1` (Python start, imports, GGUF par
 one prefill and one sampled token); llama.cpp's is `llama-completion -m MODEL -p Hi -n 1 -no-cnv`
 with its defaults (warm-up included, as its users run it). The two alternate in one run, each
 repetition after one untimed start of each, with the file in the page cache ("warm") and, where this
-process may drop the page cache (root on Linux), read from disk ("cold")."""
+process may drop the page cache (root on Linux), read from disk ("cold"). Each process's peak RSS comes
+from the kernel's accounting at its exit (wait4), the same for both."""
 from __future__ import annotations
 
 import os
@@ -39,17 +40,21 @@ def llama_completion_command(binary: str, path: str, n_threads: int) -> list[str
     return [binary, "-m", path, "-p", "Hi", "-n", "1", "--temp", "0", "-t", str(n_threads), "-no-cnv"]
 
 
-def time_command(cmd: list[str], cold: bool) -> float:
-    """Seconds from exec to exit; raises RuntimeError naming the command if it fails."""
+def time_command(cmd: list[str], cold: bool) -> tuple[float, float]:
+    """(seconds from exec to exit, peak RSS in MiB); raises RuntimeError naming the command if it fails."""
     if cold:
         drop_page_cache()
     t0 = time.perf_counter()
-    result = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr = proc.stderr.read()  # until the process closes it (exits)
+    _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
-    if result.returncode != 0:
-        tail = result.stderr.decode("utf-8", "replace").strip()[-800:]
-        raise RuntimeError(f"{os.path.basename(cmd[0])} failed (exit {result.returncode}): {tail}")
-    return seconds
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stderr.close()
+    if proc.returncode != 0:
+        tail = stderr.decode("utf-8", "replace").strip()[-800:]
+        raise RuntimeError(f"{os.path.basename(cmd[0])} failed (exit {proc.returncode}): {tail}")
+    return seconds, usage.ru_maxrss / 1024  # Linux: KiB
 
 
 def measure_startup(path: str, n_threads: int, reps: int, llama_completion: str | None = None,
@@ -62,17 +67,19 @@ def measure_startup(path: str, n_threads: int, reps: int, llama_completion: str 
         time_command(ours, False)  # untimed: imports compiled, file in the page cache
         if theirs:
             time_command(theirs, False)
-        a, b = [], []
+        a, b, rss_a, rss_b = [], [], [], []
         for i in range(reps):
-            a.append(time_command(ours, cache == "cold"))
+            seconds, rss = time_command(ours, cache == "cold")
+            a.append(seconds), rss_a.append(rss)
             if theirs:
-                b.append(time_command(theirs, cache == "cold"))
+                seconds, rss = time_command(theirs, cache == "cold")
+                b.append(seconds), rss_b.append(rss)
             log(f"  start to first token ({cache} page cache) rep {i + 1}/{reps}: localinfer {a[-1]:.3f} s"
                 + (f", llama-completion {b[-1]:.3f} s" if b else ""))
         row = {"model": os.path.basename(path), "n_threads": n_threads, "page_cache": cache,
-               "localinfer_s": statistics.median(a), "localinfer_samples_s": a}
+               "localinfer_s": statistics.median(a), "localinfer_samples_s": a, "localinfer_rss_mib": max(rss_a)}
         if b:
-            row.update(llama_cpp_s=statistics.median(b), llama_cpp_samples_s=b,
+            row.update(llama_cpp_s=statistics.median(b), llama_cpp_samples_s=b, llama_cpp_rss_mib=max(rss_b),
                        ratio=statistics.median(a) / statistics.median(b))
         rows.append(row)
     return rows
@@ -80,10 +87,12 @@ def measure_startup(path: str, n_threads: int, reps: int, llama_completion: str 
 
 def startup_table(rows: list[dict]) -> str:
     """Markdown: the medians and llama.cpp's time over ours (> 1: we start faster)."""
-    out = ["| model | threads | page cache | localinfer s | llama-completion s | speed vs llama.cpp |",
-           "|---|---:|---|---:|---:|---:|"]
+    out = ["| model | threads | page cache | localinfer s | llama-completion s | speed vs llama.cpp "
+           "| peak RSS MiB localinfer / llama.cpp |", "|---|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         theirs = f"{r['llama_cpp_s']:.3f}" if "llama_cpp_s" in r else "-"
         ratio = f"**{1 / r['ratio']:.2f}**" if "ratio" in r else "-"
-        out.append(f"| {r['model']} | {r['n_threads']} | {r['page_cache']} | {r['localinfer_s']:.3f} | {theirs} | {ratio} |")
+        rss = f"{r['localinfer_rss_mib']:.0f}" + (f" / {r['llama_cpp_rss_mib']:.0f}" if "llama_cpp_rss_mib" in r else "")
+        out.append(f"| {r['model']} | {r['n_threads']} | {r['page_cache']} | {r['localinfer_s']:.3f} | {theirs} | {ratio} "
+                   f"| {rss} |")
     return "\n".join(out)
