@@ -2,18 +2,11 @@
 comma-separated integer options. The command modules import this; it imports none of them."""
 from __future__ import annotations
 
-import os
-
 import click
 
+from localinfer.blas_threads import set_blas_threads as set_threads  # noqa: F401  (before numpy is imported)
+
 from .progress import ByteProgress
-
-
-def set_threads(n: int | None) -> None:
-    """BLAS reads its thread count when numpy is first imported, which happens after this."""
-    if n:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = str(n)
 
 
 def load_model(model_name, ctx_size=None, threads=None):

@@ -20,10 +20,7 @@ import statistics
 import sys
 import time
 
-
-def _set_threads(n: int) -> None:
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(n)
+from ..blas_threads import set_blas_threads
 
 
 def weight_bytes_per_token(gguf) -> int:
@@ -202,7 +199,7 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--backend", default="auto", choices=["auto", "c", "reference"])
     args = ap.parse_args(argv)
-    _set_threads(args.threads)
+    set_blas_threads(args.threads)
 
     def progress(msg):
         print(f"  {msg}", file=sys.stderr, flush=True)
