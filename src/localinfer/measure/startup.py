@@ -2,10 +2,10 @@
 
 Ours is `localinfer run MODEL --raw -p Hi -n 1` (Python start, imports, GGUF parse, tokenizer, weights,
 one prefill and one sampled token); llama.cpp's is `llama-completion -m MODEL -p Hi -n 1 -no-cnv`
-with its defaults (warm-up included, as its users run it). The two alternate in one run, each
-repetition after one untimed start of each, with the file in the page cache ("warm") and, where this
-process may drop the page cache (root on Linux), read from disk ("cold"). Each process's peak RSS comes
-from the kernel's accounting at its exit (wait4), the same for both."""
+with its other defaults (warm-up included, as its users run it), both at a 4096-token context. The
+two alternate in one run, each repetition after one untimed start of each, with the file in the page cache ("warm") and, where this
+process may drop the page cache (root on Linux), read from disk ("cold"). Each process's peak RSS is its
+own VmHWM, read from /proc while it runs, the same way for both."""
 from __future__ import annotations
 
 import os
@@ -13,6 +13,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable
 
@@ -30,31 +31,55 @@ def drop_page_cache() -> None:
         f.write("3\n")
 
 
+N_CTX = 4096  # both at the same context: llama.cpp's default is the model's trained context (128k for Llama-3)
+
+
 def localinfer_command(path: str, n_threads: int) -> list[str]:
     exe = shutil.which("localinfer", path=os.path.dirname(sys.executable))
     head = [exe] if exe else [sys.executable, "-m", "localinfer.cli.main"]
-    return head + ["run", path, "--raw", "-p", "Hi", "-n", "1", "--temp", "0", "-t", str(n_threads)]
+    return head + ["run", path, "--raw", "-p", "Hi", "-n", "1", "--temp", "0", "-t", str(n_threads), "-c", str(N_CTX)]
 
 
 def llama_completion_command(binary: str, path: str, n_threads: int) -> list[str]:
-    return [binary, "-m", path, "-p", "Hi", "-n", "1", "--temp", "0", "-t", str(n_threads), "-no-cnv"]
+    return [binary, "-m", path, "-p", "Hi", "-n", "1", "--temp", "0", "-t", str(n_threads), "-c", str(N_CTX),
+            "-no-cnv"]
 
 
-def time_command(cmd: list[str], cold: bool) -> tuple[float, float]:
-    """(seconds from exec to exit, peak RSS in MiB); raises RuntimeError naming the command if it fails."""
+def _peak_rss_mib(pid: int) -> float | None:
+    """The process's VmHWM (its own mapping's high-water mark; wait4's ru_maxrss would carry this
+    parent's, which survives fork and exec), None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def time_command(cmd: list[str], cold: bool, poll_s: float = 0.02) -> tuple[float, float | None]:
+    """(seconds from exec to exit, peak RSS in MiB); raises RuntimeError naming the command if it
+    fails. The peak is the last VmHWM read before the exit (every `poll_s`: a high-water mark only
+    grows, so this misses at most what the last `poll_s` added); None where /proc has no VmHWM."""
     if cold:
         drop_page_cache()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    stderr = proc.stderr.read()  # until the process closes it (exits)
-    _, status, usage = os.wait4(proc.pid, 0)
+    peak = None
+    stderr = []
+    reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
+    reader.start()  # a full pipe must not stall the process while we poll
+    while proc.poll() is None:
+        peak = _peak_rss_mib(proc.pid) or peak
+        time.sleep(poll_s)
     seconds = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    reader.join()
     proc.stderr.close()
     if proc.returncode != 0:
-        tail = stderr.decode("utf-8", "replace").strip()[-800:]
+        tail = b"".join(stderr).decode("utf-8", "replace").strip()[-800:]
         raise RuntimeError(f"{os.path.basename(cmd[0])} failed (exit {proc.returncode}): {tail}")
-    return seconds, usage.ru_maxrss / 1024  # Linux: KiB
+    return seconds, peak
 
 
 def measure_startup(path: str, n_threads: int, reps: int, llama_completion: str | None = None,
@@ -77,12 +102,17 @@ def measure_startup(path: str, n_threads: int, reps: int, llama_completion: str 
             log(f"  start to first token ({cache} page cache) rep {i + 1}/{reps}: localinfer {a[-1]:.3f} s"
                 + (f", llama-completion {b[-1]:.3f} s" if b else ""))
         row = {"model": os.path.basename(path), "n_threads": n_threads, "page_cache": cache,
-               "localinfer_s": statistics.median(a), "localinfer_samples_s": a, "localinfer_rss_mib": max(rss_a)}
+               "localinfer_s": statistics.median(a), "localinfer_samples_s": a, "localinfer_rss_mib": _max(rss_a)}
         if b:
-            row.update(llama_cpp_s=statistics.median(b), llama_cpp_samples_s=b, llama_cpp_rss_mib=max(rss_b),
+            row.update(llama_cpp_s=statistics.median(b), llama_cpp_samples_s=b, llama_cpp_rss_mib=_max(rss_b),
                        ratio=statistics.median(a) / statistics.median(b))
         rows.append(row)
     return rows
+
+
+def _max(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 def startup_table(rows: list[dict]) -> str:
@@ -92,7 +122,8 @@ def startup_table(rows: list[dict]) -> str:
     for r in rows:
         theirs = f"{r['llama_cpp_s']:.3f}" if "llama_cpp_s" in r else "-"
         ratio = f"**{1 / r['ratio']:.2f}**" if "ratio" in r else "-"
-        rss = f"{r['localinfer_rss_mib']:.0f}" + (f" / {r['llama_cpp_rss_mib']:.0f}" if "llama_cpp_rss_mib" in r else "")
+        rss = " / ".join(f"{v:.0f}" if v is not None else "-"
+                         for v in (r["localinfer_rss_mib"], *([r["llama_cpp_rss_mib"]] if "llama_cpp_s" in r else [])))
         out.append(f"| {r['model']} | {r['n_threads']} | {r['page_cache']} | {r['localinfer_s']:.3f} | {theirs} | {ratio} "
                    f"| {rss} |")
     return "\n".join(out)
