@@ -9,8 +9,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from .arch import build_model
-from .chat_prompt import chat_prompt_tokens
-from .chat_template import ChatTemplate, template_for
+from .chat.prompt import chat_prompt_tokens
+from .chat.template import ChatTemplate, template_for
 from .context import Context
 from .fetch import resolve_model
 from .generate import GenerationChunk, GenerationResult, check_prompt_fits, collect, stream_generate
@@ -210,7 +210,7 @@ class Model:
     def chat_session(self, system: str | None = None, allow_special_in_content: bool = False,
                      **defaults) -> "ChatSession":
         self._check_open()
-        from .chat import ChatSession
+        from .chat.session import ChatSession
         return ChatSession(self, system=system, allow_special_in_content=allow_special_in_content, **defaults)
 
     # -- description -----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 import pytest
 
-from localinfer.chat_template import GEMMA_TEMPLATE, ChatTemplate, ChatTemplateError, template_for
+from localinfer.chat.template import GEMMA_TEMPLATE, ChatTemplate, ChatTemplateError, template_for
 
 GEMMA3_REF = "gemma-3-270m-q4_k_m"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 import localinfer
-from localinfer.chat_prompt import ChatContentError, chat_prompt_tokens
-from localinfer.chat_template import ChatTemplate
+from localinfer.chat.prompt import ChatContentError, chat_prompt_tokens
+from localinfer.chat.template import ChatTemplate
 from localinfer.serve.app import BackgroundServer
 from localinfer.tokenizer.special import partition
 from localinfer.tokenizer.vocab import TokenAttr

@@ -18,12 +18,12 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 import localinfer
 import synthetic_gguf as sg
-from localinfer import template_sandbox
-from localinfer.chat_template import CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplate, ChatTemplateError
+from localinfer.chat import sandbox as template_sandbox
+from localinfer.chat.template import CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplate, ChatTemplateError
 from localinfer.cli import chat_loop
 from localinfer.cli.main import main
 from localinfer.serve.app import BackgroundServer
-from localinfer.template_sandbox import RENDER_SECONDS, Budget, LimitedEnvironment, running_under
+from localinfer.chat.sandbox import RENDER_SECONDS, Budget, LimitedEnvironment, running_under
 
 from serve_helpers import connect, post_bytes, raw
 
@@ -131,7 +131,7 @@ def test_limits_grow_with_the_input():
 # -- honest templates render as Jinja's own sandbox renders them --------------------------------------
 def _plain_render(source, messages, bos_token="<s>", eos_token="</s>", **extra):
     """How templates were rendered before the limits: the same environment, minus the budget."""
-    from localinfer.chat_template import _raise_exception, _strftime_now, _tojson
+    from localinfer.chat.template import _raise_exception, _strftime_now, _tojson
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
     env.filters["tojson"] = _tojson

@@ -115,7 +115,7 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read():
     graph = import_graph()
-    assert "localinfer.model" in graph["localinfer.chat"] or "localinfer.generate" in graph["localinfer.chat"]
+    assert "localinfer.model" in graph["localinfer.chat.session"] or "localinfer.generate" in graph["localinfer.chat.session"]
     assert "localinfer.cli.common" in graph["localinfer.cli.serve"]
     assert "localinfer.gguf_file" in graph["localinfer.quant.quantize_file"]  # across the namespace
 

@@ -11,8 +11,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..chat_prompt import ChatContentError
-from ..chat_template import ChatTemplateError
+from ..chat.prompt import ChatContentError
+from ..chat.template import ChatTemplateError
 from ..batching.request import Request, SamplingParams
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat has none

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from .generate import GenerationChunk, GenerationResult, collect
+from ..generate import GenerationChunk, GenerationResult, collect
 
-if TYPE_CHECKING:  # chat.py is imported by model.py (Model.chat_session), never the other way
-    from .model import Model
+if TYPE_CHECKING:  # this module is imported by model.py (Model.chat_session), never the other way
+    from ..model import Model
 
 
 class ChatSession:

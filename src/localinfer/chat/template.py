@@ -1,7 +1,7 @@
 """Chat templates: render `tokenizer.chat_template` (Jinja2) under limits a hostile file cannot pass.
 
 Templates come from model files downloaded from the internet, so they run in a sandbox with a
-budget (template_sandbox.LimitedEnvironment): no attribute access to Python internals, no
+budget (sandbox.LimitedEnvironment): no attribute access to Python internals, no
 mutation of the messages, and per render a deadline, a step count and caps on every size; a
 template that passes a limit is a ChatTemplateError naming it. A template compiles on its first
 render, so a model whose template is broken or hostile still loads (and runs `--raw`). The
@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import jinja2
 
-from .template_sandbox import (MAX_SOURCE_CHARS, Budget, LimitedEnvironment, LimitExceeded, current_budget,
+from .sandbox import (MAX_SOURCE_CHARS, Budget, LimitedEnvironment, LimitExceeded, current_budget,
                                one_line, running_under)
 
 # llama.cpp's built-in gemma turn format, for gemma files that carry no template of their own.

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .chat_template import ChatTemplate
-from .tokenizer import Tokenizer
+from .template import ChatTemplate
+from ..tokenizer import Tokenizer
 
 # Unicode noncharacters, set aside for a program's internal use: no text a user or a template
 # writes is expected to hold them, and those that do are checked for below.
