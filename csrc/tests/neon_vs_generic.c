@@ -1,5 +1,5 @@
 /* neon_vs_generic.c -- the neon variant against generic on random blocks: GEMV (m = 1, 3) and GEMM
- * (m >= 5). Built and run under qemu-user by tests/test_kernels_neon.py when a cross compiler is there. */
+ * (m >= 5). Built and run under qemu-user by tests/kernels/test_kernels_neon.py when a cross compiler is there. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

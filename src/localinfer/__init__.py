@@ -26,10 +26,6 @@ _EXPORTS = {  # public name -> the module that defines it
     "GenerationChunk": ".generate", "GenerationResult": ".generate", "Timings": ".generate",
     "GGUFError": ".gguf_file", "ContextFullError": ".kv_cache",
 }
-# Old module names still answered by `from localinfer import NAME` (not `import localinfer.NAME`):
-# layers.py was renamed ops_reference.py, the name that says what it is; tests/kernels/test_ops.py
-# still imports `layers`.
-_RENAMED = {"layers": ".ops_reference"}
 __all__ = ["load", "Model", "ChatSession", "GenerationResult", "GenerationChunk", "Timings",
            "GGUFError", "ContextFullError", "ChatTemplateError", "ModelNotFoundError", "FetchError",
            "ModelClosedError"]
@@ -45,8 +41,6 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
 
 
 def __getattr__(name: str):
-    if name in _RENAMED:
-        return importlib.import_module(_RENAMED[name], __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'localinfer' has no attribute {name!r}")

@@ -8,7 +8,7 @@ this machine can run.
   activation quantization), within 1e-4 of sum(|w| |a|), for GEMV (m < 4) and the
   tiled GEMM, with sizes that hit every tail of the kernels; bit-identical across
   thread counts.
-Like tests/test_dequant.py, the tests walk localinfer.quant.FORMATS, so a new type is
+Like tests/quant/test_dequant.py, the tests walk localinfer.quant.FORMATS, so a new type is
 tested without editing this file.
 """
 

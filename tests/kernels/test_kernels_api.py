@@ -1,6 +1,6 @@
 """The kernels' Python API: argument checking, ISA selection, threads, and the unbuilt case.
 
-Correctness of the numbers is tests/test_kernels.py; here every bad argument must be a
+Correctness of the numbers is tests/kernels/test_kernels.py; here every bad argument must be a
 TypeError/ValueError naming the problem before any C code runs, and the pool and the
 ISA switch must behave (LOCALINFER_ISA, a forked child, an idle process at ~0% CPU).
 """

@@ -1,10 +1,11 @@
-"""The C layer ops (localinfer.ops) against the numpy reference (localinfer.layers)."""
+"""The C layer ops (localinfer.ops) against the numpy reference (localinfer.ops_reference)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from localinfer import kernels, layers
+from localinfer import kernels, ops_reference
+
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 
@@ -29,7 +30,7 @@ def test_rms_norm(ops, shape):
     rng = np.random.default_rng(1)
     x = rng.normal(size=shape).astype(np.float32) * 3
     w = rng.normal(size=shape[-1]).astype(np.float32)
-    np.testing.assert_allclose(ops.rms_norm(x, w, 1e-6), layers.rms_norm(x, w, 1e-6), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ops.rms_norm(x, w, 1e-6), ops_reference.rms_norm(x, w, 1e-6), rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError):
         ops.rms_norm(x, w[:-1] if shape[-1] > 1 else np.ones(2, np.float32), 1e-6)
 
@@ -41,14 +42,14 @@ def test_rope(ops, neox, n, heads, dim, n_rot):
     rng = np.random.default_rng(2)
     x = rng.normal(size=(n, heads, dim)).astype(np.float32)
     pos = rng.integers(0, 5000, size=n)
-    f = layers.rope_freqs(dim, 10000.0, n_rot)
-    np.testing.assert_array_equal(ops.apply_rope(x, pos, f, neox), layers.apply_rope(x, pos, f, neox))
+    f = ops_reference.rope_freqs(dim, 10000.0, n_rot)
+    np.testing.assert_array_equal(ops.apply_rope(x, pos, f, neox), ops_reference.apply_rope(x, pos, f, neox))
 
 
 def test_swiglu(ops, isa):
     rng = np.random.default_rng(3)
     g, u = rng.normal(size=(2, 2, 1536)).astype(np.float32) * 4
-    np.testing.assert_allclose(ops.swiglu(g, u), layers.swiglu(g, u), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ops.swiglu(g, u), ops_reference.swiglu(g, u), rtol=1e-6, atol=1e-6)
 
 
 def test_swiglu_extremes_and_layouts(ops, isa):
@@ -60,7 +61,7 @@ def test_swiglu_extremes_and_layouts(ops, isa):
     gu[0, :10] = [88.72, 88.73, -88.72, -103.9, -104.0, -150.0, 0.0, -0.0, 1e30, -1e30]
     gate, up = gu[:, :n_ff], gu[:, n_ff:]
     with np.errstate(all="ignore"):
-        want = layers.swiglu(np.ascontiguousarray(gate), np.ascontiguousarray(up))
+        want = ops_reference.swiglu(np.ascontiguousarray(gate), np.ascontiguousarray(up))
     got = ops.swiglu(gate, up)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30)
     np.testing.assert_array_equal(got, ops.swiglu(np.ascontiguousarray(gate), np.ascontiguousarray(up)))
@@ -77,8 +78,8 @@ def test_geglu_is_the_reference_bit_for_bit(ops, isa):
     g = np.concatenate([rng.normal(size=4093).astype(np.float32) * 6,
                         np.float32([10.0, 9.999, -10.0, -9.999, 1e4, -1e4, 0.0, -0.0, np.inf, -np.inf, np.nan])])
     u = rng.normal(size=g.shape).astype(np.float32)
-    np.testing.assert_array_equal(ops.geglu(g, u), layers.geglu(g, u))
-    np.testing.assert_array_equal(ops.geglu(g.reshape(4, -1), u.reshape(4, -1)), layers.geglu(g, u).reshape(4, -1))
+    np.testing.assert_array_equal(ops.geglu(g, u), ops_reference.geglu(g, u))
+    np.testing.assert_array_equal(ops.geglu(g.reshape(4, -1), u.reshape(4, -1)), ops_reference.geglu(g, u).reshape(4, -1))
     with pytest.raises(ValueError):
         ops.geglu(g, u[:-1])
 
@@ -95,7 +96,7 @@ def test_attention(ops, isa, kw, n, n_kv, heads, kv_heads, dim):
     start = kw.get("key_start", 0)
     pos = np.arange(start + n_kv - n, start + n_kv)
     a = ops.attention(q, k, v, pos, dim ** -0.5, **kw)
-    b = layers.attention(q, k, v, pos, dim ** -0.5, **kw)
+    b = ops_reference.attention(q, k, v, pos, dim ** -0.5, **kw)
     # both round the softmax weights to f16 (as llama.cpp does); a different summation order
     # can land a weight one f16 step (~5e-4 relative) away
     np.testing.assert_allclose(a, b, rtol=1e-3, atol=2e-3)

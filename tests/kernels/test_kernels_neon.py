@@ -2,7 +2,7 @@
 
 Skipped unless both aarch64-linux-gnu-gcc and qemu-aarch64(-static) are installed
 (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static). On an aarch64
-machine the ordinary tests (tests/test_kernels.py) run the neon variant natively.
+machine the ordinary tests (tests/kernels/test_kernels.py) run the neon variant natively.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-CSRC = Path(__file__).resolve().parents[1] / "csrc"
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
 CC = shutil.which("aarch64-linux-gnu-gcc")
 QEMU = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
 # the binary's own dispatch is under test: a LOCALINFER_ISA set for the host's kernels must not reach it
