@@ -94,8 +94,10 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
         click.echo(to_json(suite, bw))
     elif output == "md":
         click.echo(markdown(suite.rows) + (f"\n\n{startup_table(suite.startup)}" if suite.startup else ""))
-    elif suite.rows:
-        click.echo(table(suite.rows) + (f"\n\n{startup_table(suite.startup)}" if suite.startup else ""))
+    else:
+        parts = ([table(suite.rows)] if suite.rows else []) + ([startup_table(suite.startup)] if suite.startup else [])
+        if parts:
+            click.echo("\n\n".join(parts))
     if plot_path and suite.rows:
         plot(suite.rows, plot_path)
         log(f"plot written to {plot_path}")

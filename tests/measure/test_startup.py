@@ -78,3 +78,15 @@ def test_cli_needs_startup_for_the_reference(tmp_path):
     binary = fake_llama_completion(tmp_path, "exit 0")
     result = CliRunner().invoke(main, ["bench", "smollm2", "--compare-llama-completion", binary])
     assert result.exit_code == 2 and "--compare-llama-completion needs --startup" in result.output
+
+
+def test_cli_startup_alone_prints_its_table(smollm2_path, tmp_path, warm_only):
+    from click.testing import CliRunner
+
+    from localinfer.cli.main import main
+
+    binary = fake_llama_completion(tmp_path, "exit 0")
+    result = CliRunner().invoke(main, ["bench", str(smollm2_path), "-p", "0", "-n", "0", "-r", "1", "--startup",
+                                       "--compare-llama-completion", binary])
+    assert result.exit_code == 0, result.output
+    assert "| warm |" in result.output and "llama-completion s" in result.output
