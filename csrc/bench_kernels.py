@@ -2,6 +2,11 @@
 against numpy's float32 matmul of the dequantized matrix in the same run.
 
     python csrc/bench_kernels.py [--isa avx512] [--threads 1 2] [--quick]
+    python csrc/bench_kernels.py --stream [--isa avx2] [--threads 2]
+
+--stream: the decode GEMV's weight GB/s on a Llama-3.2-1B ffn matrix (8192 x 2048) that stays in the
+cache, then streaming ~1.5 GB of such matrices (beyond any last-level cache), beside the C bandwidth
+probe: if the cached figure is near the streamed one, the dot's arithmetic is the limit, not memory.
 
 Shapes are the SmolLM2 / Gemma-3 ones: ffn_down 576x1536 (Q4_1), the output matrix
 49152x576 (Q8_0), and the prefill GEMM of 512 tokens. Random blocks with finite scales.
@@ -45,7 +50,10 @@ def main() -> None:
     ap.add_argument("--isa", nargs="*", default=None)
     ap.add_argument("--threads", nargs="*", type=int, default=[1, 2])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--stream", action="store_true", help="cached vs streamed GEMV GB/s (see above)")
     args = ap.parse_args()
+    if args.stream:
+        return stream(args.isa or [kernels.isa()], args.threads)
     isas = args.isa or kernels.supported_isas()
     rng = np.random.default_rng(1)
     cases = [
@@ -82,6 +90,30 @@ def main() -> None:
                     t = best_time(lambda: mat.matmul(x, out))
                     print(f"  {isa:8s} {nt} thr {t * 1e6:9.1f} us  {flops / t / 1e9:7.1f} GFLOP/s  "
                           f"{w.nbytes / t / 1e9:6.1f} GB/s  x{t_np / t:5.2f} vs numpy")
+
+
+def stream(isas: list[str], threads: list[int], total_bytes: float = 1.5e9) -> None:
+    x = np.random.default_rng(0).standard_normal((1, 2048)).astype(np.float32)
+    for isa in isas:
+        with kernels._isa(isa):
+            for nt in threads:
+                kernels.set_threads(nt)
+                probe = kernels.memory_bandwidth(1 << 30, reps=3, copy=False)["read_bps"] / 1e9
+                print(f"{isa} {nt} thr: C bandwidth probe reads {probe:.1f} GB/s")
+                for qtype in (T.Q4_0, T.Q4_K, T.Q6_K, T.Q8_0):
+                    base = random_weights(qtype, 8192, 2048)
+                    mats = [kernels.prepare(np.roll(base, i, axis=0), qtype)
+                            for i in range(max(2, int(total_bytes // base.nbytes)))]
+                    cached = base.nbytes / best_time(lambda: mats[0].matmul(x))
+
+                    def all_once():
+                        for mat in mats:
+                            mat.matmul(x)
+                    streamed = base.nbytes * len(mats) / best_time(all_once, min_time=1.0, min_reps=3)
+                    print(f"  {qtype.name:5s} cached {base.nbytes / 2**20:5.1f} MiB: {cached / 1e9:5.1f} GB/s; "
+                          f"streaming {len(mats)} of them ({base.nbytes * len(mats) / 2**30:.2f} GiB): "
+                          f"{streamed / 1e9:5.1f} GB/s ({100 * streamed / 1e9 / probe:.0f}% of the probe)")
+                    del mats
 
 
 if __name__ == "__main__":
