@@ -90,14 +90,13 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
             log(f"error: {e}; reporting the results so far")
         except KeyboardInterrupt:
             suite.interrupted = True
+    starts = [startup_table(suite.startup)] if suite.startup else []
     if output == "json":
         click.echo(to_json(suite, bw))
     elif output == "md":
-        click.echo(markdown(suite.rows) + (f"\n\n{startup_table(suite.startup)}" if suite.startup else ""))
-    else:
-        parts = ([table(suite.rows)] if suite.rows else []) + ([startup_table(suite.startup)] if suite.startup else [])
-        if parts:
-            click.echo("\n\n".join(parts))
+        click.echo("\n\n".join([markdown(suite.rows)] + starts))
+    elif suite.rows or starts:
+        click.echo("\n\n".join(([table(suite.rows)] if suite.rows else []) + starts))
     if plot_path and suite.rows:
         plot(suite.rows, plot_path)
         log(f"plot written to {plot_path}")

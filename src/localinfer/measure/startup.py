@@ -1,11 +1,11 @@
-"""Cold start: a whole process from exec to its first generated token.
+"""Start-up: a whole process from exec to its first generated token.
 
 Ours is `localinfer run MODEL --raw -p Hi -n 1` (Python start, imports, GGUF parse, tokenizer, weights,
 one prefill and one sampled token); llama.cpp's is `llama-completion -m MODEL -p Hi -n 1 -no-cnv`
 with its other defaults (warm-up included, as its users run it), both at a 4096-token context. The
-two alternate in one run, each repetition after one untimed start of each, with the file in the page cache ("warm") and, where this
-process may drop the page cache (root on Linux), read from disk ("cold"). Each process's peak RSS is its
-own VmHWM, read from /proc while it runs, the same way for both."""
+two alternate in one run, each repetition after one untimed start of each, with the file in the page
+cache ("warm") and, where this process may drop the page cache (root on Linux), read from disk
+("cold"). Each process's peak RSS is its own VmHWM, read from /proc while it runs, the same way for both."""
 from __future__ import annotations
 
 import os
@@ -115,6 +115,10 @@ def _max(values: list) -> float | None:
     return max(known) if known else None
 
 
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def startup_table(rows: list[dict]) -> str:
     """Markdown: the medians and llama.cpp's time over ours (> 1: we start faster)."""
     out = ["| model | threads | page cache | localinfer s | llama-completion s | speed vs llama.cpp "
@@ -122,8 +126,7 @@ def startup_table(rows: list[dict]) -> str:
     for r in rows:
         theirs = f"{r['llama_cpp_s']:.3f}" if "llama_cpp_s" in r else "-"
         ratio = f"**{1 / r['ratio']:.2f}**" if "ratio" in r else "-"
-        rss = " / ".join(f"{v:.0f}" if v is not None else "-"
-                         for v in (r["localinfer_rss_mib"], *([r["llama_cpp_rss_mib"]] if "llama_cpp_s" in r else [])))
+        rss = _mib(r["localinfer_rss_mib"]) + (f" / {_mib(r['llama_cpp_rss_mib'])}" if "llama_cpp_s" in r else "")
         out.append(f"| {r['model']} | {r['n_threads']} | {r['page_cache']} | {r['localinfer_s']:.3f} | {theirs} | {ratio} "
                    f"| {rss} |")
     return "\n".join(out)
