@@ -21,7 +21,8 @@ SCHEMA = {
     "properties": {
         "name": {"type": "string", "pattern": "^[A-Z][a-z]{1,11}$"},
         "age": {"type": "integer", "minimum": 0, "maximum": 120},
-        "height_m": {"type": "number", "minimum": 0.5, "maximum": 2.5, "multipleOf": 0.01},
+        # a multiple exact in binary: jsonschema checks multipleOf by float division (2.47 / 0.01 fails)
+        "height_m": {"type": "number", "minimum": 0.5, "maximum": 2.5, "multipleOf": 0.25},
         "role": {"enum": ["admin", "user", "guest"]},
         "address": {
             "type": "object",
