@@ -54,3 +54,10 @@ def test_accepted_sources(smollm2_tokenizer):
                    dict(lark='start: "a" | %json {"type": "integer"}')):
         g = compile_grammar(smollm2_tokenizer, **source)
         assert g.matcher().allowed().any()
+
+
+def test_the_package_exports_the_contract():
+    import localinfer
+    from localinfer import constrain
+    assert localinfer.compile_grammar is constrain.compile_grammar
+    assert localinfer.GrammarError is constrain.GrammarError and issubclass(constrain.GrammarError, ValueError)
