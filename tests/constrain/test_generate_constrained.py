@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 import regex
 
-from localinfer.constrain import GrammarError, compile_grammar
+from localinfer.constrain import GrammarError, compile_grammar, lark_json
 
 PERSON = {
     "type": "object",
@@ -98,3 +98,12 @@ def test_bad_constraints_fail_before_generating(smollm2_model):
     g = compile_grammar(smollm2_model.tokenizer, regex="a")
     with pytest.raises(GrammarError):
         smollm2_model.generate("x", grammar=g, regex="b")
+
+
+def test_lark_json_lays_out_embedded_json_like_json_schema(smollm2_model):
+    """lark_json() gives `%json` the json_schema= layout: no free whitespace to pad with."""
+    lark = f'start: "<call>" {lark_json({"type": "object"})} "</call>"'
+    r = smollm2_model.generate("Call:", lark=lark, max_tokens=40, temperature=0)
+    body = r.text[len("<call>"):-len("</call>")]
+    assert r.finish_reason == "stop" and isinstance(json.loads(body), dict)
+    assert "\n" not in body and "  " not in body

@@ -51,6 +51,15 @@ JSON_OPTIONS = dict(item_separator=", ", key_separator=": ", whitespace_flexible
 _MAX_MESSAGE = 600
 
 
+def lark_json(schema: Mapping[str, Any]) -> str:
+    """`%json {...}` for a Lark grammar, with the same JSON layout as json_schema= (a `%json`
+    written by hand gets llguidance's free whitespace, which a sampled model may pad forever)."""
+    if not isinstance(schema, Mapping):
+        raise GrammarError(f"a JSON schema must be an object, got {type(schema).__name__}")
+    options = {**JSON_OPTIONS, **(schema.get("x-guidance") or {})}
+    return "%json " + json.dumps({**schema, "x-guidance": options}, ensure_ascii=False)
+
+
 class GrammarError(ValueError):
     """A grammar or JSON schema that cannot be used (refused when compiled), or a token it forbids."""
 
