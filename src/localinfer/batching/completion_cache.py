@@ -30,7 +30,7 @@ class CompletionCache:
     def key(request) -> tuple | None:
         if not request.params.deterministic:
             return None
-        return (tuple(request.prompt), request.params, request.max_tokens, tuple(request.stop))
+        return (tuple(request.prompt), request.params, request.max_tokens, tuple(request.stop), request.logprobs)
 
     def get(self, request) -> list[GenerationChunk] | None:
         key = self.key(request)
@@ -51,7 +51,8 @@ class CompletionCache:
         with self._lock:
             if key in self._entries:
                 return
-            self._entries[key] = [GenerationChunk(c.text, list(c.tokens), c.finish_reason) for c in chunks]
+            self._entries[key] = [GenerationChunk(c.text, list(c.tokens), c.finish_reason, logprobs=c.logprobs)
+                                  for c in chunks]
             self._sizes[key] = size
             self.held += size
             while self.held > self.max_tokens:
