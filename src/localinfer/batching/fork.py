@@ -41,6 +41,9 @@ class ChoiceRequest(Request):
     def put(self, item) -> None:
         self.sink.put((self.index, item))
 
+    def next_chunk(self, timeout: float | None = None):
+        raise TypeError("a choice's chunks arrive on its group's queue: read them with Choices.next_event")
+
 
 class Choices:
     def __init__(self, prompt: Sequence[int], n: int, max_tokens: int | None = None, stop: Sequence[str] = (),
