@@ -13,6 +13,8 @@ Every step the scheduler thread
      stop strings, finish reasons) and hands it to the request; finished slots are freed.
 
 So requests join the running batch at the next step and leave it when they are done.
+The n choices of one prompt (fork.py, OpenAI's `n`) are admitted together: the first prefills
+the prompt, the others take a copy of its KV cache and sample from the same last logits row.
 A slot owns a KV cache of n_ctx positions for its whole life (allocated once, reused).
 """
 from __future__ import annotations

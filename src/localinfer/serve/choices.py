@@ -50,7 +50,7 @@ def parse_choice_options(body: Mapping[str, Any], kind: str, n_vocab: int, bad) 
         if want is not None and not isinstance(want, bool):
             raise bad(f"'logprobs' must be a boolean, got {type(want).__name__}", "logprobs")
         top = integer("top_logprobs", 0, MAX_TOP_LOGPROBS)
-        if top is not None and not want:
+        if top and not want:  # 0 is what some clients always send: harmless
             raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
         n_top = (top or 0) if want else None
         echo = False
