@@ -349,8 +349,8 @@ class Handler(BaseHTTPRequestHandler):
             if chunk.finish_reason:
                 answers[i] = (chunk.finish_reason, i)
             if all(answers):
-                self._send_json(200, shaper.combine([shaper.whole("".join(text[i]), finish, n, i, logprobs[i])
-                                                     for finish, i in answers]))
+                self._send_json(200, shaper.combine([shaper.whole("".join(text[j]), finish, n, j, logprobs[j])
+                                                     for finish, j in answers]))
                 return
 
     def _stream(self, job: api.Job) -> None:
