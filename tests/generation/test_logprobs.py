@@ -111,3 +111,14 @@ def test_prompt_logprobs_are_model_logits_rows_in_any_chunking(smollm2_model):
     assert np.allclose([e.logprob for e in ref[1:]], want, rtol=0, atol=1e-9)  # float64 sums: ulps of 1e1
     for chunk in (16, 17, len(ids)):
         assert score_prompt(m, ids, 3, chunk=chunk) == ref
+
+
+def test_a_repeat_from_the_completion_cache_keeps_its_logprobs(smollm2_model):
+    m = smollm2_model
+    hits = lambda: m.engine.metrics.counters["completion_cache_hits"]  # noqa: E731
+    first = m.generate("Repeat after me:", max_tokens=3, temperature=0, logprobs=2)
+    before = hits()
+    again = m.generate("Repeat after me:", max_tokens=3, temperature=0, logprobs=2)
+    assert hits() == before + 1 and again.logprobs == first.logprobs
+    fewer = m.generate("Repeat after me:", max_tokens=3, temperature=0, logprobs=1)  # another key
+    assert hits() == before + 1 and [e.top for e in fewer.logprobs] == [e.top[:1] for e in first.logprobs]
