@@ -12,7 +12,7 @@ from typing import Mapping
 import numpy as np
 
 MAX_BIAS = 100.0
-MAX_ENTRIES = 1024  # a request body is untrusted: bound the map (OpenAI's limit is lower, 300)
+MAX_ENTRIES = 1024  # a request body is untrusted: bound the map
 
 
 class LogitBiasError(ValueError):

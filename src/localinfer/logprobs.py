@@ -3,8 +3,8 @@
 They are the model's own distribution: the log-softmax of the raw logits row that the token was
 sampled from, taken *before* any sampler transform (logit_bias, repetition penalties, a grammar
 mask, temperature, top-k/top-p/min-p). So they agree with `Model.logits` for the same tokens
-(log_softmax of the same row), whatever the sampling settings, as llama.cpp's server and OpenAI
-report them. A token that a bias or a grammar forced can thus show a low logprob: that is what the
+(log_softmax of the same row), whatever the sampling settings, as llama.cpp's server reports
+them by default (its n_probs without post_sampling_probs). A token that a bias or a grammar forced can thus show a low logprob: that is what the
 model thought of it.
 
     recorder = LogprobRecorder(n_top)   # first of the logits processors: sees the raw row
