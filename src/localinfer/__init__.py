@@ -25,10 +25,11 @@ _EXPORTS = {  # public name -> the module that defines it
     "FetchError": ".fetch", "ModelNotFoundError": ".fetch",
     "GenerationChunk": ".generate", "GenerationResult": ".generate", "Timings": ".generate",
     "GGUFError": ".gguf_file", "ContextFullError": ".kv_cache",
+    "TokenLogprob": ".logprobs", "LogitBiasError": ".logit_bias",
 }
 __all__ = ["load", "Model", "ChatSession", "GenerationResult", "GenerationChunk", "Timings",
            "GGUFError", "ContextFullError", "ChatTemplateError", "ModelNotFoundError", "FetchError",
-           "ModelClosedError"]
+           "ModelClosedError", "TokenLogprob", "LogitBiasError"]
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .chat.session import ChatSession
@@ -37,6 +38,8 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .generate import GenerationChunk, GenerationResult, Timings
     from .gguf_file import GGUFError
     from .kv_cache import ContextFullError
+    from .logit_bias import LogitBiasError
+    from .logprobs import TokenLogprob
     from .model import Model, ModelClosedError, load
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localinfer.logit_bias import LogitBiasError
+from localinfer import LogitBiasError, TokenLogprob
 from localinfer.logprobs import log_softmax, prompt_logprobs, score_prompt
 
 PROMPT = "The capital of France is"
@@ -89,7 +89,7 @@ def test_logit_bias_bans_and_forces(smollm2_model):
 @pytest.mark.parametrize("bias, needle", [({10 ** 6: 1}, "unknown token id"), ({-1: 1}, "unknown token id"),
                                           ({5: 101}, "between -100 and 100"), ({5: float("nan")}, "between"),
                                           ({"five": 1}, "not a token id"), ({5: True}, "between"),
-                                          ([5], "map")])
+                                          ([5], "map"), ({i: 1 for i in range(1025)}, "at most")])
 def test_bad_logit_bias_is_refused(smollm2_model, bias, needle):
     with pytest.raises(LogitBiasError, match=needle):
         smollm2_model.generate(PROMPT, max_tokens=1, logit_bias=bias)
@@ -106,7 +106,7 @@ def test_prompt_logprobs_are_model_logits_rows_in_any_chunking(smollm2_model):
     ids = m.tokenize("The quick brown fox jumps over the lazy dog. " * 4)
     logits = m.logits(ids).astype(np.float64)
     ref = prompt_logprobs(logits, ids, 3)
-    assert ref[0].logprob is None and ref[0].top == []  # nothing predicts the first token
+    assert ref[0] == TokenLogprob(ids[0], None, [])  # nothing predicts the first token
     want = [row[t] - np.logaddexp.reduce(row) for row, t in zip(logits[:-1], ids[1:])]  # row i-1 -> token i
     assert np.allclose([e.logprob for e in ref[1:]], want, rtol=0, atol=1e-9)  # float64 sums: ulps of 1e1
     for chunk in (16, 17, len(ids)):
