@@ -26,10 +26,11 @@ _EXPORTS = {  # public name -> the module that defines it
     "GenerationChunk": ".generate", "GenerationResult": ".generate", "Timings": ".generate",
     "GGUFError": ".gguf_file", "ContextFullError": ".kv_cache",
     "compile_grammar": ".constrain", "GrammarError": ".constrain",
+    "TokenLogprob": ".logprobs", "LogitBiasError": ".logit_bias",
 }
 __all__ = ["load", "Model", "ChatSession", "GenerationResult", "GenerationChunk", "Timings",
            "GGUFError", "ContextFullError", "ChatTemplateError", "ModelNotFoundError", "FetchError",
-           "ModelClosedError", "compile_grammar", "GrammarError"]
+           "ModelClosedError", "compile_grammar", "GrammarError", "TokenLogprob", "LogitBiasError"]
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .chat.session import ChatSession
@@ -39,6 +40,8 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .generate import GenerationChunk, GenerationResult, Timings
     from .gguf_file import GGUFError
     from .kv_cache import ContextFullError
+    from .logit_bias import LogitBiasError
+    from .logprobs import TokenLogprob
     from .model import Model, ModelClosedError, load
 
 

@@ -15,6 +15,7 @@ from typing import Iterator, Sequence
 
 from .context import Context
 from .kv_cache import ContextFullError
+from .logprobs import LogprobRecorder
 from .sampling import LogitsProcessor, Sampler
 from .tokenizer import StreamingDetokenizer
 
@@ -50,6 +51,7 @@ class GenerationChunk:
     tokens: list[int]
     finish_reason: str | None = None  # "stop" | "length" | "context_full" on the last chunk
     timings: Timings | None = None
+    logprobs: list | None = None  # a logprobs.TokenLogprob per token, when asked for
 
 
 @dataclass
@@ -59,6 +61,7 @@ class GenerationResult:
     finish_reason: str
     timings: Timings
     prompt_tokens: list[int] = field(default_factory=list)
+    logprobs: list | None = None  # a logprobs.TokenLogprob per generated token, when asked for
 
 
 def generate_step(ctx: Context, prompt: Sequence[int], sampler: Sampler,
@@ -149,11 +152,16 @@ def check_prompt_fits(n_prompt: int, n_ctx: int) -> None:
 
 def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], sampler: Sampler,
                     processors: Sequence[LogitsProcessor] = (), max_tokens: int | None = None,
-                    stop: Sequence[str] = (), matcher=None) -> Iterator[GenerationChunk]:
+                    stop: Sequence[str] = (), matcher=None, logprobs: int | None = None) -> Iterator[GenerationChunk]:
     """Text chunks as they are complete (never a broken UTF-8 sequence, never a partial stop
     string); the last chunk has the finish_reason and the timings. With a matcher (a grammar's
-    state) the text follows the grammar and ends ("stop") as soon as the grammar is complete."""
+    state) the text follows the grammar and ends ("stop") as soon as the grammar is complete.
+    logprobs: each chunk also carries its tokens' log-probabilities with that many alternatives
+    (see logprobs.py)."""
     out = ChunkAssembler(tokenizer, len(prompt), ctx.n_ctx, max_tokens, stop)
+    recorder = LogprobRecorder(logprobs) if logprobs is not None else None
+    if recorder:  # first: it sees the raw logits
+        processors = [recorder, *processors]
     if max_tokens == 0:
         yield GenerationChunk("", [], "length", out.timings)
         return
@@ -162,6 +170,8 @@ def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], sampler: Sam
     try:
         for token in steps:
             chunk = out.push(token, end=matcher is not None and matcher.done)
+            if recorder:
+                chunk.logprobs = [recorder.take(token)]
             yield chunk
             if out.finished:
                 return
@@ -187,10 +197,13 @@ def _split_stop(text: str, stop: Sequence[str]) -> tuple[str, str, bool]:
 
 def collect(chunks: Iterator[GenerationChunk], prompt_tokens: list[int]) -> GenerationResult:
     """The chunks joined into one GenerationResult (Model.generate, ChatSession.send)."""
-    text, tokens, finish, timings = [], [], "stop", Timings()
+    text, tokens, finish, timings, logprobs = [], [], "stop", Timings(), None
     for chunk in chunks:
         text.append(chunk.text)
         tokens.extend(chunk.tokens)
+        if chunk.logprobs is not None:
+            logprobs = (logprobs or [])
+            logprobs.extend(chunk.logprobs)
         if chunk.finish_reason:
             finish, timings = chunk.finish_reason, chunk.timings
-    return GenerationResult("".join(text), tokens, finish, timings, prompt_tokens)
+    return GenerationResult("".join(text), tokens, finish, timings, prompt_tokens, logprobs)

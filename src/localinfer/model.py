@@ -16,6 +16,8 @@ from .fetch import resolve_model
 from .generate import GenerationChunk, GenerationResult, check_prompt_fits, collect, stream_generate
 from .gguf_file import GGUFFile
 from .kv_cache import ContextFullError
+from .logit_bias import check_logit_bias, make_logit_bias
+from .logprobs import check_n_top
 from .sampling import make_logits_processors, make_sampler
 from .tokenizer import Tokenizer
 
@@ -158,9 +160,14 @@ class Model:
                presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repeat_last_n: int = 64,
                seed: int | None = None, stop: str | Sequence[str] = (),
                context: Context | None = None, json_schema=None, grammar=None, lark: str | None = None,
-               regex: str | None = None) -> Iterator[GenerationChunk]:
+               regex: str | None = None, logprobs: int | None = None,
+               logit_bias: Mapping[int, float] | None = None) -> Iterator[GenerationChunk]:
         """GenerationChunks (text, tokens; the last one has finish_reason and timings).
         The defaults are llama.cpp's; temperature <= 0 is greedy. Close it to stop early.
+        logprobs=N (0..20): each chunk's .logprobs holds a TokenLogprob per token (its logprob
+        and the N most likely tokens), the log-softmax of the model's raw logits, before bias,
+        penalties and sampling (logprobs.py). logit_bias {token id: -100..100} is added to the
+        logits before sampling (-100 bans a token).
         Without `context` the request goes through the model's batched engine (several threads
         may call this at once); with one, it runs in that context (a chat session's cache).
         Constrained output (at most one): json_schema (a dict or JSON text), grammar (GBNF text,
@@ -171,18 +178,24 @@ class Model:
         tokens = self._prompt_tokens(prompt)
         if not tokens:
             raise ValueError("the prompt is empty (no tokens to start from)")
+        logprobs = check_n_top(logprobs)
+        bias = check_logit_bias(logit_bias, self.n_vocab)
         constraint = self._grammar(json_schema, grammar, lark, regex)
         if context is None:  # through the engine: safe from several threads, and batched
             from .batching.request import Request, SamplingParams
             params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty,
-                                    frequency_penalty, repeat_last_n, seed)
-            return self.engine.submit(Request(tokens, max_tokens, stop, params, grammar=constraint)).chunks()
+                                    frequency_penalty, repeat_last_n, seed, bias)
+            request = Request(tokens, max_tokens, stop, params, grammar=constraint, logprobs=logprobs)
+            return self.engine.submit(request).chunks()
         ctx = context
         check_prompt_fits(len(tokens), ctx.n_ctx)
         sampler = make_sampler(temperature, top_k, top_p, min_p, seed)
         processors = make_logits_processors(repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n)
+        if bias:
+            processors = [make_logit_bias(bias), *processors]
         matcher = constraint.matcher() if constraint is not None else None
-        return stream_generate(ctx, self.tokenizer, tokens, sampler, processors, max_tokens, stop, matcher)
+        return stream_generate(ctx, self.tokenizer, tokens, sampler, processors, max_tokens, stop, matcher,
+                               logprobs)
 
     def _grammar(self, json_schema, grammar, lark, regex):
         """The compiled constraint of a generate/stream/chat call, or None."""

@@ -31,7 +31,8 @@ class CompletionCache:
         if not request.params.deterministic:
             return None
         grammar = getattr(request.grammar, "key", None)  # llguidance's grammar text: it decides the tokens too
-        return (tuple(request.prompt), request.params, request.max_tokens, tuple(request.stop), grammar)
+        return (tuple(request.prompt), request.params, request.max_tokens, tuple(request.stop), grammar,
+                request.logprobs)
 
     def get(self, request) -> list[GenerationChunk] | None:
         key = self.key(request)
@@ -52,7 +53,8 @@ class CompletionCache:
         with self._lock:
             if key in self._entries:
                 return
-            self._entries[key] = [GenerationChunk(c.text, list(c.tokens), c.finish_reason) for c in chunks]
+            self._entries[key] = [GenerationChunk(c.text, list(c.tokens), c.finish_reason, logprobs=c.logprobs)
+                                  for c in chunks]
             self._sizes[key] = size
             self.held += size
             while self.held > self.max_tokens:

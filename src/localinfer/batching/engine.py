@@ -13,6 +13,8 @@ Every step the scheduler thread
      stop strings, finish reasons) and hands it to the request; finished slots are freed.
 
 So requests join the running batch at the next step and leave it when they are done.
+The n choices of one prompt (fork.py, OpenAI's `n`) are admitted together: the first prefills
+the prompt, the others take a copy of its KV cache and sample from the same last logits row.
 A slot owns a KV cache of n_ctx positions for its whole life (allocated once, reused).
 """
 from __future__ import annotations
@@ -25,7 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..generate import ChunkAssembler, GenerationChunk, check_prompt_fits
+from ..logprobs import LogprobRecorder
 from .completion_cache import CompletionCache
+from .fork import copy_cache
 from .metrics import Metrics
 from .prefix_cache import PrefixCache
 from .request import Cancelled, Request
@@ -63,6 +67,9 @@ class Slot:
     out: ChunkAssembler | None = None
     prefill_start: float = 0.0
     chunks: list = field(default_factory=list)  # what was sent, for the completion cache
+    recorder: object = None  # logprobs.LogprobRecorder when the request wants logprobs
+    leader: "Slot | None" = None  # a choice of n waiting for this slot's prefill (batching/fork.py)
+    followers: list = field(default_factory=list)  # the leader's waiting choices
 
     @property
     def busy(self) -> bool:
@@ -86,6 +93,7 @@ class Engine:
         self.completion_cache = CompletionCache(completion_cache_tokens) if completion_cache_tokens else None
         self.metrics = metrics or Metrics()
         self._queue: deque[Request] = deque()
+        self._followers: dict[int, list[Request]] = {}  # a queued group's leader id -> the other choices
         self._wake = threading.Condition()
         self._closed = False
         self.steps = 0
@@ -121,6 +129,34 @@ class Engine:
             self._wake.notify()
         return request
 
+    def submit_group(self, requests: list[Request]) -> list[Request]:
+        """Queues the choices of one prompt (batching/fork.py): admitted together, the prompt
+        prefilled once in the first one's slot and its K/V copied into the others'."""
+        first = requests[0]
+        if len(requests) > len(self.slots):
+            raise ValueError(f"{len(requests)} choices need as many slots, the engine has {len(self.slots)}")
+        if any(r.prompt != first.prompt for r in requests):
+            raise ValueError("the choices of a group share one prompt")
+        if len(requests) == 1 or first.max_tokens == 0:
+            return [self.submit(r) for r in requests]
+        check_prompt_fits(len(first.prompt), self.n_ctx)
+        for r in requests:
+            if r.max_tokens is not None and r.max_tokens < 0:
+                raise ValueError(f"max_tokens must be >= 0, got {r.max_tokens}")
+            r.on_cancel = self._notify
+        with self._wake:
+            if self._closed:
+                raise EngineClosedError("the engine is shut down")
+            free = sum(not s.busy for s in self.slots)
+            if self.max_queue is not None and len(self._queue) >= self.max_queue + free:
+                self.metrics.count("rejected")
+                raise QueueFullError(f"all {len(self.slots)} slots are busy and {len(self._queue)} "
+                                     f"requests are waiting: try again later")
+            self._followers[first.id] = list(requests[1:])
+            self._queue.append(first)
+            self._wake.notify()
+        return requests
+
     def _replay(self, request: Request) -> bool:
         """Answers a deterministic request seen before from the completion cache."""
         chunks = self.completion_cache.get(request) if self.completion_cache else None
@@ -131,7 +167,8 @@ class Engine:
         t.generated_tokens = sum(len(c.tokens) for c in chunks)
         t.ttft_s = time.perf_counter() - request.created
         for c in chunks:
-            request.put(GenerationChunk(c.text, list(c.tokens), c.finish_reason, t if c.finish_reason else None))
+            request.put(GenerationChunk(c.text, list(c.tokens), c.finish_reason, t if c.finish_reason else None,
+                                        c.logprobs))
         self.metrics.count("completion_cache_hits")
         self.metrics.count("completed")
         self.metrics.count("prompt_tokens", len(request.prompt))
@@ -193,14 +230,16 @@ class Engine:
             if slot.busy:
                 self._finish(slot, EngineClosedError("the server is shutting down"))
         for request in self._queue:
-            request.put(EngineClosedError("the server is shutting down"))
+            for r in [request, *self._followers.pop(request.id, [])]:
+                r.put(EngineClosedError("the server is shutting down"))
         self._queue.clear()
 
     def _drop_cancelled(self) -> None:
-        for r in [r for r in self._queue if r.cancelled]:
+        for r in [r for r in self._queue if any(x.cancelled for x in [r, *self._followers.get(r.id, [])])]:
             self._queue.remove(r)
-            r.put(Cancelled("cancelled while waiting"))
-            self.metrics.count("cancelled")
+            for x in [r, *self._followers.pop(r.id, [])]:
+                x.put(Cancelled("cancelled while waiting"))
+                self.metrics.count("cancelled")
         for slot in self.slots:
             if slot.busy and slot.request.cancelled:
                 self.metrics.count("cancelled")
@@ -208,11 +247,18 @@ class Engine:
 
     def _admit(self) -> list[Slot]:
         out = []
-        for slot in self.slots:
-            if not self._queue:
-                break
-            if not slot.busy:
-                slot.request = self._queue.popleft()
+        while self._queue:
+            free = [s for s in self.slots if not s.busy]
+            group = self._followers.get(self._queue[0].id, [])
+            if len(free) < 1 + len(group):
+                break  # first come, first served: a group waits for its slots, and holds the queue
+            leader = free[0]
+            leader.request = self._queue.popleft()
+            self._followers.pop(leader.request.id, None)
+            out.append(leader)
+            for slot, r in zip(free[1:], group):
+                slot.request, slot.leader = r, leader
+                leader.followers.append(slot)
                 out.append(slot)
         return out
 
@@ -222,25 +268,31 @@ class Engine:
             slot.cache = self.runtime.new_cache(self.n_ctx, self.kv_dtype)
         slot.cache.reset()
         reused = 0
-        if self.prefix_cache is not None:  # the last prompt tokens are always computed: they give the logits
+        if slot.leader is not None:  # a choice of n: its prompt's K/V come from the leader (_fork)
+            self.metrics.count("prompt_tokens_shared", len(r.prompt))
+        elif self.prefix_cache is not None:  # the last prompt tokens are always computed: they give the logits
             reused = self.prefix_cache.restore(r.prompt, slot.cache, limit=len(r.prompt) - MIN_PREFILL_ROWS)
         slot.tokens = list(r.prompt[:reused])
-        slot.todo = list(r.prompt[reused:])
+        slot.todo = list(r.prompt[reused:]) if slot.leader is None else []
         slot.history = list(r.prompt)
         slot.next_token, slot.chunks = None, []
         slot.sampler, slot.processors = r.params.make_sampler(), r.params.make_processors()
         slot.matcher = r.grammar.matcher() if r.grammar is not None else None
+        slot.recorder = LogprobRecorder(r.logprobs) if r.logprobs is not None else None
+        if slot.recorder:  # first: logprobs are the model's, before any transform (logprobs.py)
+            slot.processors.insert(0, slot.recorder)
         r.timings.prompt_tokens, r.timings.prompt_cached = len(r.prompt), reused
         slot.out = ChunkAssembler(self.tokenizer, len(r.prompt), self.n_ctx, r.max_tokens, r.stop,
                                   r.timings, start=r.created)
         slot.prefill_start = time.perf_counter()
-        self.metrics.count("prompt_tokens", len(r.prompt))
-        self.metrics.count("prompt_tokens_cached", reused)
+        if slot.leader is None:  # a group's prompt is received, and counted, once
+            self.metrics.count("prompt_tokens", len(r.prompt))
+            self.metrics.count("prompt_tokens_cached", reused)
 
     def _step(self) -> None:
         rows, budget = [], self.prefill_chunk
         for slot in self.slots:
-            if not slot.busy:
+            if not slot.busy or slot.leader is not None:
                 continue
             if slot.todo:
                 if budget <= 0:
@@ -270,9 +322,21 @@ class Engine:
                 if slot.todo:
                     continue  # more of the prompt next step
                 slot.request.timings.prefill_s = time.perf_counter() - slot.prefill_start
+                self.metrics.count("prefills")
                 if self.prefix_cache is not None:
                     self.prefix_cache.store(slot.tokens, slot.cache)
+                self._fork(slot, row[-1])
             self._sample(slot, row[-1])
+
+    def _fork(self, leader: Slot, logits: np.ndarray) -> None:
+        """The leader's prompt is done: each waiting choice takes a copy of its K/V and samples
+        its first token from the same logits row."""
+        for slot in leader.followers:
+            copy_cache(leader.cache, slot.cache)
+            slot.tokens, slot.leader = list(leader.tokens), None
+            slot.request.timings.prefill_s = leader.request.timings.prefill_s
+            self._sample(slot, logits.copy())  # a processor may write into its row: each its own
+        leader.followers = []
 
     def _sample(self, slot: Slot, logits: np.ndarray) -> None:
         try:
@@ -284,6 +348,8 @@ class Engine:
             if slot.matcher is not None:
                 slot.matcher.accept(token)
             chunk = slot.out.push(token, end=slot.matcher is not None and slot.matcher.done)
+            if slot.recorder:
+                chunk.logprobs = [slot.recorder.take(token)]
         except Exception as e:
             self._finish(slot, e)
             return
@@ -311,8 +377,13 @@ class Engine:
             self.metrics.count("completed")
             if self.completion_cache is not None:
                 self.completion_cache.put(r, slot.chunks)
-        if self.prefix_cache is not None and (error is None or isinstance(error, Cancelled)):
+        if self.prefix_cache is not None and (error is None or isinstance(error, Cancelled)) and slot.tokens:
             self.prefix_cache.store(slot.tokens, slot.cache)  # the answer too: the next chat turn
+        if slot.leader is not None:  # a waiting choice that ended (cancelled): no copy for it
+            slot.leader.followers.remove(slot)
+        for follower in list(slot.followers):  # still waiting for this prompt: they cannot go on without it
+            self._finish(follower, error or Cancelled("the choice sharing its prompt ended first"))
         with self._wake:
+            slot.followers, slot.leader, slot.recorder = [], None, None
             slot.request, slot.out, slot.sampler, slot.matcher = None, None, None, None
             slot.tokens, slot.todo, slot.history, slot.next_token, slot.chunks = [], [], [], None, []

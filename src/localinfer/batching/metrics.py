@@ -2,6 +2,7 @@
 
     localinfer_requests_total{status=...}     completed, failed, cancelled, rejected (queue full)
     localinfer_prompt_tokens_total, localinfer_prompt_tokens_cached_total, localinfer_generated_tokens_total
+    localinfer_prefills_total, localinfer_prompt_tokens_shared_total   prompts evaluated; n>1 choices' copied K/V
     localinfer_ttft_seconds                   histogram: submit -> first token (queueing included)
     localinfer_decode_tokens_per_second       histogram: per request, after its first token
     localinfer_batch_size                     histogram: sequences per forward pass
@@ -20,6 +21,9 @@ COUNTERS = {  # name -> (metric, label or None, help)
     "prompt_tokens": ("prompt_tokens_total", None, "Prompt tokens received."),
     "prompt_tokens_cached": ("prompt_tokens_cached_total", None, "Prompt tokens reused from the prefix cache."),
     "generated_tokens": ("generated_tokens_total", None, "Tokens generated."),
+    "prefills": ("prefills_total", None, "Prompts evaluated (the n choices of one request share one)."),
+    "prompt_tokens_shared": ("prompt_tokens_shared_total", None,
+                             "Prompt tokens copied from another choice's KV cache instead of computed (n > 1)."),
     "completion_cache_hits": ("completion_cache_hits_total", None, "Deterministic requests answered from memory."),
 }
 HISTOGRAMS = {

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from ..generate import GenerationChunk, Timings
+from ..logit_bias import make_logit_bias
 from ..sampling import make_logits_processors, make_sampler
 
 _ids = itertools.count(1)
@@ -30,6 +31,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repeat_last_n: int = 64
     seed: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias), from logit_bias.check_logit_bias
 
     @property
     def deterministic(self) -> bool:
@@ -40,8 +42,9 @@ class SamplingParams:
         return make_sampler(self.temperature, self.top_k, self.top_p, self.min_p, self.seed)
 
     def make_processors(self):
-        return make_logits_processors(self.repeat_penalty, self.presence_penalty, self.frequency_penalty,
-                                      self.repeat_last_n)
+        bias = [make_logit_bias(self.logit_bias)] if self.logit_bias else []
+        return bias + make_logits_processors(self.repeat_penalty, self.presence_penalty, self.frequency_penalty,
+                                             self.repeat_last_n)
 
 
 class Cancelled(Exception):
@@ -58,6 +61,7 @@ class Request:
     created: float = field(default_factory=time.perf_counter)
     timings: Timings = field(default_factory=Timings)
     grammar: object = None  # a constrain.Grammar: the engine masks this request's logits with it
+    logprobs: int | None = None  # None: none; n: each chunk carries its tokens' logprobs and n alternatives
 
     def __post_init__(self):
         self.prompt = [int(t) for t in self.prompt]

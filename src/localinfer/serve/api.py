@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ..chat.prompt import ChatContentError
 from ..chat.template import ChatTemplateError
-from ..batching.request import Request, SamplingParams
+from ..batching.fork import Choices
+from ..batching.request import SamplingParams
+from ..logprobs import score_prompt
+from .choices import ChoiceOptions, LogprobFormat, parse_choice_options
 from .response_format import ResponseFormatError, response_grammar
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat has none
@@ -111,16 +114,20 @@ class Job:
     stream: bool
     include_usage: bool
     model: str
+    choices: Choices | None = None  # the n choices; `request` is the first
+    options: ChoiceOptions = ChoiceOptions()
+    logprobs: LogprobFormat | None = None  # how to shape logprobs, when asked for
+    echo: str | None = None  # /v1/completions echo: the prompt's text, put before each choice's
+    echo_logprobs: list | None = None  # the prompt tokens' TokenLogprobs (echo with logprobs)
 
 
-def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, default_max, tokenizer=None) -> Job:
-    _unsupported(body, "n", (None, 1))
-    _unsupported(body, "logprobs", (None, False, 0))
-    _unsupported(body, "top_logprobs", (None, 0))
+def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, default_max, model) -> Job:
     _unsupported(body, "tools", (None, []))
     _unsupported(body, "best_of", (None, 1))
-    _unsupported(body, "echo", (None, False))
+    if kind == "chat":
+        _unsupported(body, "echo", (None, False))
     _unsupported(body, "suffix", (None, ""))
+    choosing = parse_choice_options(body, kind, model.n_vocab, bad)
     stream = _boolean(body, "stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -143,13 +150,14 @@ def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, def
         raise bad(f"the prompt is {len(tokens)} tokens long, but the context holds {n_ctx} tokens and at least "
                   f"one more is needed to generate: shorten the prompt (or start the server with a larger "
                   f"--ctx-size)", "messages" if kind == "chat" else "prompt", "context_length_exceeded")
-    stop, params = _stop(body), sampling_params(body)
+    stop, params = _stop(body), replace(sampling_params(body), logit_bias=choosing.logit_bias)
     try:  # last: compiling a schema is the costliest check
-        grammar = response_grammar(body.get("response_format"), tokenizer)
+        grammar = response_grammar(body.get("response_format"), model.tokenizer)
     except ResponseFormatError as e:
         raise bad(str(e), e.param) from None
-    request = Request(tokens, max_tokens, stop, params, grammar=grammar)
-    return Job(kind, request, stream, include_usage, model_name)
+    choices = Choices(tokens, choosing.n, max_tokens, stop, params, choosing.n_top, grammar)
+    logprobs = LogprobFormat(model.tokenizer, kind) if choosing.n_top is not None else None
+    return Job(kind, choices.requests[0], stream, include_usage, model_name, choices, choosing, logprobs)
 
 
 def _check_model(body, model_name: str) -> None:
@@ -195,7 +203,7 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
         raise bad(str(e), "messages") from None
     except ChatContentError as e:  # control-token text in content the template rewrites
         raise bad(str(e), f"messages[{e.index}].content") from None
-    return _common(body, "chat", model_name, tokens, n_ctx, None, model.tokenizer)
+    return _common(body, "chat", model_name, tokens, n_ctx, None, model)
 
 
 def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
@@ -212,7 +220,12 @@ def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
         tokens = list(prompt)
     else:
         raise bad("'prompt' must be a string or a list of token ids (one prompt per request)", "prompt")
-    return _common(body, "completion", model_name, tokens, n_ctx, COMPLETIONS_DEFAULT_MAX_TOKENS, model.tokenizer)
+    job = _common(body, "completion", model_name, tokens, n_ctx, COMPLETIONS_DEFAULT_MAX_TOKENS, model)
+    if job.options.echo:
+        job.echo = prompt if isinstance(prompt, str) else model.detokenize(tokens)
+        if job.options.n_top is not None:  # one more pass over the prompt, every row's logits (logprobs.py)
+            job.echo_logprobs = score_prompt(model, tokens, job.options.n_top)
+    return job
 
 
 # -- responses ------------------------------------------------------------------------------------
@@ -229,6 +242,11 @@ class Shaper:
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
 
+    def _logprobs(self, entries, index: int):
+        if self.job.logprobs is None or entries is None:
+            return None
+        return self.job.logprobs.format(entries, index)
+
     def usage(self, n_generated: int) -> dict:
         r = self.job.request
         n_prompt = len(r.prompt)
@@ -239,22 +257,31 @@ class Shaper:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.job.model,
                 "system_fingerprint": "localinfer"}
 
-    def whole(self, text: str, finish: str, n_generated: int) -> dict:
+    def whole(self, text: str, finish: str, n_generated: int, index: int = 0, logprobs=None) -> dict:
+        """One choice's answer; `combine` joins the n of them. logprobs: its TokenLogprobs."""
+        lp = self._logprobs(logprobs, index)
         if self.job.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+            choice = {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": lp,
                       "finish_reason": FINISH[finish]}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH[finish]}
+            choice = {"index": index, "text": text, "logprobs": lp, "finish_reason": FINISH[finish]}
         return {**self._head(self.object), "choices": [choice], "usage": self.usage(n_generated)}
 
-    def chunk(self, text: str | None, finish: str | None = None, first: bool = False) -> dict:
+    @staticmethod
+    def combine(answers: list[dict]) -> dict:
+        """The answers of the n choices (from `whole`, the last with the usage of all) as one."""
+        return {**answers[-1], "choices": [a["choices"][0] for a in answers]}
+
+    def chunk(self, text: str | None, finish: str | None = None, first: bool = False, index: int = 0,
+              logprobs=None) -> dict:
         usage = {"usage": None} if self.job.include_usage else {}
+        lp = self._logprobs(logprobs, index)
         if self.job.kind == "chat":
             delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
-            choice = {"index": 0, "delta": delta, "logprobs": None,
+            choice = {"index": index, "delta": delta, "logprobs": lp,
                       "finish_reason": FINISH[finish] if finish else None}
             return {**self._head("chat.completion.chunk"), "choices": [choice], **usage}
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": FINISH[finish] if finish else None}
+        choice = {"index": index, "text": text or "", "logprobs": lp, "finish_reason": FINISH[finish] if finish else None}
         return {**self._head("text_completion"), "choices": [choice], **usage}
 
     def usage_chunk(self, n_generated: int) -> dict:

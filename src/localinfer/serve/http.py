@@ -306,8 +306,12 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- running a job ----------------------------------------------------------------------------
     def _run(self, job: api.Job) -> None:
+        requests, engine = job.choices.requests, self.server.engine
+        if len(requests) > len(engine.slots):
+            raise api.bad(f"'n' is {len(requests)}, but this server decodes at most {len(engine.slots)} sequences "
+                          f"at once (--parallel)", "n")
         try:
-            self.server.engine.submit(job.request)
+            engine.submit(job.request) if len(requests) == 1 else engine.submit_group(requests)
         except QueueFullError as e:
             raise api.ApiError(503, str(e), "server_error", code="server_busy", headers={"Retry-After": "1"})
         except EngineClosedError as e:
@@ -317,10 +321,14 @@ class Handler(BaseHTTPRequestHandler):
         try:
             (self._stream if job.stream else self._whole)(job)
         finally:
-            job.request.cancel()  # frees the slot if the request did not finish (a no-op if it did)
+            job.choices.cancel()  # frees the slots of what did not finish (a no-op for what did)
 
     def _whole(self, job: api.Job) -> None:
-        shaper, text, n, r = api.Shaper(job), [], 0, job.request
+        shaper, n, r = api.Shaper(job), 0, job.choices
+        k = len(r.requests)
+        text = [[job.echo or ""] for _ in range(k)]
+        logprobs = [list(job.echo_logprobs or []) for _ in range(k)]
+        answers = [None] * k
         checked = time.monotonic()
         while True:
             if time.monotonic() - checked > 0.2:  # while tokens flow as much as while they do not
@@ -328,31 +336,39 @@ class Handler(BaseHTTPRequestHandler):
                     raise Gone()
                 checked = time.monotonic()
             try:
-                chunk = r.next_chunk(timeout=0.2)
+                i, chunk = r.next_event(timeout=0.2)
             except Empty:
                 continue
             except Cancelled:
                 raise Gone() from None
             except Exception as e:
                 raise api.ApiError(500, f"generation failed: {e}", "server_error") from None
-            text.append(chunk.text)
+            text[i].append(chunk.text)
+            logprobs[i].extend(chunk.logprobs or [])
             n += len(chunk.tokens)
             if chunk.finish_reason:
-                self._send_json(200, shaper.whole("".join(text), chunk.finish_reason, n))
+                answers[i] = (chunk.finish_reason, i)
+            if all(answers):
+                self._send_json(200, shaper.combine([shaper.whole("".join(text[j]), finish, n, j, logprobs[j])
+                                                     for finish, j in answers]))
                 return
 
     def _stream(self, job: api.Job) -> None:
-        shaper, n, r = api.Shaper(job), 0, job.request
+        shaper, n, r = api.Shaper(job), 0, job.choices
+        left = len(r.requests)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        if job.kind == "chat":
-            self._event(shaper.chunk(None, first=True))
+        for i in range(left):
+            if job.kind == "chat":
+                self._event(shaper.chunk(None, first=True, index=i))
+            elif job.echo is not None:
+                self._event(shaper.chunk(job.echo, index=i, logprobs=job.echo_logprobs))
         while True:
             try:
-                chunk = r.next_chunk(timeout=1.0)
+                i, chunk = r.next_event(timeout=1.0)
             except Empty:
                 if self._client_gone():
                     raise Gone() from None
@@ -363,10 +379,13 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(api.ApiError(500, f"generation failed: {e}", "server_error").body())
                 break
             n += len(chunk.tokens)
-            if chunk.text:
-                self._event(shaper.chunk(chunk.text))
+            if chunk.text or (chunk.logprobs and job.logprobs and not chunk.finish_reason):
+                self._event(shaper.chunk(chunk.text, index=i, logprobs=chunk.logprobs))
             if chunk.finish_reason:
-                self._event(shaper.chunk(None, chunk.finish_reason))
+                logprobs = None if chunk.text else chunk.logprobs  # not sent yet: with the finish
+                self._event(shaper.chunk(None, chunk.finish_reason, index=i, logprobs=logprobs))
+                left -= 1
+            if not left:
                 if job.include_usage:
                     self._event(shaper.usage_chunk(n))
                 break
