@@ -132,3 +132,14 @@ def test_refused_formats_are_400s_naming_response_format(smollm2_server, fmt, pa
         status, _, payload = raw(smollm2_server.url, "POST", path, {**body, "response_format": fmt})
         assert status == 400, payload
         assert payload["error"]["param"] == param and payload["error"]["type"] == "invalid_request_error"
+
+
+def test_each_of_n_choices_follows_the_schema(smollm2_server):
+    """n choices share one prefill, but each decodes with its own grammar state."""
+    r = _client(smollm2_server).chat.completions.create(model="m", messages=ASK, max_tokens=MAX_TOKENS,
+                                                        temperature=1.0, seed=11, n=3, response_format=FORMAT)
+    assert sorted(c.index for c in r.choices) == [0, 1, 2]
+    for c in r.choices:
+        assert c.finish_reason == "stop", c.message.content
+        jsonschema.validate(json.loads(c.message.content), SCHEMA)
+    assert len({c.message.content for c in r.choices}) > 1
