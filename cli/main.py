@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench, bench-serve, serve, perplexity, quantize, quality, convert."""
+"""The `localinfer` command: run (chat), pull, list, info, bench, bench-serve, serve, embed, perplexity, quantize, quality, convert."""
 from __future__ import annotations
 
 import json
@@ -12,6 +12,7 @@ from .bench import bench
 from .bench_serve import bench_serve
 from .common import load_model, set_threads
 from .convert import convert
+from .embed import embed
 from .perplexity import perplexity
 from .progress import ByteProgress
 from .quality import quality
@@ -163,6 +164,7 @@ def _memory(path: str) -> dict:
 main.add_command(bench)
 main.add_command(bench_serve)
 main.add_command(convert)
+main.add_command(embed)
 main.add_command(perplexity)
 main.add_command(quality)
 main.add_command(quantize)
