@@ -61,6 +61,7 @@ def test_token_ids_and_base64(server, model):
     ({"input": [1, "a"]}, "input", "input[0]"),
     ({"input": [[1, 2], [True]]}, "input", "input[1]"),
     ({"input": [[5, 10 ** 6]]}, "input", "unknown token id"),
+    ({"input": [[5], []]}, "input", "input[1] has no tokens"),
     ({"input": "word " * 300}, "input", "context holds 256"),
     ({"input": ["a"] * 2049}, "input", "at most 2048"),
     ({"input": "a", "encoding_format": "binary"}, "encoding_format", "'float' or 'base64'"),
