@@ -170,7 +170,7 @@ class Model:
         pooling = pooling or default_pooling(self.metadata, self.architecture)
         texts = [texts] if isinstance(texts, str) else list(texts)
         for t in texts:
-            if not isinstance(t, (str, Sequence)):
+            if not isinstance(t, (str, Sequence, np.ndarray)):
                 raise TypeError(f"each text must be a string or a list of token ids, got {type(t).__name__}")
         token_lists = [self._prompt_tokens(t) for t in texts]
         check_embed_args(token_lists, pooling, self.n_ctx)
