@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench, bench-grammar, bench-serve, serve, perplexity, quantize, quality, convert."""
+"""The `localinfer` command: run (chat), pull, list, info, bench, bench-grammar, bench-serve, serve, embed, perplexity, quantize, quality, convert."""
 from __future__ import annotations
 
 import json
@@ -13,6 +13,7 @@ from .bench_grammar import bench_grammar
 from .bench_serve import bench_serve
 from .common import load_model, set_threads
 from .convert import convert
+from .embed import embed
 from .perplexity import perplexity
 from .progress import ByteProgress
 from .quality import quality
@@ -185,6 +186,7 @@ main.add_command(bench)
 main.add_command(bench_grammar)
 main.add_command(bench_serve)
 main.add_command(convert)
+main.add_command(embed)
 main.add_command(perplexity)
 main.add_command(quality)
 main.add_command(quantize)

@@ -31,10 +31,12 @@ from .common import load_model, set_threads
               help="Seconds a client may stay silent (sending a request, or reading a stream).")
 @click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every HTTP request.")
+@click.option("--pooling", type=click.Choice(["mean", "last", "cls"]), default=None,
+              help="How /v1/embeddings pools the final hidden states (default: the file's pooling_type, else mean).")
 def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body, io_timeout,
-          threads, verbose):
+          threads, verbose, pooling):
     """Serve MODEL (a catalog name or a .gguf path) over the OpenAI API:
-    /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
+    /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics."""
     set_threads(threads)
     from localinfer.serve.app import make_server
 
@@ -45,7 +47,8 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
     name = model if model and not os.path.exists(model) else Path(llm.path).stem
     try:
         server = make_server(llm, name, host, port, parallel, ctx_size, max_queue, prefix_cache_mib,
-                             api_key=api_key, max_body=max_body, io_timeout=io_timeout, verbose=verbose)
+                             api_key=api_key, max_body=max_body, io_timeout=io_timeout, verbose=verbose,
+                             pooling=pooling)
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e}")
     click.echo(f"localinfer: serving '{name}' at {server.url}/v1 ({parallel} slots of {server.engine.n_ctx} "

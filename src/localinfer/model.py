@@ -51,6 +51,10 @@ class SerializedRuntime:
         with self.lock:
             return self._open().forward_batch(*args, **kwargs)
 
+    def hidden_batch(self, *args, **kwargs):
+        with self.lock:
+            return self._open().hidden_batch(*args, **kwargs)
+
     def __getattr__(self, name):  # config, new_cache, weights ...
         if name == "runtime":  # not set yet (or while unpickling): no recursion
             raise AttributeError(name)
@@ -154,6 +158,25 @@ class Model:
             return np.zeros((0, self.n_vocab), np.float32)
         ctx = self.new_context(len(ids))
         return np.asarray(ctx.append(ids), dtype=np.float32)
+
+    def embed(self, texts: str | Sequence[str | Sequence[int]], pooling: str | None = None,
+              normalize: bool = True) -> np.ndarray:
+        """(len(texts), n_embd) float32, one row per text (a string, or a list of token ids; one
+        string alone gives one row): the final hidden states (after the output norm, before the
+        LM head) pooled by "mean", "last" token or "cls" (first token), L2-normalized unless
+        normalize=False -- as llama.cpp's llama-embedding --pooling. pooling=None: the file's
+        pooling_type, else "mean". Texts share forward passes; safe from several threads.
+        A text longer than n_ctx raises ContextFullError (a ValueError)."""
+        self._check_open()
+        from .embedding import check_embed_args, default_pooling, embed_tokens
+        pooling = pooling or default_pooling(self.metadata, self.architecture)
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        for t in texts:
+            if not isinstance(t, (str, Sequence, np.ndarray)):
+                raise TypeError(f"each text must be a string or a list of token ids, got {type(t).__name__}")
+        token_lists = [self._prompt_tokens(t) for t in texts]
+        check_embed_args(token_lists, pooling, self.n_ctx)
+        return embed_tokens(self.serialized, token_lists, pooling, normalize, kv_dtype=self.kv_dtype)
 
     def stream(self, prompt: str | Sequence[int], max_tokens: int | None = 256, temperature: float = 0.8,
                top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,

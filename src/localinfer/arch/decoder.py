@@ -47,8 +47,14 @@ class DecoderModel:
         raise NotImplementedError
 
     def head(self, x: np.ndarray) -> np.ndarray:
-        """(n, n_embd) -> (n, n_vocab) logits"""
+        """(n, n_embd) -> (n, n_vocab) logits: output_norm, then the output matrix (and any cap)"""
         raise NotImplementedError
+
+    def output_norm(self, x: np.ndarray) -> np.ndarray:
+        """(n, n_embd) -> (n, n_embd): the final norm before the output matrix. Its result is the
+        hidden state llama.cpp pools into embeddings (t_embd, "result_norm" in its graphs)."""
+        w = self.weights
+        return self.ops.rms_norm(x, w.output_norm, self.config.rms_eps)
 
     def fused_params(self, batch: Batch) -> FusedParams:
         """The arguments of FusedLayers.run that `layers` uses for this batch."""
@@ -93,6 +99,19 @@ class DecoderModel:
     def forward_batch(self, seqs, last_only: bool = False) -> list[np.ndarray]:
         """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
         batch = Batch(seqs)
+        x = self._run_layers(batch)
+        if last_only:
+            x = batch.last_rows(x)
+        return batch.split(self.head(x), last_only)
+
+    def hidden_batch(self, seqs) -> list[np.ndarray]:
+        """seqs as forward_batch -> each sequence's final hidden states (n_i, n_embd) float32,
+        after output_norm and before the output matrix (what embeddings pool; no logits made)."""
+        batch = Batch(seqs)
+        return batch.split(self.output_norm(self._run_layers(batch)), last_only=False)
+
+    def _run_layers(self, batch: Batch) -> np.ndarray:
+        """The batch's tokens through embed and every layer -> (n_rows, n_embd); caches advanced."""
         x = self.embed(batch.tokens)  # (n, n_embd)
         fused = self.fused_layers()
         if fused is not None and fused.applies(batch):  # `layers` in one C call, bit for bit (arch/fused.py)
@@ -100,6 +119,4 @@ class DecoderModel:
         else:
             x = self.layers(x, batch)
         batch.advance()
-        if last_only:
-            x = batch.last_rows(x)
-        return batch.split(self.head(x), last_only)
+        return x

@@ -194,8 +194,8 @@ class Gemma3Model(DecoderModel):
         return x
 
     def head(self, x: np.ndarray) -> np.ndarray:
-        c, w = self.config, self.weights
-        logits = w.output(self.ops.rms_norm(x, w.output_norm, c.rms_eps))
+        c = self.config
+        logits = self.weights.output(self.output_norm(x))
         if c.final_logit_softcap is not None:
             cap = np.float32(c.final_logit_softcap)
             logits = np.tanh(logits / cap) * cap

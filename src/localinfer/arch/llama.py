@@ -168,5 +168,4 @@ class LlamaModel(DecoderModel):
         return x
 
     def head(self, x: np.ndarray) -> np.ndarray:
-        w = self.weights
-        return w.output(self.ops.rms_norm(x, w.output_norm, self.config.rms_eps))
+        return self.weights.output(self.output_norm(x))

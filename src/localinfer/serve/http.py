@@ -1,7 +1,8 @@
 """The HTTP server: routes, limits, authentication, and streaming (stdlib only).
 
 Built on http.server's ThreadingHTTPServer: one thread per connection only waits on sockets
-and on its request's chunk queue; all model work happens in the engine's one thread. Keeping
+and on its request's chunk queue; all generation happens in the engine's one thread (embeddings
+run in their connection's thread, a forward pass at a time under the model's lock). Keeping
 to the standard library keeps the dependencies at zero, and each guard a server needs is
 explicit here:
 
@@ -34,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from queue import Empty
 
 from ..kv_cache import ContextFullError
-from . import api
+from . import api, embeddings
 from ..batching.engine import EngineClosedError, QueueFullError
 from ..batching.request import Cancelled
 
@@ -47,6 +48,7 @@ class ServerConfig:
     body_timeout: float = 30.0  # seconds to receive a whole body
     io_timeout: float = 30.0  # seconds a socket read or write may block (and keep-alive idle time)
     verbose: bool = False
+    pooling: str | None = None  # /v1/embeddings: "mean", "last" or "cls"; None: the file's, else mean
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -244,6 +246,7 @@ class Handler(BaseHTTPRequestHandler):
         routes = {"/health": ("GET", self._health), "/metrics": ("GET", self._metrics),
                   "/models": ("GET", self._models), "/chat/completions": ("POST", self._chat),
                   "/completions": ("POST", self._completions)}
+        routes["/embeddings"] = ("POST", self._embeddings)
         self._unread_body = False
         try:
             length = self._content_length()
@@ -303,6 +306,14 @@ class Handler(BaseHTTPRequestHandler):
     def _completions(self, body):
         s = self.server
         self._run(api.parse_completion(body, s.model, s.config.model_name, s.engine.n_ctx))
+
+    def _embeddings(self, body):
+        s = self.server
+        job = embeddings.parse_embeddings(body, s.model, s.config.model_name, s.engine.n_ctx, s.config.pooling)
+        for _ in job.run(s.model):  # the engine's steps go between these passes
+            if self._client_gone():
+                raise Gone()
+        self._send_json(200, job.response())
 
     # -- running a job ----------------------------------------------------------------------------
     def _run(self, job: api.Job) -> None:

@@ -1,0 +1,42 @@
+"""`localinfer embed`: sentence embeddings of texts, as llama.cpp's llama-embedding prints them."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .common import load_model, set_threads
+
+
+@click.command()
+@click.argument("model")
+@click.argument("texts", nargs=-1)
+@click.option("--pooling", type=click.Choice(["mean", "last", "cls"]), default=None,
+              help="How the final hidden states are pooled (default: the file's pooling_type, else mean).")
+@click.option("--no-normalize", is_flag=True, help="Raw pooled vectors (default: L2-normalized, llama.cpp's default).")
+@click.option("--format", "fmt", type=click.Choice(["array", "json", "raw"]), default="array", show_default=True,
+              help="array: [[...], ...]; json: OpenAI's list object; raw: one vector per line.")
+@click.option("-c", "--ctx-size", type=click.IntRange(16), default=None, help="Longest text in tokens.")
+@click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads.")
+def embed(model, texts, pooling, no_normalize, fmt, ctx_size, threads):
+    """Embed each TEXT with MODEL (a catalog name or a .gguf path); without TEXT, each line of stdin."""
+    set_threads(threads)
+    if not texts:
+        texts = [line for line in sys.stdin.read().split("\n") if line]
+    if not texts:
+        raise click.ClickException("nothing to embed: give TEXT arguments or lines on stdin")
+    try:
+        llm = load_model(model, ctx_size, threads)
+        vectors = llm.embed(list(texts), pooling=pooling, normalize=not no_normalize)
+    except (OSError, ValueError, LookupError, RuntimeError) as e:
+        raise click.ClickException(str(e))
+    rows = [[round(float(x), 7) for x in v] for v in vectors]  # llama-embedding prints %1.7f
+    if fmt == "raw":
+        for r in rows:
+            click.echo(" ".join(f"{x:.7f}" for x in r))
+    elif fmt == "json":
+        data = [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(rows)]
+        click.echo(json.dumps({"object": "list", "data": data}))
+    else:
+        click.echo(json.dumps(rows))

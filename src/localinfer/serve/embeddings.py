@@ -1,0 +1,126 @@
+"""/v1/embeddings: OpenAI's request checked field by field, and its response shape.
+
+    {"input": "text" | ["text", ...] | [id, ...] | [[id, ...], ...], "model": ...,
+     "encoding_format": "float" | "base64", "dimensions": n_embd (only), "user": ...}
+ -> {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [...] | "base64"}],
+     "model": ..., "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+The vectors are Model.embed's: the server's pooling (`serve --pooling`, by default the file's
+or mean), L2-normalized as llama-server returns them. `dimensions` would have to cut the vector
+short, which only models trained for it (Matryoshka) allow: any other value than n_embd is a 400.
+Each forward pass runs in the connection's thread under the model's lock, so the engine's steps
+go between the passes of a long request; the caller checks its client between passes.
+"""
+from __future__ import annotations
+
+import base64
+from typing import Iterator
+
+import numpy as np
+
+from ..embedding import DEFAULT_N_BATCH, POOLINGS, default_pooling, embed_passes
+from .api import ApiError, _check_model, bad
+
+MAX_INPUTS = 2048  # OpenAI's limit on the inputs of one request
+MAX_TOTAL_TOKENS = 300_000  # and on their tokens together: bounds the work one request can ask
+
+
+class EmbeddingJob:
+    """A validated request: its token lists, then (after run) its vectors and the answer."""
+
+    def __init__(self, token_lists: list[list[int]], pooling: str, as_base64: bool, model_name: str):
+        self.token_lists, self.pooling, self.as_base64, self.model_name = token_lists, pooling, as_base64, model_name
+        self.vectors: list[np.ndarray | None] = [None] * len(token_lists)
+
+    def run(self, model, n_batch: int = DEFAULT_N_BATCH) -> Iterator[None]:
+        """One step per forward pass (under the model's lock): stop iterating to give up."""
+        model._check_open()
+        for finished in embed_passes(model.serialized, self.token_lists, self.pooling, True, n_batch,
+                                     model.kv_dtype):
+            for i, v in finished:
+                self.vectors[i] = v
+            yield
+
+    def response(self) -> dict:
+        data = []
+        for i, v in enumerate(self.vectors):
+            if self.as_base64:  # OpenAI's encoding: the little-endian float32 bytes
+                emb = base64.b64encode(np.asarray(v, "<f4").tobytes()).decode("ascii")
+            else:
+                emb = [float(x) for x in v]
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        n = sum(len(t) for t in self.token_lists)
+        return {"object": "list", "data": data, "model": self.model_name,
+                "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+
+def parse_embeddings(body, model, model_name: str, n_ctx: int, pooling: str | None = None) -> EmbeddingJob:
+    _check_model(body, model_name)
+    fmt = body.get("encoding_format")
+    if fmt not in (None, "float", "base64"):
+        raise bad(f"'encoding_format' must be 'float' or 'base64', got {str(fmt)[:40]!r}", "encoding_format")
+    n_embd = model.serialized.config.n_embd
+    dims = body.get("dimensions")
+    if dims is not None:
+        if isinstance(dims, bool) or not isinstance(dims, int):
+            raise bad(f"'dimensions' must be an integer, got {type(dims).__name__}", "dimensions")
+        if dims != n_embd:
+            raise bad(f"'dimensions' {dims} is not supported: this model's embeddings have {n_embd} dimensions "
+                      f"and cutting them short is only meaningful for models trained for it", "dimensions",
+                      "unsupported_parameter")
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise bad(f"'user' must be a string, got {type(user).__name__}", "user")
+    token_lists = [_tokens(model, i, item) for i, item in enumerate(_inputs(body.get("input")))]
+    total = 0
+    for i, tokens in enumerate(token_lists):
+        if len(tokens) > n_ctx:
+            raise bad(f"input[{i}] is {len(tokens)} tokens long, but the context holds {n_ctx} tokens: shorten it "
+                      f"(or start the server with a larger --ctx-size)", "input", "context_length_exceeded")
+        total += len(tokens)
+    if total > MAX_TOTAL_TOKENS:
+        raise bad(f"the inputs are {total} tokens together; one request may have at most {MAX_TOTAL_TOKENS}",
+                  "input")
+    try:
+        pooling = pooling or default_pooling(model.metadata, model.architecture)
+    except ValueError as e:
+        raise ApiError(500, str(e), "server_error") from None
+    assert pooling in POOLINGS, pooling
+    return EmbeddingJob(token_lists, pooling, fmt == "base64", model_name)
+
+
+def _inputs(value) -> list:
+    """'input' as a list of texts and token-id lists (one string or one id list is one input)."""
+    shape = "a string, a list of strings, a list of token ids, or a list of token-id lists"
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not value:
+        raise bad(f"'input' must be {shape} (not empty)", "input")
+    if all(_is_id(t) for t in value):
+        return [value]
+    if len(value) > MAX_INPUTS:
+        raise bad(f"'input' has {len(value)} items; one request may embed at most {MAX_INPUTS}", "input")
+    for i, item in enumerate(value):
+        if not (isinstance(item, str) or isinstance(item, list) and all(_is_id(t) for t in item)):
+            raise bad(f"input[{i}] must be a string or a list of token ids ('input' must be {shape})", "input")
+    return value
+
+
+def _is_id(t) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool)
+
+
+def _tokens(model, i: int, item) -> list[int]:
+    if isinstance(item, str):
+        if not item:
+            raise bad(f"input[{i}] is an empty string", "input")
+        tokens = model.tokenize(item)
+    else:
+        bad_ids = [t for t in item if not 0 <= t < model.n_vocab]
+        if bad_ids:
+            raise bad(f"input[{i}] has the unknown token id {bad_ids[0]} (the vocabulary has {model.n_vocab} "
+                      f"tokens)", "input")
+        tokens = list(item)
+    if not tokens:
+        raise bad(f"input[{i}] has no tokens", "input")
+    return tokens
