@@ -62,9 +62,12 @@ class GenerationResult:
 
 
 def generate_step(ctx: Context, prompt: Sequence[int], sampler: Sampler,
-                  processors: Sequence[LogitsProcessor] = (), timings: Timings | None = None) -> Iterator[int]:
+                  processors: Sequence[LogitsProcessor] = (), timings: Timings | None = None,
+                  matcher=None) -> Iterator[int]:
     """Yields sampled tokens forever; the caller decides when to stop. Each yielded token is
-    evaluated (put in the KV cache) only when the next one is asked for."""
+    evaluated (put in the KV cache) only when the next one is asked for.
+    matcher (constrain.Matcher): masks the logits after the processors and accepts each sampled
+    token; once it is `done` the caller stops (only end-of-generation could follow)."""
     timings = timings or Timings()
     t0 = time.perf_counter()
     logits = ctx.evaluate(prompt)
@@ -75,7 +78,11 @@ def generate_step(ctx: Context, prompt: Sequence[int], sampler: Sampler,
     while True:
         for process in processors:
             logits = process(history, logits)
+        if matcher is not None:
+            logits = matcher.mask(logits)
         token = sampler(logits)
+        if matcher is not None:
+            matcher.accept(token)
         history.append(token)
         yield token
         logits = ctx.append([token])[-1]
@@ -106,7 +113,8 @@ class ChunkAssembler:
     def finished(self) -> bool:
         return self.finish is not None
 
-    def push(self, token: int) -> GenerationChunk:
+    def push(self, token: int, end: bool = False) -> GenerationChunk:
+        """end: nothing may follow this token (a grammar is complete): finish with "stop"."""
         now = time.perf_counter()
         t = self.timings
         if not self.tokens:
@@ -120,7 +128,7 @@ class ChunkAssembler:
             return GenerationChunk(self.pending + self.detok.flush(), [token], self.finish, t)
         self.pending += self.detok.feed(token)
         emit, self.pending, hit = _split_stop(self.pending, self.stop)
-        if hit:
+        if hit or end:
             self.finish = "stop"
         elif self.max_tokens is not None and len(self.tokens) >= self.max_tokens:
             self.finish = "length"
@@ -141,18 +149,19 @@ def check_prompt_fits(n_prompt: int, n_ctx: int) -> None:
 
 def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], sampler: Sampler,
                     processors: Sequence[LogitsProcessor] = (), max_tokens: int | None = None,
-                    stop: Sequence[str] = ()) -> Iterator[GenerationChunk]:
+                    stop: Sequence[str] = (), matcher=None) -> Iterator[GenerationChunk]:
     """Text chunks as they are complete (never a broken UTF-8 sequence, never a partial stop
-    string); the last chunk has the finish_reason and the timings."""
+    string); the last chunk has the finish_reason and the timings. With a matcher (a grammar's
+    state) the text follows the grammar and ends ("stop") as soon as the grammar is complete."""
     out = ChunkAssembler(tokenizer, len(prompt), ctx.n_ctx, max_tokens, stop)
     if max_tokens == 0:
         yield GenerationChunk("", [], "length", out.timings)
         return
     check_prompt_fits(len(prompt), ctx.n_ctx)
-    steps = generate_step(ctx, prompt, sampler, processors, out.timings)
+    steps = generate_step(ctx, prompt, sampler, processors, out.timings, matcher)
     try:
         for token in steps:
-            chunk = out.push(token)
+            chunk = out.push(token, end=matcher is not None and matcher.done)
             yield chunk
             if out.finished:
                 return

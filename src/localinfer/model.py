@@ -157,25 +157,44 @@ class Model:
                top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repeat_last_n: int = 64,
                seed: int | None = None, stop: str | Sequence[str] = (),
-               context: Context | None = None) -> Iterator[GenerationChunk]:
+               context: Context | None = None, json_schema=None, grammar=None, lark: str | None = None,
+               regex: str | None = None) -> Iterator[GenerationChunk]:
         """GenerationChunks (text, tokens; the last one has finish_reason and timings).
         The defaults are llama.cpp's; temperature <= 0 is greedy. Close it to stop early.
         Without `context` the request goes through the model's batched engine (several threads
-        may call this at once); with one, it runs in that context (a chat session's cache)."""
+        may call this at once); with one, it runs in that context (a chat session's cache).
+        Constrained output (at most one): json_schema (a dict or JSON text), grammar (GBNF text,
+        llama.cpp's format, or a Grammar from constrain.compile_grammar), lark (llguidance's Lark),
+        regex. The answer then follows it and ends ("stop") when it is complete; one that cannot
+        be used raises GrammarError (a ValueError) here, before anything runs."""
         self._check_open()
         tokens = self._prompt_tokens(prompt)
         if not tokens:
             raise ValueError("the prompt is empty (no tokens to start from)")
+        constraint = self._grammar(json_schema, grammar, lark, regex)
         if context is None:  # through the engine: safe from several threads, and batched
             from .batching.request import Request, SamplingParams
             params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty,
                                     frequency_penalty, repeat_last_n, seed)
-            return self.engine.submit(Request(tokens, max_tokens, stop, params)).chunks()
+            return self.engine.submit(Request(tokens, max_tokens, stop, params, grammar=constraint)).chunks()
         ctx = context
         check_prompt_fits(len(tokens), ctx.n_ctx)
         sampler = make_sampler(temperature, top_k, top_p, min_p, seed)
         processors = make_logits_processors(repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n)
-        return stream_generate(ctx, self.tokenizer, tokens, sampler, processors, max_tokens, stop)
+        matcher = constraint.matcher() if constraint is not None else None
+        return stream_generate(ctx, self.tokenizer, tokens, sampler, processors, max_tokens, stop, matcher)
+
+    def _grammar(self, json_schema, grammar, lark, regex):
+        """The compiled constraint of a generate/stream/chat call, or None."""
+        if json_schema is None and grammar is None and lark is None and regex is None:
+            return None
+        from .constrain import Grammar, compile_grammar
+        if isinstance(grammar, Grammar):
+            if json_schema is not None or lark is not None or regex is not None:
+                from .constrain import GrammarError
+                raise GrammarError("give one of json_schema, grammar, lark, regex")
+            return grammar
+        return compile_grammar(self.tokenizer, json_schema=json_schema, gbnf=grammar, lark=lark, regex=regex)
 
     def generate(self, prompt: str | Sequence[int], stream: bool = False, **kwargs):
         """Text or token ids in; a GenerationResult (.text, .tokens, .finish_reason, .timings)

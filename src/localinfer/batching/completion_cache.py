@@ -2,7 +2,7 @@
 before is answered again from memory, without a slot or a forward pass.
 
 The key is everything that decides the tokens: the prompt ids, the sampling parameters (seed
-included), max_tokens and the stop strings. Only finished answers are kept (never a cancelled or
+included), max_tokens, the stop strings and the grammar. Only finished answers are kept (never a cancelled or
 failed one), least recently used first out, under a bound on the tokens held.
 
 Batching can change the last bits of the logits (a row computed in a batch of 16 goes through
@@ -30,7 +30,8 @@ class CompletionCache:
     def key(request) -> tuple | None:
         if not request.params.deterministic:
             return None
-        return (tuple(request.prompt), request.params, request.max_tokens, tuple(request.stop))
+        grammar = getattr(request.grammar, "key", None)  # llguidance's grammar text: it decides the tokens too
+        return (tuple(request.prompt), request.params, request.max_tokens, tuple(request.stop), grammar)
 
     def get(self, request) -> list[GenerationChunk] | None:
         key = self.key(request)

@@ -59,6 +59,7 @@ class Slot:
     history: list[int] = field(default_factory=list)  # prompt + generated (for penalties)
     sampler: object = None
     processors: list = field(default_factory=list)
+    matcher: object = None  # the request's grammar state (constrain.Matcher), if it has a grammar
     out: ChunkAssembler | None = None
     prefill_start: float = 0.0
     chunks: list = field(default_factory=list)  # what was sent, for the completion cache
@@ -228,6 +229,7 @@ class Engine:
         slot.history = list(r.prompt)
         slot.next_token, slot.chunks = None, []
         slot.sampler, slot.processors = r.params.make_sampler(), r.params.make_processors()
+        slot.matcher = r.grammar.matcher() if r.grammar is not None else None
         r.timings.prompt_tokens, r.timings.prompt_cached = len(r.prompt), reused
         slot.out = ChunkAssembler(self.tokenizer, len(r.prompt), self.n_ctx, r.max_tokens, r.stop,
                                   r.timings, start=r.created)
@@ -276,8 +278,12 @@ class Engine:
         try:
             for process in slot.processors:
                 logits = process(slot.history, logits)
+            if slot.matcher is not None:
+                logits = slot.matcher.mask(logits)
             token = int(slot.sampler(logits))
-            chunk = slot.out.push(token)
+            if slot.matcher is not None:
+                slot.matcher.accept(token)
+            chunk = slot.out.push(token, end=slot.matcher is not None and slot.matcher.done)
         except Exception as e:
             self._finish(slot, e)
             return
@@ -308,5 +314,5 @@ class Engine:
         if self.prefix_cache is not None and (error is None or isinstance(error, Cancelled)):
             self.prefix_cache.store(slot.tokens, slot.cache)  # the answer too: the next chat turn
         with self._wake:
-            slot.request, slot.out, slot.sampler = None, None, None
+            slot.request, slot.out, slot.sampler, slot.matcher = None, None, None, None
             slot.tokens, slot.todo, slot.history, slot.next_token, slot.chunks = [], [], [], None, []

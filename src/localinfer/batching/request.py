@@ -57,6 +57,7 @@ class Request:
     id: int = field(default_factory=lambda: next(_ids))
     created: float = field(default_factory=time.perf_counter)
     timings: Timings = field(default_factory=Timings)
+    grammar: object = None  # a constrain.Grammar: the engine masks this request's logits with it
 
     def __post_init__(self):
         self.prompt = [int(t) for t in self.prompt]

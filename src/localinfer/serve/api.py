@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from ..chat.prompt import ChatContentError
 from ..chat.template import ChatTemplateError
 from ..batching.request import Request, SamplingParams
+from .response_format import ResponseFormatError, response_grammar
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat has none
 
@@ -112,7 +113,7 @@ class Job:
     model: str
 
 
-def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, default_max) -> Job:
+def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, default_max, tokenizer=None) -> Job:
     _unsupported(body, "n", (None, 1))
     _unsupported(body, "logprobs", (None, False, 0))
     _unsupported(body, "top_logprobs", (None, 0))
@@ -120,9 +121,10 @@ def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, def
     _unsupported(body, "best_of", (None, 1))
     _unsupported(body, "echo", (None, False))
     _unsupported(body, "suffix", (None, ""))
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise bad("only response_format {'type': 'text'} is supported", "response_format", "unsupported_parameter")
+    try:
+        grammar = response_grammar(body.get("response_format"), tokenizer)
+    except ResponseFormatError as e:
+        raise bad(str(e), e.param) from None
     stream = _boolean(body, "stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -145,7 +147,7 @@ def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, def
         raise bad(f"the prompt is {len(tokens)} tokens long, but the context holds {n_ctx} tokens and at least "
                   f"one more is needed to generate: shorten the prompt (or start the server with a larger "
                   f"--ctx-size)", "messages" if kind == "chat" else "prompt", "context_length_exceeded")
-    request = Request(tokens, max_tokens, _stop(body), sampling_params(body))
+    request = Request(tokens, max_tokens, _stop(body), sampling_params(body), grammar=grammar)
     return Job(kind, request, stream, include_usage, model_name)
 
 
@@ -192,7 +194,7 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
         raise bad(str(e), "messages") from None
     except ChatContentError as e:  # control-token text in content the template rewrites
         raise bad(str(e), f"messages[{e.index}].content") from None
-    return _common(body, "chat", model_name, tokens, n_ctx, None)
+    return _common(body, "chat", model_name, tokens, n_ctx, None, model.tokenizer)
 
 
 def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
@@ -209,7 +211,7 @@ def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
         tokens = list(prompt)
     else:
         raise bad("'prompt' must be a string or a list of token ids (one prompt per request)", "prompt")
-    return _common(body, "completion", model_name, tokens, n_ctx, COMPLETIONS_DEFAULT_MAX_TOKENS)
+    return _common(body, "completion", model_name, tokens, n_ctx, COMPLETIONS_DEFAULT_MAX_TOKENS, model.tokenizer)
 
 
 # -- responses ------------------------------------------------------------------------------------
