@@ -59,6 +59,10 @@ CASES = [
               '{"name": "add", "arguments": {"a": 1, "b": 2}}]}', "", [WEATHER, ADD]),
     (GENERIC, '{"response": "It is sunny in Paris."}', "It is sunny in Paris.", []),
     (GENERIC, '{"response": "  spaced  "}', "  spaced  ", []),
+    (GENERIC, '{"response": "say \\"hi\\" \\ud83d\\ude00 \\u00e9\\n"}', 'say "hi" \U0001F600 \u00e9\n', []),
+    (GENERIC, '{"response": "cut off \\u00', "cut off ", []),  # a reply cut off: its text so far
+    (GENERIC, '{"response": "cut off \\ud83d', "cut off \ufffd", []),  # half a surrogate pair
+    (GENERIC, '{"response": "ok"} and more', "ok} and more", []),  # not the object's end: kept as text
     (GENERIC, '{"tool_call": {"name": "get_weather", "arguments": {"city": "Pa',
      '{"tool_call": {"name": "get_weather", "arguments": {"city": "Pa', []),  # cut off
     (GENERIC, '{"tool_calls": []}', '{"tool_calls": []}', []),
@@ -94,6 +98,10 @@ def test_content_streams_before_the_end():
     assert s.feed("  Sure") == ["  Sure"]
     s = ToolCallStream(LLAMA3, NAMES)
     assert s.feed('  {"name"') == []  # may be a call: held until the end
+    s = ToolCallStream(GENERIC, NAMES)
+    assert s.feed('{"response": "It is') == ["It is"]  # a reply streams as it is written
+    assert s.feed(' sunny\\') == [" sunny"]  # half an escape waits
+    assert s.feed('n"}') + s.finish() == ["\n"]
 
 
 def test_a_finished_stream_takes_no_more_text():

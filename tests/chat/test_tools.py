@@ -9,6 +9,7 @@ import pytest
 
 from localinfer.chat.prompt import chat_prompt_tokens
 from localinfer.chat.template import GEMMA_TEMPLATE, ChatTemplate
+from localinfer.constrain import GrammarError, compile_grammar
 from localinfer.chat.tools import (GENERIC, HERMES, LLAMA3, MISTRAL, ToolError, ToolSetup, check_tool_choice,
                                    check_tools, generic_messages, tool_format, tool_grammar, tool_prompt_tokens)
 
@@ -102,8 +103,9 @@ def test_generic_messages_describe_tools_and_write_calls_as_json():
     named = generic_messages(HISTORY[1:2], ToolSetup([WEATHER, ADD], {"name": "add"}))
     assert named[0]["role"] == "system" and "you must call 'add'" in named[0]["content"]
     assert "get_weather" not in named[0]["content"]  # only the chosen tool is offered
-    none = generic_messages(HISTORY[1:2], ToolSetup([WEATHER], "none"))
-    assert none == HISTORY[1:2]
+    none = generic_messages(HISTORY[1:2], ToolSetup([WEATHER], "none"))  # a reply in the format's JSON
+    assert none[0]["role"] == "system" and '{"response":' in none[0]["content"] and "get_weather" not in none[0]["content"]
+    assert generic_messages(HISTORY[1:2], ToolSetup([], "none")) == HISTORY[1:2]
 
 
 def test_native_template_gets_tools_and_calls(smollm2_model):
@@ -136,8 +138,57 @@ def test_control_text_in_native_tools_is_refused(smollm2_model):
 
 def test_no_grammar_where_the_answer_is_free(smollm2_model):
     tok = smollm2_model.tokenizer
-    assert tool_grammar(ToolSetup([WEATHER], "none"), tok) is None
-    assert tool_grammar(ToolSetup([], "auto"), tok) is None
+    assert tool_grammar(ToolSetup([], "none"), tok) is None
     for fmt in (HERMES, LLAMA3, MISTRAL):
         assert tool_grammar(ToolSetup([WEATHER], "auto", format=fmt), tok) is None
+        assert tool_grammar(ToolSetup([WEATHER], "none", format=fmt), tok) is None
     assert tool_grammar(ToolSetup([WEATHER], "auto"), tok) is not None  # generic: a call or a response
+    assert tool_grammar(ToolSetup([WEATHER], "none"), tok) is not None  # generic: a response
+
+
+def _walk(grammar, tokenizer, text: str) -> bool:
+    """Whether the grammar takes `text` whole (False if it refuses a token or wants more)."""
+    m = grammar.matcher()
+    try:
+        for t in tokenizer.tokenize(text, add_special=False, parse_special=False):
+            m.accept(t)
+    except GrammarError:
+        return False
+    return m.accepting
+
+
+CALL_TEXT = {
+    GENERIC: '{"tool_call": {"name": "%s", "arguments": %s}}',
+    HERMES: '<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>\n',
+    LLAMA3: '{"name": "%s", "parameters": %s}',
+    MISTRAL: '[TOOL_CALLS][{"name": "%s", "arguments": %s}]',
+}
+
+
+@pytest.mark.parametrize("fmt", [GENERIC, HERMES, LLAMA3, MISTRAL])
+def test_grammar_takes_well_formed_calls_only(smollm2_model, fmt):
+    tok = smollm2_model.tokenizer
+    required = compile_grammar(tok, **tool_grammar(ToolSetup([WEATHER, ADD], "required", format=fmt), tok))
+    named = compile_grammar(tok, **tool_grammar(ToolSetup([WEATHER, ADD], {"name": "add"}, format=fmt), tok))
+    weather, add = CALL_TEXT[fmt] % ("get_weather", '{"city": "Paris"}'), CALL_TEXT[fmt] % ("add", '{"a": 1, "b": 2}')
+    assert _walk(required, tok, weather) and _walk(required, tok, add)
+    assert not _walk(named, tok, weather) and _walk(named, tok, add)
+    assert not _walk(required, tok, CALL_TEXT[fmt] % ("get_weather", '{"town": "Paris"}'))  # schema: city required
+    assert not _walk(required, tok, CALL_TEXT[fmt] % ("add", '{"a": 1, "b": "2"}'))  # b is an integer
+    assert not _walk(required, tok, CALL_TEXT[fmt] % ("delete", "{}"))  # not an offered tool
+    assert not _walk(required, tok, "It is sunny.")
+
+
+def test_generic_auto_takes_a_reply_or_a_call(smollm2_model):
+    tok = smollm2_model.tokenizer
+    auto = compile_grammar(tok, **tool_grammar(ToolSetup([WEATHER], "auto"), tok))
+    assert _walk(auto, tok, '{"response": "It is sunny."}')
+    assert _walk(auto, tok, '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}')
+    single = compile_grammar(tok, **tool_grammar(ToolSetup([WEATHER], "auto", parallel=False), tok))
+    assert not _walk(single, tok, '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}')
+    named = compile_grammar(tok, **tool_grammar(ToolSetup([WEATHER], {"name": "get_weather"}), tok))
+    assert not _walk(named, tok, '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}')
+    assert _walk(named, tok, '{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}')
+    none = compile_grammar(tok, **tool_grammar(ToolSetup([WEATHER], "none"), tok))
+    assert _walk(none, tok, '{"response": "It is sunny."}')
+    assert not _walk(none, tok, CALL_TEXT[GENERIC] % ("get_weather", '{"city": "Paris"}'))

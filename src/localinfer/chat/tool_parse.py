@@ -20,6 +20,7 @@ back until more text shows it is not at the end).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -27,6 +28,9 @@ from .tools import GENERIC, HERMES, LLAMA3, MISTRAL
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 MISTRAL_MARKER, PYTHON_TAG = "[TOOL_CALLS]", "<|python_tag|>"
+_RESPONSE_START = re.compile(r'\s*\{\s*"response"\s*:\s*"')  # the generic format's reply
+_RESPONSE_END = re.compile(r'\s*\}\s*')
+_STRING_PIECE = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')  # complete characters of a JSON string
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ class ToolCallStream:
         self.after_call = False  # drop whitespace that follows a call
         self.n_calls = 0
         self.whole = format in (GENERIC, LLAMA3, MISTRAL)  # may the whole answer be calls? (undecided)
+        self.reply: str | None = None  # the generic reply's string: None before it, "open", "closed"
         self.done = False
 
     # -- the interface ----------------------------------------------------------------------------
@@ -142,6 +147,11 @@ class ToolCallStream:
         head = self.buf.lstrip()
         if not head:
             return
+        if self.format == GENERIC:  # a reply streams as it is written, its JSON string decoded
+            start = _RESPONSE_START.match(self.buf)
+            if start:
+                self.whole, self.reply, self.buf = False, "open", self.buf[start.end():]
+                return
         starts = {GENERIC: ("{",), LLAMA3: ("{", "[", PYTHON_TAG), MISTRAL: ("[", MISTRAL_MARKER)}[self.format]
         if not any(head.startswith(s) or s.startswith(head) for s in starts):
             self.whole = False
@@ -152,6 +162,8 @@ class ToolCallStream:
 
     # -- text with calls inside (Hermes), and plain text ----------------------------------------------
     def _scan(self, out: list, final: bool) -> None:
+        if self.reply is not None:
+            return self._reply(out, final)
         while self.buf:
             if self.format != HERMES:
                 self._content(out, self.buf)
@@ -177,6 +189,26 @@ class ToolCallStream:
             else:  # not a call after all: the block is text
                 self._content(out, self.buf[:block_end])
             self.buf = self.buf[block_end:]
+
+    def _reply(self, out: list, final: bool) -> None:
+        """The generic reply's string so far as text; what follows its closing quote must be the
+        object's end (the grammar sees to it), anything else is kept as text too."""
+        if self.reply == "open":
+            piece = _STRING_PIECE.match(self.buf).group()
+            if re.search(r"\\u[dD][89abAB][0-9a-fA-F]{2}$", piece) and not final:
+                piece = piece[:-6]  # a surrogate pair's first half: wait for the second
+            if piece:
+                self._content(out, json.loads('"' + piece + '"', strict=False).encode("utf-16", "surrogatepass")
+                              .decode("utf-16", "replace"))
+                self.buf = self.buf[len(piece):]
+            if self.buf.startswith('"'):
+                self.reply, self.buf = "closed", self.buf[1:]
+        if self.reply == "closed":
+            rest = self.buf if final else ""
+            if rest and not _RESPONSE_END.fullmatch(rest):
+                self._content(out, rest)
+            if final:
+                self.buf = ""
 
     def _emit(self, out: list, item) -> None:
         if isinstance(item, ToolCall):

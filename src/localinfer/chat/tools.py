@@ -108,13 +108,26 @@ class ToolSetup:
     """The tools on offer for one conversation and how the model is to call them."""
     tools: list[dict]            # checked OpenAI tool objects
     choice: str | dict           # 'auto' | 'none' | 'required' | {'name': ...}
-    parallel: bool = True
+    parallel: bool = True        # may the model make several calls in one answer?
     format: str = GENERIC
 
     @property
     def active(self) -> bool:
         """Whether the model is offered tools at all (not for 'none', or without tools)."""
         return bool(self.tools) and self.choice != "none"
+
+    @property
+    def several(self) -> bool:
+        """Whether one answer may hold several calls: parallel calls allowed, and not one named
+        function (forcing a function is one call of it, as OpenAI answers)."""
+        return self.parallel and not isinstance(self.choice, dict)
+
+    @property
+    def parsed(self) -> bool:
+        """Whether the answer is read for calls: tools on offer, or the generic format's JSON
+        (which keeps to `{"response": ...}` under 'none', so that a model that has seen calls
+        and results in that JSON answers in kind rather than imitating them)."""
+        return self.active or (bool(self.tools) and self.format == GENERIC)
 
     @property
     def names(self) -> list[str]:
@@ -180,12 +193,12 @@ def generic_messages(messages: Sequence[Mapping[str, Any]], setup: ToolSetup) ->
         elif m.get("tool_calls"):
             calls = [{"name": c["function"]["name"], "arguments": _arguments_object(c["function"]["arguments"]),
                       "id": c.get("id")} for c in m["tool_calls"]]
-            said = {"tool_calls": calls} if len(calls) > 1 or setup.parallel else {"tool_call": calls[0]}
+            said = {"tool_calls": calls} if len(calls) > 1 else {"tool_call": calls[0]}
             text = json.dumps(said, ensure_ascii=False)
             out.append({"role": "assistant", "content": (m.get("content") + "\n" if m.get("content") else "") + text})
         else:
             out.append({"role": m["role"], "content": m.get("content") or ""})
-    if not setup.active:
+    if not setup.parsed:
         return out
     instructions = generic_instructions(setup)
     if out and out[0]["role"] == "system":
@@ -196,11 +209,15 @@ def generic_messages(messages: Sequence[Mapping[str, Any]], setup: ToolSetup) ->
 
 
 def generic_instructions(setup: ToolSetup) -> str:
+    if not setup.active:
+        return 'Answer in JSON, with one object and nothing else: {"response": "<your reply>"}.'
     tools = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in setup.offered)
-    call = ('{"tool_calls": [{"name": "<tool name>", "arguments": {<its arguments>}}, ...]}' if setup.parallel
-            else '{"tool_call": {"name": "<tool name>", "arguments": {<its arguments>}}}')
+    call = '{"tool_call": {"name": "<tool name>", "arguments": {<its arguments>}}}'
+    if setup.several:
+        call += ' (or {"tool_calls": [<a call>, ...]} for several calls at once)'
     if setup.choice == "auto":
-        how = f'either {call} to call a tool, or {{"response": "<your reply>"}} to reply to the user'
+        how = (f'either {call} to call a tool, or {{"response": "<your reply>"}} to reply to the user '
+               f'(as soon as a tool_response gives you what you need)')
     else:
         how = f"{call}: you must call " + ("a tool" if setup.choice == "required" else f"'{setup.choice['name']}'")
     return (f"You can call these tools:\n{tools}\n"
@@ -209,8 +226,14 @@ def generic_instructions(setup: ToolSetup) -> str:
 
 # -- the grammar ------------------------------------------------------------------------------------
 def _call_schema(tool: dict, arguments_key: str = "arguments") -> dict:
+    """A call of `tool`. Arguments whose schema lists properties take no others unless it says
+    so (as in llama.cpp's grammars): a small model otherwise pads them with made-up keys, and
+    the arguments still validate against the tool's own schema."""
     f = tool["function"]
-    return {"type": "object", "properties": {"name": {"const": f["name"]}, arguments_key: f["parameters"]},
+    arguments = f["parameters"]
+    if "properties" in arguments and "additionalProperties" not in arguments:
+        arguments = {**arguments, "additionalProperties": False}
+    return {"type": "object", "properties": {"name": {"const": f["name"]}, arguments_key: arguments},
             "required": ["name", arguments_key], "additionalProperties": False}
 
 
@@ -221,34 +244,42 @@ def _one_of(schemas: list[dict]) -> dict:
 def tool_grammar(setup: ToolSetup, tokenizer: Tokenizer) -> dict | None:
     """compile_grammar's keyword arguments that hold the model to the format, or None where it
     answers freely (no tools, 'none', or 'auto' in a native format)."""
+    reply = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"],
+             "additionalProperties": False}
+    if setup.format == GENERIC and setup.parsed and not setup.active:
+        return {"json_schema": reply}
     if not setup.active:
         return None
     constrained_call = setup.choice != "auto"
     if setup.format == GENERIC:
         call = _one_of([_call_schema(t) for t in setup.offered])
-        if setup.parallel:
-            wrapper = {"type": "object", "properties": {"tool_calls": {"type": "array", "items": call, "minItems": 1}},
-                       "required": ["tool_calls"], "additionalProperties": False}
-        else:
-            wrapper = {"type": "object", "properties": {"tool_call": call}, "required": ["tool_call"],
-                       "additionalProperties": False}
+        wrapper = {"type": "object", "properties": {"tool_call": call}, "required": ["tool_call"],
+                   "additionalProperties": False}
+        if setup.several:  # the list is offered beside the single call, which small models keep to
+            calls = {"type": "object", "properties": {"tool_calls": {"type": "array", "items": call, "minItems": 1}},
+                     "required": ["tool_calls"], "additionalProperties": False}
+            wrapper = {"anyOf": [wrapper, calls]}
         if not constrained_call:
-            reply = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"],
-                     "additionalProperties": False}
             wrapper = {"anyOf": [wrapper, reply]}
         return {"json_schema": wrapper}
     if not constrained_call:
         return None
     if setup.format == LLAMA3:  # one JSON object, Llama 3.x's "parameters"
         return {"json_schema": _one_of([_call_schema(t, "parameters") for t in setup.offered])}
-    call = json.dumps(_one_of([_call_schema(t) for t in setup.offered]))
+    call = _one_of([_call_schema(t) for t in setup.offered])
     if setup.format == MISTRAL:
-        calls = json.dumps({"type": "array", "items": json.loads(call), "minItems": 1,
-                            **({} if setup.parallel else {"maxItems": 1})})
-        return {"lark": f"start: {_marker(tokenizer, '[TOOL_CALLS]')} calls\ncalls: %json {calls}\n"}
-    repeat = "+" if setup.parallel else ""  # HERMES
+        calls = {"type": "array", "items": call, "minItems": 1, **({} if setup.several else {"maxItems": 1})}
+        return {"lark": f"start: {_marker(tokenizer, '[TOOL_CALLS]')} calls\ncalls: %json {_lark_json(calls)}\n"}
+    repeat = "+" if setup.several else ""  # HERMES
     return {"lark": f'start: ({_marker(tokenizer, "<tool_call>")} "\\n" call "\\n" '
-                    f'{_marker(tokenizer, "</tool_call>")} "\\n"?){repeat}\ncall: %json {call}\n'}
+                    f'{_marker(tokenizer, "</tool_call>")} "\\n"?){repeat}\ncall: %json {_lark_json(call)}\n'}
+
+
+def _lark_json(schema: dict) -> str:
+    """A schema for lark's `%json`, written compactly as compile_grammar writes JSON (free
+    whitespace would let a sampled model pad forever)."""
+    return json.dumps({**schema, "x-guidance": {"whitespace_flexible": False, "item_separator": ", ",
+                                                "key_separator": ": "}})
 
 
 def _marker(tokenizer: Tokenizer, text: str) -> str:

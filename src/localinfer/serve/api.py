@@ -15,6 +15,8 @@ from ..chat.prompt import ChatContentError
 from ..chat.template import ChatTemplateError
 from ..batching.request import Request, SamplingParams
 from .response_format import ResponseFormatError, response_grammar
+from ..chat.tools import ToolError
+from . import tool_calls
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat has none
 
@@ -111,13 +113,15 @@ class Job:
     stream: bool
     include_usage: bool
     model: str
+    tools: Any = None  # chat with tools on offer: a ToolSetup, whose calls are parsed out of the answer
 
 
 def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, default_max, tokenizer=None) -> Job:
     _unsupported(body, "n", (None, 1))
     _unsupported(body, "logprobs", (None, False, 0))
     _unsupported(body, "top_logprobs", (None, 0))
-    _unsupported(body, "tools", (None, []))
+    if kind != "chat":
+        _unsupported(body, "tools", (None, []))
     _unsupported(body, "best_of", (None, 1))
     _unsupported(body, "echo", (None, False))
     _unsupported(body, "suffix", (None, ""))
@@ -184,17 +188,32 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad(f"messages[{i}] must be an object with a string 'role'", f"messages[{i}]")
-        if m["role"] not in ("system", "user", "assistant", "developer"):
+        if m["role"] not in ("system", "user", "assistant", "developer", "tool"):
             raise bad(f"messages[{i}].role '{m['role'][:40]}' is not supported", f"messages[{i}].role")
         role = "system" if m["role"] == "developer" else m["role"]
-        clean.append({"role": role, "content": _text_content(i, m.get("content"))})
+        try:
+            clean.append({"role": role, "content": _text_content(i, m.get("content")), **tool_calls.message_fields(i, m)})
+        except ToolError as e:
+            raise bad(str(e), e.param) from None
     try:
-        tokens = model.chat_tokens(clean)
+        setup, grammar = tool_calls.tool_setup(body, model.chat_template.source), None
+        if setup.parsed or any("tool_calls" in m or m["role"] == "tool" for m in clean):  # tools, or their history
+            tokens, grammar = tool_calls.tool_prompt(model, clean, setup)
+        else:
+            tokens = model.chat_tokens(clean)
+    except ToolError as e:
+        raise bad(str(e), e.param) from None
     except ChatTemplateError as e:
         raise bad(str(e), "messages") from None
     except ChatContentError as e:  # control-token text in content the template rewrites
         raise bad(str(e), f"messages[{e.index}].content") from None
-    return _common(body, "chat", model_name, tokens, n_ctx, None, model.tokenizer)
+    job = _common(body, "chat", model_name, tokens, n_ctx, None, model.tokenizer)
+    if setup.parsed:
+        if grammar is not None and body.get("response_format") not in (None, {"type": "text"}):
+            raise bad("'response_format' cannot be combined with 'tools' (both constrain the answer)",
+                      "response_format", "unsupported_parameter")
+        job.tools, job.request.grammar = setup, grammar
+    return job
 
 
 def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
@@ -227,6 +246,7 @@ class Shaper:
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
+        self.tools = tool_calls.ToolAnswer(job.tools) if job.tools is not None else None
 
     def usage(self, n_generated: int) -> dict:
         r = self.job.request
@@ -240,8 +260,8 @@ class Shaper:
 
     def whole(self, text: str, finish: str, n_generated: int) -> dict:
         if self.job.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": FINISH[finish]}
+            message = self.tools.message(text) if self.tools else {"role": "assistant", "content": text}
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish(finish)}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH[finish]}
         return {**self._head(self.object), "choices": [choice], "usage": self.usage(n_generated)}
@@ -251,10 +271,23 @@ class Shaper:
         if self.job.kind == "chat":
             delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
             choice = {"index": 0, "delta": delta, "logprobs": None,
-                      "finish_reason": FINISH[finish] if finish else None}
+                      "finish_reason": self._finish(finish) if finish else None}
             return {**self._head("chat.completion.chunk"), "choices": [choice], **usage}
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": FINISH[finish] if finish else None}
         return {**self._head("text_completion"), "choices": [choice], **usage}
+
+    def _finish(self, finish: str) -> str:
+        return self.tools.finish_reason(FINISH[finish]) if self.tools else FINISH[finish]
+
+    def text_chunks(self, text: str, finish: str | None) -> list[dict]:
+        """The stream chunks for generated text (the finish chunk apart); with tools, only what
+        the parser has settled, and at the finish what the end settles."""
+        if self.tools is None:
+            return [self.chunk(text)] if text else []
+        usage = {"usage": None} if self.job.include_usage else {}
+        return [{**self._head("chat.completion.chunk"),
+                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}], **usage}
+                for delta in self.tools.deltas(text, finished=finish is not None)]
 
     def usage_chunk(self, n_generated: int) -> dict:
         obj = "chat.completion.chunk" if self.job.kind == "chat" else "text_completion"

@@ -363,8 +363,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(api.ApiError(500, f"generation failed: {e}", "server_error").body())
                 break
             n += len(chunk.tokens)
-            if chunk.text:
-                self._event(shaper.chunk(chunk.text))
+            for event in shaper.text_chunks(chunk.text, chunk.finish_reason):
+                self._event(event)
             if chunk.finish_reason:
                 self._event(shaper.chunk(None, chunk.finish_reason))
                 if job.include_usage:
