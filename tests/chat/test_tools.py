@@ -192,3 +192,16 @@ def test_generic_auto_takes_a_reply_or_a_call(smollm2_model):
     none = compile_grammar(tok, **tool_grammar(ToolSetup([WEATHER], "none"), tok))
     assert _walk(none, tok, '{"response": "It is sunny."}')
     assert not _walk(none, tok, CALL_TEXT[GENERIC] % ("get_weather", '{"city": "Paris"}'))
+
+
+def test_template_that_renders_tools_in_an_unknown_syntax_lists_them_itself(smollm2_model):
+    """A template that writes `tools` but none of the known call markers: the generic format,
+    with the tools rendered by the template and the JSON answer asked for without a second list."""
+    from test_template_limits import QWEN_STYLE  # tools in <tools>, no <tool_call> syntax
+    assert tool_format(QWEN_STYLE) == GENERIC
+    tok = smollm2_model.tokenizer
+    setup = ToolSetup([WEATHER], "auto")
+    text = tok.detokenize(tool_prompt_tokens(ChatTemplate(QWEN_STYLE), tok, HISTORY, setup))
+    assert "# Tools\n<tools>\n" + json.dumps(WEATHER) in text
+    assert text.count('"get_weather"') == 2  # in the template's list and in the history's call, not twice listed
+    assert 'Answer in JSON' in text and '{"tool_response": ' in text

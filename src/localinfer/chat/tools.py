@@ -144,21 +144,31 @@ class ToolSetup:
 # -- the prompt -------------------------------------------------------------------------------------
 def tool_prompt_tokens(template: ChatTemplate, tokenizer: Tokenizer, messages: Sequence[Mapping[str, Any]],
                        setup: ToolSetup) -> list[int]:
-    """The conversation with its tools as prompt tokens (see chat_prompt_tokens)."""
+    """The conversation with its tools as prompt tokens (see chat_prompt_tokens).
+
+    A template that renders a `tools` variable gets the tools, in whatever format: one whose
+    call syntax is not known describes them its own way, and the generic instructions ask for
+    the JSON answer without listing them again (llama.cpp does the same)."""
+    renders_tools = setup.active and re.search(r"\btools\b", template.source) is not None
+    extra = {"tools": setup.offered} if renders_tools else {}
     if setup.format == GENERIC:
-        return chat_prompt_tokens(template, tokenizer, generic_messages(messages, setup))
-    native = [_native_message(m) for m in messages]
-    # Only message contents are kept apart from control tokens by the prompt builder; tool
-    # definitions and call arguments go through the template's own variables, so control-token
-    # text in them would become control tokens: refuse it instead.
-    for where, value in [("tools", setup.tools)] + [(f"messages[{i}].tool_calls", m.get("tool_calls"))
-                                                     for i, m in enumerate(messages) if m.get("tool_calls")]:
+        _refuse_control_text(tokenizer, [("tools", setup.tools)] if renders_tools else [])
+        return chat_prompt_tokens(template, tokenizer, generic_messages(messages, setup, not renders_tools),
+                                  extra=extra)
+    _refuse_control_text(tokenizer, [("tools", setup.tools)] + [
+        (f"messages[{i}].tool_calls", m["tool_calls"]) for i, m in enumerate(messages) if m.get("tool_calls")])
+    return chat_prompt_tokens(template, tokenizer, [_native_message(m) for m in messages], extra=extra)
+
+
+def _refuse_control_text(tokenizer: Tokenizer, values: list[tuple[str, Any]]) -> None:
+    """Only message contents are kept apart from control tokens by the prompt builder; tool
+    definitions and call arguments go through the template's own variables, so control-token
+    text in them would become control tokens: it is refused instead."""
+    for where, value in values:
         found = tokenizer.control_text(json.dumps(value, ensure_ascii=False))
         if found is not None:
             raise ToolError(f"{where} holds the control-token text {found!r}, which the chat template would "
                             f"turn into a control token: remove it", where)
-    extra = {"tools": setup.offered} if setup.active else {}
-    return chat_prompt_tokens(template, tokenizer, native, extra=extra)
 
 
 def _native_message(m: Mapping[str, Any]) -> dict:
@@ -180,9 +190,10 @@ def _arguments_object(arguments: str) -> Any:
         return arguments
 
 
-def generic_messages(messages: Sequence[Mapping[str, Any]], setup: ToolSetup) -> list[dict]:
-    """The conversation for a template that knows nothing of tools: the tools described in the
-    system message, calls and results written out as the generic format's JSON text."""
+def generic_messages(messages: Sequence[Mapping[str, Any]], setup: ToolSetup, list_tools: bool = True) -> list[dict]:
+    """The conversation for a template whose call syntax is not known: the format (and, unless
+    the template lists them, the tools) in the system message, calls and results written out as
+    the format's JSON text."""
     out = []
     for m in messages:
         if m["role"] == "tool":  # a result: the user's turn, as templates without tools have no other
@@ -200,7 +211,7 @@ def generic_messages(messages: Sequence[Mapping[str, Any]], setup: ToolSetup) ->
             out.append({"role": m["role"], "content": m.get("content") or ""})
     if not setup.parsed:
         return out
-    instructions = generic_instructions(setup)
+    instructions = generic_instructions(setup, list_tools)
     if out and out[0]["role"] == "system":
         out[0] = {**out[0], "content": out[0]["content"] + "\n\n" + instructions}
     else:
@@ -208,7 +219,7 @@ def generic_messages(messages: Sequence[Mapping[str, Any]], setup: ToolSetup) ->
     return out
 
 
-def generic_instructions(setup: ToolSetup) -> str:
+def generic_instructions(setup: ToolSetup, list_tools: bool = True) -> str:
     if not setup.active:
         return 'Answer in JSON, with one object and nothing else: {"response": "<your reply>"}.'
     tools = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in setup.offered)
@@ -220,7 +231,7 @@ def generic_instructions(setup: ToolSetup) -> str:
                f'(as soon as a tool_response gives you what you need)')
     else:
         how = f"{call}: you must call " + ("a tool" if setup.choice == "required" else f"'{setup.choice['name']}'")
-    return (f"You can call these tools:\n{tools}\n"
+    return ((f"You can call these tools:\n{tools}\n" if list_tools else "") +
             f"Answer in JSON, with one object and nothing else: {how}.")
 
 

@@ -65,6 +65,7 @@ def tool_setup(body: dict, template_source: str) -> ToolSetup:
 
 def tool_prompt(model, messages: list[dict], setup: ToolSetup) -> tuple[list[int], Any]:
     """The prompt tokens, and the grammar that keeps the answer to the tool-call format (or None)."""
+    _check_results(messages)
     tokens = tool_prompt_tokens(model.chat_template, model.tokenizer, messages, setup)
     spec = tool_grammar(setup, model.tokenizer)
     if spec is None:
@@ -74,6 +75,16 @@ def tool_prompt(model, messages: list[dict], setup: ToolSetup) -> tuple[list[int
         return tokens, compile_grammar(model.tokenizer, **spec)
     except GrammarError as e:
         raise ToolError(f"the tools' parameter schemas cannot be made a grammar: {e}", "tools") from None
+
+
+def _check_results(messages: list[dict]) -> None:
+    """Each tool result answers a call the assistant made before it (as OpenAI requires)."""
+    made: set[str] = set()
+    for i, m in enumerate(messages):
+        made.update(c["id"] for c in m.get("tool_calls", ()))
+        if m["role"] == "tool" and m["tool_call_id"] not in made:
+            raise ToolError(f"messages[{i}] is a tool result for '{m['tool_call_id'][:64]}', but no earlier "
+                            f"assistant message has a tool call with that id", f"messages[{i}].tool_call_id")
 
 
 def _call_id() -> str:
