@@ -13,8 +13,9 @@ when calls may be parallel) or `{"response": "..."}`, and a JSON-schema grammar 
 answer such an object. The history's calls and results become that same JSON, as text.
 
 Under `required` or a named choice every format is constrained to a well-formed call of an
-offered tool whose arguments follow its schema; under `auto` the generic format is constrained
-(a call or a response), the native ones are free text parsed afterwards (tool_parse.py).
+offered tool whose arguments follow its schema (a named choice is one call); the generic format
+is constrained under `auto` (a call or a response) and `none` (a response) too, the native ones
+answer freely there and are parsed afterwards (tool_parse.py).
 """
 from __future__ import annotations
 
