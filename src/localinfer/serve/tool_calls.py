@@ -53,6 +53,9 @@ def message_fields(i: int, m: dict) -> dict:
 
 def tool_setup(body: dict, template_source: str) -> ToolSetup:
     """The request's `tools`, `tool_choice` and `parallel_tool_calls`, checked."""
+    for legacy in ("functions", "function_call"):  # OpenAI's older spelling: not silently ignored
+        if body.get(legacy) is not None:
+            raise ToolError(f"'{legacy}' is not supported: use 'tools' and 'tool_choice'", legacy)
     tools = check_tools(body["tools"]) if body.get("tools") is not None else []
     choice = check_tool_choice(body.get("tool_choice"), tools)
     parallel = body.get("parallel_tool_calls", True)
