@@ -47,9 +47,10 @@ def _calls(message) -> list[tuple[str, dict]]:
     return [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or []]
 
 
-def _joined(chunks) -> tuple[str | None, list[tuple[str, dict]], str]:
-    """(content, calls, finish_reason) from stream chunks, checking each tool-call delta's shape."""
-    content, calls, finish = [], {}, None
+def _joined(chunks) -> tuple[str | None, list[tuple[str, str]], str, int]:
+    """(content, calls with their arguments' text, finish_reason, number of argument deltas) from
+    stream chunks, checking each tool-call delta's shape."""
+    content, calls, finish, pieces = [], {}, None, 0
     for c in chunks:
         if not c.choices:
             continue
@@ -63,8 +64,9 @@ def _joined(chunks) -> tuple[str | None, list[tuple[str, dict]], str]:
             else:
                 assert d.id is None and d.function.name is None
                 calls[d.index][1] += d.function.arguments
+                pieces += 1
         finish = c.choices[0].finish_reason or finish
-    return "".join(content) or None, [(n, json.loads(a)) for _, (n, a) in sorted(calls.items())], finish
+    return "".join(content) or None, [(n, a) for _, (n, a) in sorted(calls.items())], finish, pieces
 
 
 def test_agent_loop_call_result_answer(client):
@@ -108,14 +110,26 @@ def test_required_and_named_calls_follow_the_schema(client, choice, seed):
         jsonschema.validate(arguments, SCHEMAS[name])
 
 
-@pytest.mark.parametrize("kw", [dict(tool_choice="required", temperature=0),
-                                dict(tool_choice="auto", temperature=0.9, seed=5),
-                                dict(tool_choice="none", temperature=0)])
+@pytest.mark.parametrize("kw", [dict(tool_choice="required", temperature=0, max_tokens=60),
+                                dict(tool_choice="required", temperature=0, max_tokens=20),  # cut mid-call
+                                dict(tool_choice="auto", temperature=0.9, seed=5, max_tokens=60),
+                                dict(tool_choice="none", temperature=0, max_tokens=60)])
 def test_stream_and_whole_agree(client, kw):
-    args = dict(model=NAME, messages=ASK, tools=TOOLS, max_tokens=60, **kw)
+    args = dict(model=NAME, messages=ASK, tools=TOOLS, **kw)
     whole = client.chat.completions.create(**args).choices[0]
-    content, calls, finish = _joined(client.chat.completions.create(stream=True, **args))
-    assert (content, calls, finish) == (whole.message.content, _calls(whole.message), whole.finish_reason)
+    content, calls, finish, _ = _joined(client.chat.completions.create(stream=True, **args))
+    raw_calls = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []]
+    assert (content, calls, finish) == (whole.message.content, raw_calls, whole.finish_reason)
+    if kw["max_tokens"] == 20:  # a call cut off is kept as far as it got, as OpenAI's are
+        assert finish == "length" and calls and calls[0][0] == "get_weather"
+
+
+def test_generic_call_arguments_stream_as_written(client):
+    chunks = list(client.chat.completions.create(model=NAME, messages=ASK, tools=TOOLS, tool_choice="required",
+                                                 temperature=0, max_tokens=60, stream=True))
+    _, ((name, arguments),), finish, pieces = _joined(chunks)
+    assert finish == "tool_calls" and pieces > 1  # token by token, not the whole at the end
+    jsonschema.validate(json.loads(arguments), SCHEMAS[name])
 
 
 def test_none_gives_plain_content(client):

@@ -39,6 +39,18 @@ class ToolCall:
     arguments: str  # a JSON object, as text (what OpenAI's function.arguments holds)
 
 
+@dataclass(frozen=True)
+class ToolCallStart:
+    """A call announced before its arguments are written (ToolCallArguments follow)."""
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolCallArguments:
+    """The next piece of the last announced call's arguments, as the model wrote them."""
+    text: str
+
+
 def _loads(text: str) -> Any:
     try:
         return json.loads(text)

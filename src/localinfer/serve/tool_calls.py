@@ -1,18 +1,21 @@
 """Tool calls in /v1/chat/completions: the request's tools and tool messages checked, and the
 answer shaped as OpenAI's `message.tool_calls` or streamed `delta.tool_calls`.
 
-Both shapes come from one ToolCallStream over the generated text (a whole answer is the stream
-fed at once), so a streamed answer and a whole one always agree. A streamed call is announced
-whole: its first delta carries index, id, type, the name and `arguments: ""`, the next one the
-arguments; finish_reason is "tool_calls" when the model called a tool and was not cut off.
+Both shapes come from one parser stream over the generated text (a whole answer is the stream
+fed at once), so a streamed answer and a whole one always agree. A call's first delta carries
+index, id, type, the name and `arguments: ""`, the next ones the arguments: as the model writes
+them in the generic format (its grammar makes a named call certain), in one piece once the call
+is complete in the others. finish_reason is "tool_calls" when the model called a tool and was
+not cut off.
 """
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from ..chat.tool_parse import ToolCall, ToolCallStream
-from ..chat.tools import (ToolError, ToolSetup, check_tool_choice, check_tools, tool_format, tool_grammar,
+from ..chat.generic_stream import HeldGenericStream
+from ..chat.tool_parse import ToolCall, ToolCallArguments, ToolCallStart, ToolCallStream
+from ..chat.tools import (GENERIC, ToolError, ToolSetup, check_tool_choice, check_tools, tool_format, tool_grammar,
                           tool_prompt_tokens)
 
 
@@ -98,7 +101,10 @@ class ToolAnswer:
     """One answer's text read as content and tool calls, whole or as stream deltas."""
 
     def __init__(self, setup: ToolSetup):
-        self.stream = ToolCallStream(setup.format, setup.names)
+        # the generic format is always held by its grammar (tools.tool_grammar): its calls can
+        # stream as they are written; the others' are reported once complete and valid
+        self.stream = (HeldGenericStream(setup.names) if setup.format == GENERIC
+                       else ToolCallStream(setup.format, setup.names))
         self.n_calls = 0
 
     def finish_reason(self, finish: str) -> str:
@@ -107,13 +113,15 @@ class ToolAnswer:
     def _deltas(self, events: list) -> list[dict]:
         deltas = []
         for e in events:
-            if isinstance(e, ToolCall):
+            if isinstance(e, (ToolCall, ToolCallStart)):
                 head = {"index": self.n_calls, "id": _call_id(), "type": "function",
                         "function": {"name": e.name, "arguments": ""}}
                 deltas.append({"tool_calls": [head]})
-                deltas.append({"tool_calls": [{"index": self.n_calls, "function": {"arguments": e.arguments}}]})
                 self.n_calls += 1
-            else:
+            if isinstance(e, (ToolCall, ToolCallArguments)):
+                text = e.arguments if isinstance(e, ToolCall) else e.text
+                deltas.append({"tool_calls": [{"index": self.n_calls - 1, "function": {"arguments": text}}]})
+            elif isinstance(e, str):
                 deltas.append({"content": e})
         return deltas
 
@@ -131,7 +139,7 @@ class ToolAnswer:
             elif "id" in d["tool_calls"][0]:  # a call's first delta; a message's calls carry no index
                 calls.append({k: v for k, v in d["tool_calls"][0].items() if k != "index"})
             else:
-                calls[-1]["function"]["arguments"] = d["tool_calls"][0]["function"]["arguments"]
+                calls[-1]["function"]["arguments"] += d["tool_calls"][0]["function"]["arguments"]
         message = {"role": "assistant", "content": "".join(content) if content or not calls else None}
         if calls:
             message["tool_calls"] = calls
