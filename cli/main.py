@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench, bench-serve, serve, perplexity, quantize, quality, convert."""
+"""The `localinfer` command: run (chat), pull, list, info, bench, bench-grammar, bench-serve, serve, perplexity, quantize, quality, convert."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import sys
 import click
 
 from .bench import bench
+from .bench_grammar import bench_grammar
 from .bench_serve import bench_serve
 from .common import load_model, set_threads
 from .convert import convert
@@ -45,8 +46,12 @@ def main():
 @click.option("--system", default=None, help="System prompt.")
 @click.option("--raw", is_flag=True, help="Plain text completion of the prompt, no chat template.")
 @click.option("-v", "--verbose", is_flag=True, help="Print time to first token and tokens/s.")
+@click.option("--json-schema", "json_schema_file", type=click.File("r", encoding="utf-8"), default=None,
+              help="Answers are JSON that validates against the JSON Schema in this file.")
+@click.option("--grammar-file", type=click.File("r", encoding="utf-8"), default=None,
+              help="Answers follow the grammar in this file (GBNF, llama.cpp's grammar format).")
 def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, threads, ctx_size,
-        system, raw, verbose):
+        system, raw, verbose, json_schema_file, grammar_file):
     """Chat with MODEL (a catalog name or a .gguf path; default: the catalog default).
 
     Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
@@ -61,6 +66,8 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
         raise click.ClickException(str(e))
     options = dict(max_tokens=None if max_tokens < 0 else max_tokens, temperature=temperature, top_k=top_k,
                    top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
+    if json_schema_file or grammar_file:
+        options["grammar"] = _constraint(llm, json_schema_file, grammar_file)
     if prompt is None and not sys.stdin.isatty():
         prompt = sys.stdin.read().strip()  # the newline that ends piped text is not part of the message
     try:
@@ -72,6 +79,20 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
             interactive(llm, system=system, verbose=verbose, **options)
     except (ContextFullError, ChatTemplateError) as e:
         raise click.ClickException(str(e))
+
+
+def _constraint(llm, json_schema_file, grammar_file):
+    """The --json-schema / --grammar-file constraint, compiled once for every answer of the run."""
+    from localinfer.constrain import GrammarError, compile_grammar
+    if json_schema_file and grammar_file:
+        raise click.UsageError("give --json-schema or --grammar-file, not both")
+    try:
+        if json_schema_file:
+            return compile_grammar(llm.tokenizer, json_schema=json_schema_file.read())
+        return compile_grammar(llm.tokenizer, gbnf=grammar_file.read())
+    except GrammarError as e:
+        name = json_schema_file.name if json_schema_file else grammar_file.name
+        raise click.ClickException(f"{name}: {e}")
 
 
 @main.command()
@@ -161,6 +182,7 @@ def _memory(path: str) -> dict:
 
 
 main.add_command(bench)
+main.add_command(bench_grammar)
 main.add_command(bench_serve)
 main.add_command(convert)
 main.add_command(perplexity)

@@ -6,7 +6,7 @@
 
 The modules at this level are the runtime core (model, generation, KV cache, sampling, chat, the GGUF
 reader, the C bindings and their numpy reference); the subpackages hold one responsibility each
-(arch, chat, tokenizer, batching, serve, measure; cli, quant and models come from the top-level folders).
+(arch, chat, tokenizer, constrain, batching, serve, measure; cli, quant and models come from the top-level folders).
 
 `import localinfer` itself imports nothing else: each public name is imported from its module the
 first time it is used (PEP 562), so a program that only imports the package (a CLI's --help, an
@@ -25,14 +25,16 @@ _EXPORTS = {  # public name -> the module that defines it
     "FetchError": ".fetch", "ModelNotFoundError": ".fetch",
     "GenerationChunk": ".generate", "GenerationResult": ".generate", "Timings": ".generate",
     "GGUFError": ".gguf_file", "ContextFullError": ".kv_cache",
+    "compile_grammar": ".constrain", "GrammarError": ".constrain",
 }
 __all__ = ["load", "Model", "ChatSession", "GenerationResult", "GenerationChunk", "Timings",
            "GGUFError", "ContextFullError", "ChatTemplateError", "ModelNotFoundError", "FetchError",
-           "ModelClosedError"]
+           "ModelClosedError", "compile_grammar", "GrammarError"]
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .chat.session import ChatSession
     from .chat.template import ChatTemplateError
+    from .constrain import GrammarError, compile_grammar
     from .fetch import FetchError, ModelNotFoundError
     from .generate import GenerationChunk, GenerationResult, Timings
     from .gguf_file import GGUFError

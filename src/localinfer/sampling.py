@@ -19,7 +19,13 @@ def apply_top_k(logits: np.ndarray, k: int) -> np.ndarray:
     """Keep the k largest logits (k <= 0: keep all)."""
     if k <= 0 or k >= logits.shape[-1]:
         return logits
-    kth = np.partition(logits, -k)[-k]
+    finite = np.isfinite(logits)
+    n_finite = int(np.count_nonzero(finite))
+    if n_finite <= k:  # a grammar's mask left k or fewer tokens: they all stay
+        return logits
+    # a grammar's mask leaves most of the vocabulary at -inf, and numpy's partition over that many
+    # equal values is slow (12 ms for gemma3's 262k, a fifth of a decode step): select among the rest
+    kth = np.partition(logits if n_finite == logits.shape[-1] else logits[finite], -k)[-k]
     return np.where(logits >= kth, logits, -np.inf)
 
 

@@ -2,8 +2,8 @@
 before is answered again from memory, without a slot or a forward pass.
 
 The key is everything that decides the tokens: the prompt ids, the sampling parameters (seed
-included), max_tokens, the stop strings and the grammar. Only finished answers are kept (never a cancelled or
-failed one), least recently used first out, under a bound on the tokens held.
+included), max_tokens, the stop strings and the grammar. Only finished answers are kept (never a
+cancelled or failed one), least recently used first out, under a bound on the tokens held.
 
 Batching can change the last bits of the logits (a row computed in a batch of 16 goes through
 a GEMM, alone through a GEMV), so a repeat served from here is the answer the first request got,

@@ -125,10 +125,6 @@ def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, def
     _unsupported(body, "best_of", (None, 1))
     _unsupported(body, "echo", (None, False))
     _unsupported(body, "suffix", (None, ""))
-    try:
-        grammar = response_grammar(body.get("response_format"), tokenizer)
-    except ResponseFormatError as e:
-        raise bad(str(e), e.param) from None
     stream = _boolean(body, "stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -151,7 +147,12 @@ def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, def
         raise bad(f"the prompt is {len(tokens)} tokens long, but the context holds {n_ctx} tokens and at least "
                   f"one more is needed to generate: shorten the prompt (or start the server with a larger "
                   f"--ctx-size)", "messages" if kind == "chat" else "prompt", "context_length_exceeded")
-    request = Request(tokens, max_tokens, _stop(body), sampling_params(body), grammar=grammar)
+    stop, params = _stop(body), sampling_params(body)
+    try:  # last: compiling a schema is the costliest check
+        grammar = response_grammar(body.get("response_format"), tokenizer)
+    except ResponseFormatError as e:
+        raise bad(str(e), e.param) from None
+    request = Request(tokens, max_tokens, stop, params, grammar=grammar)
     return Job(kind, request, stream, include_usage, model_name)
 
 
