@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..constrain import lark_json
 from .prompt import chat_prompt_tokens
 from .template import ChatTemplate
 from ..tokenizer import Tokenizer
@@ -281,17 +282,10 @@ def tool_grammar(setup: ToolSetup, tokenizer: Tokenizer) -> dict | None:
     call = _one_of([_call_schema(t) for t in setup.offered])
     if setup.format == MISTRAL:
         calls = {"type": "array", "items": call, "minItems": 1, **({} if setup.several else {"maxItems": 1})}
-        return {"lark": f"start: {_marker(tokenizer, '[TOOL_CALLS]')} calls\ncalls: %json {_lark_json(calls)}\n"}
+        return {"lark": f"start: {_marker(tokenizer, '[TOOL_CALLS]')} calls\ncalls: {lark_json(calls)}\n"}
     repeat = "+" if setup.several else ""  # HERMES
     return {"lark": f'start: ({_marker(tokenizer, "<tool_call>")} "\\n" call "\\n" '
-                    f'{_marker(tokenizer, "</tool_call>")} "\\n"?){repeat}\ncall: %json {_lark_json(call)}\n'}
-
-
-def _lark_json(schema: dict) -> str:
-    """A schema for lark's `%json`, written compactly as compile_grammar writes JSON (free
-    whitespace would let a sampled model pad forever)."""
-    return json.dumps({**schema, "x-guidance": {"whitespace_flexible": False, "item_separator": ", ",
-                                                "key_separator": ": "}})
+                    f'{_marker(tokenizer, "</tool_call>")} "\\n"?){repeat}\ncall: {lark_json(call)}\n'}
 
 
 def _marker(tokenizer: Tokenizer, text: str) -> str:

@@ -208,12 +208,13 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
         raise bad(str(e), "messages") from None
     except ChatContentError as e:  # control-token text in content the template rewrites
         raise bad(str(e), f"messages[{e.index}].content") from None
+    if grammar is not None and body.get("response_format") not in (None, {"type": "text"}):
+        raise bad("'response_format' cannot be combined with 'tools' (both constrain the answer)",
+                  "response_format", "unsupported_parameter")
     job = _common(body, "chat", model_name, tokens, n_ctx, None, model.tokenizer)
     if setup.parsed:
-        if grammar is not None and body.get("response_format") not in (None, {"type": "text"}):
-            raise bad("'response_format' cannot be combined with 'tools' (both constrain the answer)",
-                      "response_format", "unsupported_parameter")
-        job.tools, job.request.grammar = setup, grammar
+        job.tools = setup
+        job.request.grammar = grammar or job.request.grammar
     return job
 
 
