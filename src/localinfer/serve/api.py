@@ -248,7 +248,7 @@ class Shaper:
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
-        self.tools = tool_calls.ToolAnswer(job.tools) if job.tools is not None else None
+        self.tools = {} if job.tools is not None else None  # a ToolAnswer per choice index, when tools are on offer
 
     def usage(self, n_generated: int) -> dict:
         r = self.job.request
@@ -262,7 +262,8 @@ class Shaper:
 
     def whole(self, text: str, finish: str, n_generated: int) -> dict:
         if self.job.kind == "chat":
-            message = self.tools.message(text) if self.tools else {"role": "assistant", "content": text}
+            message = self._tool_answer(0).message(text) if self.tools is not None else {"role": "assistant",
+                                                                                         "content": text}
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish(finish)}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH[finish]}
@@ -278,18 +279,21 @@ class Shaper:
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": FINISH[finish] if finish else None}
         return {**self._head("text_completion"), "choices": [choice], **usage}
 
-    def _finish(self, finish: str) -> str:
-        return self.tools.finish_reason(FINISH[finish]) if self.tools else FINISH[finish]
+    def _tool_answer(self, index: int) -> "tool_calls.ToolAnswer":
+        if index not in self.tools:
+            self.tools[index] = tool_calls.ToolAnswer(self.job.tools)
+        return self.tools[index]
 
-    def text_chunks(self, text: str, finish: str | None) -> list[dict]:
-        """The stream chunks for generated text (the finish chunk apart); with tools, only what
-        the parser has settled, and at the finish what the end settles."""
-        if self.tools is None:
-            return [self.chunk(text)] if text else []
+    def _finish(self, finish: str, index: int = 0) -> str:
+        return self._tool_answer(index).finish_reason(FINISH[finish]) if self.tools is not None else FINISH[finish]
+
+    def tool_chunks(self, text: str, finish: str | None, index: int = 0) -> list[dict]:
+        """The stream chunks for generated text when tools are on offer (the finish chunk apart):
+        what the parser has settled, and at the finish what the end settles."""
         usage = {"usage": None} if self.job.include_usage else {}
         return [{**self._head("chat.completion.chunk"),
-                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}], **usage}
-                for delta in self.tools.deltas(text, finished=finish is not None)]
+                 "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}], **usage}
+                for delta in self._tool_answer(index).deltas(text, finished=finish is not None)]
 
     def usage_chunk(self, n_generated: int) -> dict:
         obj = "chat.completion.chunk" if self.job.kind == "chat" else "text_completion"

@@ -363,8 +363,11 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(api.ApiError(500, f"generation failed: {e}", "server_error").body())
                 break
             n += len(chunk.tokens)
-            for event in shaper.text_chunks(chunk.text, chunk.finish_reason):
-                self._event(event)
+            if shaper.tools is not None:  # tool calls: only what the parser has settled
+                for event in shaper.tool_chunks(chunk.text, chunk.finish_reason):
+                    self._event(event)
+            elif chunk.text:
+                self._event(shaper.chunk(chunk.text))
             if chunk.finish_reason:
                 self._event(shaper.chunk(None, chunk.finish_reason))
                 if job.include_usage:
