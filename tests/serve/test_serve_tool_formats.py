@@ -25,7 +25,9 @@ TEMPLATES = {  # each writes the history's calls the way its format does
     "llama3": TOOLS_BLOCK.replace("{INTRO}", "To call a function answer <|python_tag|>{\"name\": ..., \"parameters\": ...}")
     + CHATML_TURNS.replace("{CALLS}", "{% for c in m.tool_calls or [] %}<|python_tag|>{\"name\": \"{{ c.function.name }}"
                                       "\", \"parameters\": {{ c.function.arguments | tojson }}}{% endfor %}"),
-    "mistral": TOOLS_BLOCK.replace("{INTRO}", "Call tools as [TOOL_CALLS][{\"name\": ..., \"arguments\": ...}]")
+    "mistral": "{% for m in messages if m.role == 'tool' and m.tool_call_id | length != 9 %}"  # as Mistral's own
+               "{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{% endfor %}"
+    + TOOLS_BLOCK.replace("{INTRO}", "Call tools as [TOOL_CALLS][{\"name\": ..., \"arguments\": ...}]")
     + CHATML_TURNS.replace("{CALLS}", "{% if m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | map(attribute='function') "
                                       "| list | tojson }}{% endif %}"),
 }
@@ -62,6 +64,7 @@ def test_required_call_round_trip(server):
     assert r.choices[0].finish_reason == "tool_calls" and not message.content
     (call,) = message.tool_calls
     assert call.function.name == "get_weather"
+    assert len(call.id) == 9 and call.id.isalnum() if fmt == "mistral" else call.id.startswith("call_")
     jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
     streamed = [d for c in client.chat.completions.create(stream=True, **args) for d in c.choices[0].delta.tool_calls or []]
     assert [d.function.name for d in streamed if d.id] == ["get_weather"]

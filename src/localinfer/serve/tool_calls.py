@@ -15,7 +15,7 @@ from typing import Any
 
 from ..chat.generic_stream import HeldGenericStream
 from ..chat.tool_parse import ToolCall, ToolCallArguments, ToolCallStart, ToolCallStream
-from ..chat.tools import (GENERIC, ToolError, ToolSetup, check_tool_choice, check_tools, tool_format, tool_grammar,
+from ..chat.tools import (GENERIC, MISTRAL, ToolError, ToolSetup, check_tool_choice, check_tools, tool_format, tool_grammar,
                           tool_prompt_tokens)
 
 
@@ -93,8 +93,10 @@ def _check_results(messages: list[dict]) -> None:
                             f"assistant message has a tool call with that id", f"messages[{i}].tool_call_id")
 
 
-def _call_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
+def _call_id(format: str) -> str:
+    """A new call's id. Mistral's templates refuse any but 9 letters and digits (as llama.cpp
+    makes them for that format)."""
+    return uuid.uuid4().hex[:9] if format == MISTRAL else "call_" + uuid.uuid4().hex[:24]
 
 
 class ToolAnswer:
@@ -105,7 +107,7 @@ class ToolAnswer:
         # stream as they are written; the others' are reported once complete and valid
         self.stream = (HeldGenericStream(setup.names) if setup.format == GENERIC
                        else ToolCallStream(setup.format, setup.names))
-        self.n_calls = 0
+        self.n_calls, self.format = 0, setup.format
 
     def finish_reason(self, finish: str) -> str:
         return "tool_calls" if self.n_calls and finish == "stop" else finish
@@ -114,7 +116,7 @@ class ToolAnswer:
         deltas = []
         for e in events:
             if isinstance(e, (ToolCall, ToolCallStart)):
-                head = {"index": self.n_calls, "id": _call_id(), "type": "function",
+                head = {"index": self.n_calls, "id": _call_id(self.format), "type": "function",
                         "function": {"name": e.name, "arguments": ""}}
                 deltas.append({"tool_calls": [head]})
                 self.n_calls += 1
