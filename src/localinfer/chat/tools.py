@@ -196,16 +196,16 @@ def generic_messages(messages: Sequence[Mapping[str, Any]], setup: ToolSetup, li
     """The conversation for a template whose call syntax is not known: the format (and, unless
     the template lists them, the tools) in the system message, calls and results written out as
     the format's JSON text."""
-    out = []
+    out, called = [], {}  # call id -> the tool's name
     for m in messages:
         if m["role"] == "tool":  # a result: the user's turn, as templates without tools have no other
-            result = {"tool_call_id": m.get("tool_call_id"), "content": m.get("content") or ""}
-            if m.get("name"):
-                result = {"name": m["name"], **result}
+            # named by its tool, in call order: the calls are written as the model writes them, without ids
+            result = {"name": m.get("name") or called.get(m.get("tool_call_id"), ""), "content": m.get("content") or ""}
             out.append({"role": "user", "content": json.dumps({"tool_response": result}, ensure_ascii=False)})
         elif m.get("tool_calls"):
-            calls = [{"name": c["function"]["name"], "arguments": _arguments_object(c["function"]["arguments"]),
-                      "id": c.get("id")} for c in m["tool_calls"]]
+            called.update((c.get("id"), c["function"]["name"]) for c in m["tool_calls"])
+            calls = [{"name": c["function"]["name"], "arguments": _arguments_object(c["function"]["arguments"])}
+                     for c in m["tool_calls"]]
             said = {"tool_calls": calls} if len(calls) > 1 else {"tool_call": calls[0]}
             text = json.dumps(said, ensure_ascii=False)
             out.append({"role": "assistant", "content": (m.get("content") + "\n" if m.get("content") else "") + text})
