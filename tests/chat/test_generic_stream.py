@@ -55,5 +55,6 @@ def test_a_call_is_announced_at_its_name():
     s = HeldGenericStream(NAMES)
     assert s.feed('{"tool_call": {"name": "add", "argu') == []
     assert s.feed('ments": {"a"') == [ToolCallStart("add"), ToolCallArguments('{"a"')]
+    assert not s.calls_whole
     assert s.feed(': 1}}}') == [ToolCallArguments(": 1}")]
-    assert s.finish() == []
+    assert s.finish() == [] and s.calls_whole

@@ -132,6 +132,14 @@ def test_generic_call_arguments_stream_as_written(client):
     jsonschema.validate(json.loads(arguments), SCHEMAS[name])
 
 
+def test_a_call_cut_by_a_stop_string_is_not_a_finished_call(client):
+    args = dict(model=NAME, messages=ASK, tools=TOOLS, tool_choice="required", temperature=0, max_tokens=60)
+    whole = client.chat.completions.create(**args).choices[0]
+    assert whole.finish_reason == "tool_calls"
+    cut = client.chat.completions.create(stop=["Paris"], **args).choices[0]
+    assert cut.finish_reason == "stop" and cut.message.tool_calls[0].function.arguments == '{"city": "'
+
+
 def test_none_gives_plain_content(client):
     r = client.chat.completions.create(model=NAME, messages=ASK, tools=TOOLS, tool_choice="none",
                                        temperature=0, max_tokens=30)

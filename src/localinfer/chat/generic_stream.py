@@ -48,6 +48,11 @@ class HeldGenericStream(ToolCallStream):
         self.pending_ws, self.buf, self.done = "", "", True
         return out
 
+    @property
+    def calls_whole(self) -> bool:
+        """Whether the last call's arguments are complete (not cut off by the end of the text)."""
+        return self.args is None
+
     def _progress(self, out: list, final: bool) -> None:
         while True:
             if self.reply is not None or self.shape == "text":

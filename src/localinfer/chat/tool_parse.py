@@ -153,6 +153,11 @@ class ToolCallStream:
         self.pending_ws, self.done = "", True
         return out
 
+    @property
+    def calls_whole(self) -> bool:
+        """Whether every call given so far is complete (here always: calls are given whole)."""
+        return True
+
     # -- formats where the whole answer is one JSON document ------------------------------------------
     def _decide_whole(self) -> None:
         """Stop holding the text back once it cannot start a call (plain text streams live)."""

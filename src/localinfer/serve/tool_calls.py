@@ -110,7 +110,8 @@ class ToolAnswer:
         self.n_calls, self.format = 0, setup.format
 
     def finish_reason(self, finish: str) -> str:
-        return "tool_calls" if self.n_calls and finish == "stop" else finish
+        """"tool_calls" for an answer that ended with its calls whole (not one a stop string cut)."""
+        return "tool_calls" if self.n_calls and finish == "stop" and self.stream.calls_whole else finish
 
     def _deltas(self, events: list) -> list[dict]:
         deltas = []
