@@ -226,8 +226,8 @@ def generic_instructions(setup: ToolSetup, list_tools: bool = True) -> str:
         return 'Answer in JSON, with one object and nothing else: {"response": "<your reply>"}.'
     tools = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in setup.offered)
     call = '{"tool_call": {"name": "<tool name>", "arguments": {<its arguments>}}}'
-    if setup.several:
-        call += ' (or {"tool_calls": [<a call>, ...]} for several calls at once)'
+    if setup.several:  # said after the single call: a small model that reads the list first repeats it
+        call += ', or {"tool_calls": [<a call>, ...]} to make several calls at once,'
     if setup.choice == "auto":
         how = (f'either {call} to call a tool, or {{"response": "<your reply>"}} to reply to the user '
                f'(as soon as a tool_response gives you what you need)')
