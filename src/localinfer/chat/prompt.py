@@ -40,14 +40,16 @@ class ChatContentError(ValueError):
 
 
 def chat_prompt_tokens(template: ChatTemplate, tokenizer: Tokenizer, messages: Sequence[Mapping[str, Any]],
-                       allow_special_in_content: bool = False) -> list[int]:
+                       allow_special_in_content: bool = False, extra: Mapping[str, Any] | None = None) -> list[int]:
     """The rendered conversation (with the generation prompt) as token ids; BOS is added by
     the vocab's rules unless the template already wrote it (llama.cpp does the same).
 
     allow_special_in_content: tokenize the contents like the template, so that control-token
-    text in them becomes control tokens (llama.cpp's behaviour; only for trusted content)."""
-    text = template.render(messages, add_generation_prompt=True)
-    spans = [] if allow_special_in_content else content_spans(template, tokenizer, messages, text)
+    text in them becomes control tokens (llama.cpp's behaviour; only for trusted content).
+    extra: more template variables (`tools`)."""
+    extra = dict(extra or {})
+    text = template.render(messages, add_generation_prompt=True, **extra)
+    spans = [] if allow_special_in_content else content_spans(template, tokenizer, messages, text, extra)
     ids = tokenizer.tokenize(text, add_special=False, parse_special=True, text_spans=spans)
     bos = tokenizer.bos_id
     if tokenizer.add_bos and ids[:1] != [bos]:
@@ -56,7 +58,7 @@ def chat_prompt_tokens(template: ChatTemplate, tokenizer: Tokenizer, messages: S
 
 
 def content_spans(template: ChatTemplate, tokenizer: Tokenizer, messages: Sequence[Mapping[str, Any]],
-                  text: str) -> list[tuple[int, int]]:
+                  text: str, extra: Mapping[str, Any] | None = None) -> list[tuple[int, int]]:
     """[start, end) ranges of `text` (the plain render) written from message contents.
 
     Where the contents cannot be followed through the template, no spans are needed as long as
@@ -64,7 +66,7 @@ def content_spans(template: ChatTemplate, tokenizer: Tokenizer, messages: Sequen
     marked_ok = _OPEN not in text and _CLOSE not in text
     if marked_ok:
         marked_messages = [{**m, "content": _mark(m["content"])} if _markable(m) else m for m in messages]
-        marked = template.render(marked_messages, add_generation_prompt=True)
+        marked = template.render(marked_messages, add_generation_prompt=True, **dict(extra or {}))
         spans = _marked_spans(marked)
         if spans is not None and marked.replace(_OPEN, "").replace(_CLOSE, "") == text:
             return spans

@@ -18,6 +18,8 @@ from ..batching.request import SamplingParams
 from ..logprobs import score_prompt
 from .choices import ChoiceOptions, LogprobFormat, parse_choice_options
 from .response_format import ResponseFormatError, response_grammar
+from ..chat.tools import ToolError
+from . import tool_calls
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat has none
 
@@ -121,8 +123,14 @@ class Job:
     echo_logprobs: list | None = None  # the prompt tokens' TokenLogprobs (echo with logprobs)
 
 
-def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, default_max, model) -> Job:
-    _unsupported(body, "tools", (None, []))
+    tools: Any = None  # chat with tools on offer: a ToolSetup, whose calls are parsed out of the answer
+
+
+def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, default_max, model,
+            tool_grammar=None) -> Job:
+    """tool_grammar: the grammar that holds a chat's answer to its tools' call syntax (parse_chat)."""
+    if kind != "chat":
+        _unsupported(body, "tools", (None, []))
     _unsupported(body, "best_of", (None, 1))
     if kind == "chat":
         _unsupported(body, "echo", (None, False))
@@ -151,8 +159,10 @@ def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, def
                   f"one more is needed to generate: shorten the prompt (or start the server with a larger "
                   f"--ctx-size)", "messages" if kind == "chat" else "prompt", "context_length_exceeded")
     stop, params = _stop(body), replace(sampling_params(body), logit_bias=choosing.logit_bias)
+    grammar = tool_grammar
     try:  # last: compiling a schema is the costliest check
-        grammar = response_grammar(body.get("response_format"), model.tokenizer)
+        if grammar is None:
+            grammar = response_grammar(body.get("response_format"), model.tokenizer)
     except ResponseFormatError as e:
         raise bad(str(e), e.param) from None
     choices = Choices(tokens, choosing.n, max_tokens, stop, params, choosing.n_top, grammar)
@@ -193,17 +203,35 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad(f"messages[{i}] must be an object with a string 'role'", f"messages[{i}]")
-        if m["role"] not in ("system", "user", "assistant", "developer"):
+        if m["role"] not in ("system", "user", "assistant", "developer", "tool"):
             raise bad(f"messages[{i}].role '{m['role'][:40]}' is not supported", f"messages[{i}].role")
         role = "system" if m["role"] == "developer" else m["role"]
-        clean.append({"role": role, "content": _text_content(i, m.get("content"))})
+        try:
+            clean.append({"role": role, "content": _text_content(i, m.get("content")), **tool_calls.message_fields(i, m)})
+        except ToolError as e:
+            raise bad(str(e), e.param) from None
     try:
-        tokens = model.chat_tokens(clean)
+        setup, grammar = tool_calls.tool_setup(body, model.chat_template.source), None
+        if setup.parsed or any("tool_calls" in m or m["role"] == "tool" for m in clean):  # tools, or their history
+            tokens, grammar = tool_calls.tool_prompt(model, clean, setup)
+        else:
+            tokens = model.chat_tokens(clean)
+    except ToolError as e:
+        raise bad(str(e), e.param) from None
     except ChatTemplateError as e:
         raise bad(str(e), "messages") from None
     except ChatContentError as e:  # control-token text in content the template rewrites
         raise bad(str(e), f"messages[{e.index}].content") from None
-    return _common(body, "chat", model_name, tokens, n_ctx, None, model)
+    if grammar is not None and body.get("response_format") not in (None, {"type": "text"}):
+        raise bad("'response_format' cannot be combined with 'tools' (both constrain the answer)",
+                  "response_format", "unsupported_parameter")
+    if setup.parsed and body.get("logprobs"):
+        raise bad("'logprobs' cannot be combined with 'tools' (tool-call deltas carry no logprobs yet)",
+                  "logprobs", "unsupported_parameter")
+    job = _common(body, "chat", model_name, tokens, n_ctx, None, model, grammar)
+    if setup.parsed:
+        job.tools = setup
+    return job
 
 
 def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
@@ -241,6 +269,7 @@ class Shaper:
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
+        self.tools = {} if job.tools is not None else None  # a ToolAnswer per choice index, when tools are on offer
 
     def _logprobs(self, entries, index: int):
         if self.job.logprobs is None or entries is None:
@@ -261,8 +290,9 @@ class Shaper:
         """One choice's answer; `combine` joins the n of them. logprobs: its TokenLogprobs."""
         lp = self._logprobs(logprobs, index)
         if self.job.kind == "chat":
-            choice = {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": lp,
-                      "finish_reason": FINISH[finish]}
+            message = (self._tool_answer(index).message(text) if self.tools is not None
+                       else {"role": "assistant", "content": text})
+            choice = {"index": index, "message": message, "logprobs": lp, "finish_reason": self._finish(finish, index)}
         else:
             choice = {"index": index, "text": text, "logprobs": lp, "finish_reason": FINISH[finish]}
         return {**self._head(self.object), "choices": [choice], "usage": self.usage(n_generated)}
@@ -279,10 +309,26 @@ class Shaper:
         if self.job.kind == "chat":
             delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
             choice = {"index": index, "delta": delta, "logprobs": lp,
-                      "finish_reason": FINISH[finish] if finish else None}
+                      "finish_reason": self._finish(finish, index) if finish else None}
             return {**self._head("chat.completion.chunk"), "choices": [choice], **usage}
         choice = {"index": index, "text": text or "", "logprobs": lp, "finish_reason": FINISH[finish] if finish else None}
         return {**self._head("text_completion"), "choices": [choice], **usage}
+
+    def _tool_answer(self, index: int) -> "tool_calls.ToolAnswer":
+        if index not in self.tools:
+            self.tools[index] = tool_calls.ToolAnswer(self.job.tools)
+        return self.tools[index]
+
+    def _finish(self, finish: str, index: int = 0) -> str:
+        return self._tool_answer(index).finish_reason(FINISH[finish]) if self.tools is not None else FINISH[finish]
+
+    def tool_chunks(self, text: str, finish: str | None, index: int = 0) -> list[dict]:
+        """The stream chunks for generated text when tools are on offer (the finish chunk apart):
+        what the parser has settled, and at the finish what the end settles."""
+        usage = {"usage": None} if self.job.include_usage else {}
+        return [{**self._head("chat.completion.chunk"),
+                 "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}], **usage}
+                for delta in self._tool_answer(index).deltas(text, finished=finish is not None)]
 
     def usage_chunk(self, n_generated: int) -> dict:
         obj = "chat.completion.chunk" if self.job.kind == "chat" else "text_completion"

@@ -390,7 +390,10 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(api.ApiError(500, f"generation failed: {e}", "server_error").body())
                 break
             n += len(chunk.tokens)
-            if chunk.text or (chunk.logprobs and job.logprobs and not chunk.finish_reason):
+            if shaper.tools is not None:  # tool calls: only what the parser has settled
+                for event in shaper.tool_chunks(chunk.text, chunk.finish_reason, index=i):
+                    self._event(event)
+            elif chunk.text or (chunk.logprobs and job.logprobs and not chunk.finish_reason):
                 self._event(shaper.chunk(chunk.text, index=i, logprobs=chunk.logprobs))
             if chunk.finish_reason:
                 logprobs = None if chunk.text else chunk.logprobs  # not sent yet: with the finish
