@@ -131,6 +131,7 @@ class Model:
     def new_context(self, n_ctx: int | None = None) -> Context:
         self._check_open()
         ctx = Context(self.serialized, n_ctx or self.n_ctx, self.kv_dtype)
+        ctx.identity, ctx.n_vocab = self.identity, self.n_vocab
         self._contexts.add(ctx)
         return ctx
 
@@ -267,6 +268,35 @@ class Model:
         self._check_open()
         from .chat.session import ChatSession
         return ChatSession(self, system=system, allow_special_in_content=allow_special_in_content, **defaults)
+
+    # -- saved state -----------------------------------------------------------------------------
+    @property
+    def identity(self) -> str:
+        """A hash naming this model file's contents, recorded in saved states (session_state.py)."""
+        if getattr(self, "_identity", None) is None:
+            self._check_open()
+            from .session_state import model_identity
+            self._identity = model_identity(self.gguf)
+        return self._identity
+
+    def save_state(self, path: str | os.PathLike, state) -> None:
+        """Writes a ChatSession or Context (its tokens and KV cache) to `path`, atomically."""
+        state.save(path)
+
+    def load_state(self, path: str | os.PathLike, **session_defaults):
+        """A new ChatSession (or Context) holding what save_state wrote, continuing bit-exactly.
+        Raises StateMismatchError (another model, cache type or n_ctx) or StateFileError (corrupt,
+        truncated), both ValueErrors."""
+        from .state_file import read_header
+        kind = read_header(path).get("kind")
+        if kind == "chat":
+            session = self.chat_session(**session_defaults)
+            session.load(path)
+            return session
+        n_ctx = read_header(path).get("n_ctx")
+        ctx = self.new_context(n_ctx if isinstance(n_ctx, int) and 0 < n_ctx <= self.n_ctx else None)
+        ctx.load(path)
+        return ctx
 
     # -- description -----------------------------------------------------------------------------
     def info(self) -> dict:
