@@ -119,6 +119,12 @@ def read_block(cache, start: int, stop: int) -> dict[str, np.ndarray]:
     return out
 
 
+def block_shapes(cache, block_size: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """{array name: (dtype name, shape)} of a block of this cache, the sliding-window part included."""
+    return {f"{prefix}{name}": (a.dtype.name, (a.shape[0], block_size, *a.shape[2:]))
+            for prefix, part in _parts(cache) for name, a in _arrays(part)}
+
+
 def ring_parts(cache) -> list[tuple[str, object]]:
     return [(prefix, part) for prefix, part in _parts(cache) if _is_ring(part)]
 

@@ -43,8 +43,10 @@ class StateMismatchError(StateFileError):
     """A valid state file made for another model, cache type or shape; the message names what differs."""
 
 
-def write_state(path: str | os.PathLike, header: Mapping, arrays: Mapping[str, np.ndarray]) -> None:
-    """Writes header + arrays to `path` atomically (a temporary file renamed over it)."""
+def write_state(path: str | os.PathLike, header: Mapping, arrays: Mapping[str, np.ndarray],
+                durable: bool = True) -> None:
+    """Writes header + arrays to `path` atomically (a temporary file renamed over it); `durable`
+    also flushes it to the disk first (fsync), so a power cut leaves the old file or the new one."""
     header = dict(header)
     header["arrays"] = [[name, a.dtype.name, list(a.shape)] for name, a in arrays.items()]
     for name, dtype, _ in header["arrays"]:
@@ -69,7 +71,8 @@ def write_state(path: str | os.PathLike, header: Mapping, arrays: Mapping[str, n
                 digest.update(view)
             f.write(digest.digest())
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
