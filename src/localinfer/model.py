@@ -63,9 +63,12 @@ class SerializedRuntime:
 
 class Model:
     def __init__(self, path: str | os.PathLike, n_ctx: int | None = None, n_threads: int | None = None,
-                 kv_dtype: str = "f16", backend: str = "auto", n_parallel: int = DEFAULT_N_PARALLEL):
+                 kv_dtype: str = "f16", backend: str = "auto", n_parallel: int = DEFAULT_N_PARALLEL,
+                 prefix_cache_dir: str | os.PathLike | None = None, prefix_cache_dir_bytes: int = 4 << 30):
         """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built).
-        n_parallel: sequences generated together when several threads call generate/stream/chat."""
+        n_parallel: sequences generated together when several threads call generate/stream/chat.
+        prefix_cache_dir: a folder where the engine keeps computed prompt prefixes (at most
+        prefix_cache_dir_bytes of this model's), reused by the next Model of the same file."""
         self.path = str(path)
         self.gguf = GGUFFile(path)
         self.metadata: Mapping[str, Any] = self.gguf.metadata
@@ -81,6 +84,7 @@ class Model:
         if n_parallel < 1:
             raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
         self.n_parallel = n_parallel
+        self.prefix_cache_dir, self.prefix_cache_dir_bytes = prefix_cache_dir, prefix_cache_dir_bytes
         self._engine = None
         n_ctx_train = self.runtime.config.n_ctx_train
         self.n_ctx = int(n_ctx) if n_ctx else min(DEFAULT_N_CTX, n_ctx_train)
@@ -146,10 +150,17 @@ class Model:
             if self._engine is None:
                 from .batching.engine import Engine
                 self._engine = Engine(self.serialized, self.tokenizer, n_slots=self.n_parallel, n_ctx=self.n_ctx,
-                                      max_queue=None, kv_dtype=self.kv_dtype, prefix_cache_bytes=64 << 20)
+                                      max_queue=None, kv_dtype=self.kv_dtype, prefix_cache_bytes=64 << 20,
+                                      **self._prefix_dir_options())
                 # a Model dropped without close() still stops its engine thread and frees the slots
                 self._engine_finalizer = weakref.finalize(self, self._engine.close)
             return self._engine
+
+    def _prefix_dir_options(self) -> dict:
+        if self.prefix_cache_dir is None:
+            return {}
+        return {"prefix_cache_dir": os.fspath(self.prefix_cache_dir),
+                "prefix_cache_dir_bytes": self.prefix_cache_dir_bytes, "model_identity": self.identity}
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """(len(ids), n_vocab) float32: a fresh context just large enough, one batch, every position."""
