@@ -51,8 +51,10 @@ def main():
               help="Answers are JSON that validates against the JSON Schema in this file.")
 @click.option("--grammar-file", type=click.File("r", encoding="utf-8"), default=None,
               help="Answers follow the grammar in this file (GBNF, llama.cpp's grammar format).")
+@click.option("--prompt-cache", type=click.Path(dir_okay=False), default=None,
+              help="Keep the KV state in this file: a later run reuses the prompt (or continues the chat) it holds.")
 def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, threads, ctx_size,
-        system, raw, verbose, json_schema_file, grammar_file):
+        system, raw, verbose, json_schema_file, grammar_file, prompt_cache):
     """Chat with MODEL (a catalog name or a .gguf path; default: the catalog default).
 
     Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
@@ -75,9 +77,9 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
         if prompt is not None:
             if not prompt.strip():
                 raise click.ClickException("the prompt is empty")
-            answer(llm, prompt, system=system, raw=raw, verbose=verbose, **options)
+            answer(llm, prompt, system=system, raw=raw, verbose=verbose, prompt_cache=prompt_cache, **options)
         else:
-            interactive(llm, system=system, verbose=verbose, **options)
+            interactive(llm, system=system, verbose=verbose, prompt_cache=prompt_cache, **options)
     except (ContextFullError, ChatTemplateError) as e:
         raise click.ClickException(str(e))
 
