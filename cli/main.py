@@ -10,6 +10,7 @@ import click
 
 from .bench import bench
 from .bench_grammar import bench_grammar
+from .bench_restart import bench_restart
 from .bench_serve import bench_serve
 from .common import load_model, set_threads
 from .convert import convert
@@ -186,6 +187,7 @@ def _memory(path: str) -> dict:
 
 main.add_command(bench)
 main.add_command(bench_grammar)
+main.add_command(bench_restart)
 main.add_command(bench_serve)
 main.add_command(convert)
 main.add_command(embed)
