@@ -73,8 +73,9 @@ def load_snapshot(cache, state: dict, arrays: dict[str, np.ndarray]) -> None:
         if not isinstance(offset, int) or not 0 <= offset <= part.n_ctx:
             raise ValueError(f"saved offset {offset!r} of {prefix or 'the cache'} is outside 0..{part.n_ctx}")
         held = state.get(f"{prefix}held_start", 0)
-        if "held_start" in vars(part) and not (isinstance(held, int) and 0 <= held <= offset):
-            raise ValueError(f"saved held_start {held!r} of {prefix} is outside 0..{offset}")
+        lowest = max(0, offset - part.n_slots) if _is_ring(part) else 0  # older slots were overwritten
+        if "held_start" in vars(part) and not (isinstance(held, int) and lowest <= held <= offset):
+            raise ValueError(f"saved held_start {held!r} of {prefix} is outside {lowest}..{offset}")
         for name, a in _arrays(part):
             saved = arrays.get(f"{prefix}{name}")
             want = a.shape if _is_ring(part) else (a.shape[0], offset, *a.shape[2:])

@@ -160,7 +160,7 @@ class Model:
         if self.prefix_cache_dir is None:
             return {}
         return {"prefix_cache_dir": os.fspath(self.prefix_cache_dir),
-                "prefix_cache_dir_bytes": self.prefix_cache_dir_bytes, "model_identity": self.identity}
+                "prefix_cache_dir_bytes": self.prefix_cache_dir_bytes, "model_identity": self.compute_identity}
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """(len(ids), n_vocab) float32: a fresh context just large enough, one batch, every position."""
@@ -289,6 +289,15 @@ class Model:
             from .session_state import model_identity
             self._identity = model_identity(self.gguf)
         return self._identity
+
+    @property
+    def compute_identity(self) -> str:
+        """The model's identity and the kernels that compute its K/V (backend and ISA): prefix
+        blocks computed by other kernels round differently, so a folder shared with another
+        machine or backend does not hand them to this one (its requests stay bit-exact)."""
+        from . import kernels
+        isa = kernels.isa() if self.backend == "c" else "numpy"
+        return f"{self.identity}/{self.backend}-{isa}"
 
     def save_state(self, path: str | os.PathLike, state) -> None:
         """Writes a ChatSession or Context (its tokens and KV cache) to `path`, atomically."""

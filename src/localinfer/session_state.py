@@ -84,7 +84,8 @@ def load_context(ctx, path: str | os.PathLike, kind: str = "context", check_extr
     if n and (tokens.min() < 0 or (n_vocab and tokens.max() >= n_vocab)):
         raise StateFileError(f"{path}: token ids outside the vocabulary")
     positions = header.get("positions")
-    if not isinstance(positions, dict) or positions.get("offset", positions.get("full.offset")) != n:
+    offsets = [v for k, v in positions.items() if k.endswith("offset")] if isinstance(positions, dict) else []
+    if not offsets or any(v != n for v in offsets):
         raise StateFileError(f"{path}: the cache's position state does not match its {n} tokens")
     try:
         cache_state.load_snapshot(ctx.cache, positions, arrays)

@@ -168,3 +168,21 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["a.state"]  # and no temporary is left
     header, arrays = read_state(path)
     assert header["kind"] == "x" and np.array_equal(arrays["a"], np.arange(6).reshape(2, 3))
+
+
+def test_a_well_formed_file_with_impossible_positions_is_refused(gemma3_path, tmp_path):
+    """Checksums prove nothing about a file made to be hostile: the position state is checked
+    against the cache too (a ring cannot hold positions it has overwritten)."""
+    with localinfer.load(str(gemma3_path), n_ctx=1024) as m:
+        ctx = m.new_context()
+        ctx.evaluate(_prompt(m, 700))
+        path = tmp_path / "ring.state"
+        ctx.save(path)
+        header, arrays = read_state(path)
+        for key, value in (("swa.held_start", 0), ("swa.offset", 699)):
+            bad = {**header, "positions": {**header["positions"], key: value}}
+            write_state(tmp_path / "bad.state", {k: v for k, v in bad.items() if k != "arrays"}, arrays)
+            fresh = m.new_context()
+            with pytest.raises(StateFileError):
+                fresh.load(tmp_path / "bad.state")
+            assert fresh.tokens == [] and fresh.cache.offset == 0
