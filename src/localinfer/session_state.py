@@ -30,10 +30,14 @@ _HASHED_TENSOR_BYTES = 4096
 def model_identity(gguf) -> str:
     """A hex digest naming the model file's contents (see the module docstring)."""
     h = hashlib.blake2b(digest_size=20)
-    h.update(str(os.path.getsize(gguf.path)).encode())
-    h.update(gguf.raw_bytes(0, gguf.data_offset))
-    for info in gguf.tensors.values():
-        h.update(gguf.raw_bytes(info.offset, info.offset + min(info.nbytes, _HASHED_TENSOR_BYTES)))
+    # read from the file, not the mapping: the weights' pages (released stacked tensors among them)
+    # stay out of the process, and the file's own bytes are what names it
+    with open(gguf.path, "rb") as f:
+        fd = f.fileno()
+        h.update(str(os.fstat(fd).st_size).encode())
+        h.update(os.pread(fd, gguf.data_offset, 0))
+        for info in gguf.tensors.values():
+            h.update(os.pread(fd, min(info.nbytes, _HASHED_TENSOR_BYTES), info.offset))
     return h.hexdigest()
 
 
