@@ -42,6 +42,9 @@ def model_identity(gguf) -> str:
 
 
 def context_header(ctx, kind: str) -> dict:
+    if not ctx.identity:
+        raise ValueError("this context does not know its model file: make it with Model.new_context() "
+                         "to save or load its state")
     return {"kind": kind, "model": ctx.identity, "n_ctx": ctx.n_ctx, "cache": cache_state.layout(ctx.cache),
             "n_tokens": len(ctx.tokens)}
 

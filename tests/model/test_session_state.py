@@ -186,3 +186,13 @@ def test_a_well_formed_file_with_impossible_positions_is_refused(gemma3_path, tm
             with pytest.raises(StateFileError):
                 fresh.load(tmp_path / "bad.state")
             assert fresh.tokens == [] and fresh.cache.offset == 0
+
+
+def test_a_context_without_a_model_identity_cannot_save(smollm2_path, tmp_path):
+    from localinfer.context import Context
+    with localinfer.load(str(smollm2_path), n_ctx=64) as m:
+        bare = Context(m.serialized, 64)  # not from Model.new_context: which file it runs is unknown
+        bare.evaluate([1, 2, 3])
+        with pytest.raises(ValueError, match="new_context"):
+            bare.save(tmp_path / "x.state")
+        assert not (tmp_path / "x.state").exists()
