@@ -137,3 +137,11 @@ def test_the_folder_stays_within_its_size(tmp_path, block):
     assert len(files) == 3 and small.nbytes == sum(f.stat().st_size for f in files) <= 3 * one
     assert small.load(bytes([9]) * 16, cache) is not None  # the newest stay
     assert small.load(bytes(16), cache) is None  # the oldest went first
+
+
+def test_a_folder_without_a_prefix_cache_or_a_model_identity_is_an_error(tmp_path):
+    from localinfer.batching.engine import Engine
+    with pytest.raises(ValueError, match="prefix_cache_bytes"):
+        Engine(None, None, prefix_cache_bytes=0, prefix_cache_dir=str(tmp_path), model_identity="m")
+    with pytest.raises(ValueError, match="identity"):
+        Engine(None, None, prefix_cache_dir=str(tmp_path))
