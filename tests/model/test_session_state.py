@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import localinfer
+from localinfer.kv_cache import KVCache as KVCache_
 from localinfer.state_file import MAGIC, StateFileError, StateMismatchError, read_state, write_state
 
 N_CTX = 256
@@ -196,3 +197,38 @@ def test_a_context_without_a_model_identity_cannot_save(smollm2_path, tmp_path):
         with pytest.raises(ValueError, match="new_context"):
             bare.save(tmp_path / "x.state")
         assert not (tmp_path / "x.state").exists()
+
+
+class _BlockQuantizedCache(KVCache_):
+    """What a quantized cache looks like to the walk (kv_cache.py's rule: axis 1 is the position):
+    uint8 blocks and float16 scales instead of float K/V. Nothing here knows its names."""
+
+    def __init__(self, n_layers, n_ctx, n_head_kv, head_dim):
+        super().__init__(n_layers, n_ctx, n_head_kv, head_dim)
+        self.k_blocks = np.zeros((n_layers, n_ctx, n_head_kv, head_dim // 32 * 34), np.uint8)
+        self.k_scales = np.zeros((n_layers, n_ctx, n_head_kv, head_dim // 32), np.float16)
+
+
+def test_other_cache_arrays_are_saved_and_blocked_generically():
+    from localinfer import cache_state
+    from localinfer.batching.prefix_cache import PrefixCache
+    rng = np.random.default_rng(5)
+    cache = _BlockQuantizedCache(2, 64, 1, 64)
+    cache.k_blocks[:, :40] = rng.integers(0, 256, (2, 40, 1, 68), dtype=np.uint8)
+    cache.k_scales[:, :40] = rng.standard_normal((2, 40, 1, 2))
+    cache.advance(40)
+    state, arrays = cache_state.snapshot(cache)
+    assert arrays["k_blocks"].dtype == np.uint8 and arrays["k_blocks"].shape == (2, 40, 1, 68)
+    fresh = _BlockQuantizedCache(2, 64, 1, 64)
+    cache_state.load_snapshot(fresh, state, arrays)
+    assert fresh.offset == 40 and np.array_equal(fresh.k_blocks, cache.k_blocks)
+    assert np.array_equal(fresh.k_scales, cache.k_scales)
+    assert cache_state.layout(fresh) == cache_state.layout(cache)
+    assert cache_state.layout(fresh) != cache_state.layout(KVCache_(2, 64, 1, 64))  # a plain cache differs
+
+    store = PrefixCache(1 << 20, block_size=8)
+    store.store(list(range(40)), cache)
+    restored = _BlockQuantizedCache(2, 64, 1, 64)
+    assert store.restore(list(range(41)), restored, limit=40) == 40
+    assert np.array_equal(restored.k_blocks[:, :40], cache.k_blocks[:, :40])
+    assert not store.restore(list(range(41)), KVCache_(2, 64, 1, 64), limit=40)  # blocks of another type

@@ -88,8 +88,9 @@ class PrefixCache:
             found = []
             for key in self.keys(tokens[:max(0, limit)]):
                 block = self._blocks.get(key) or self._read_disk(key, cache)
-                if block is None or not always <= block.arrays.keys() or not cache_state.block_fits(cache, block.arrays, b):
-                    break
+                if block is None or not always <= block.arrays.keys() <= always | ring \
+                        or not cache_state.block_fits(cache, block.arrays, b):
+                    break  # missing, or the block of another cache type
                 found.append((key, block))
             ring_from = 0
             while found and ring:  # the sliding-window layers need the window before the prefix's end
