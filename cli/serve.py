@@ -50,6 +50,8 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
         raise click.ClickException(str(e))
     name = model if model and not os.path.exists(model) else Path(llm.path).stem
     if prefix_cache_dir is not None:
+        if prefix_cache_mib == 0:
+            raise click.BadParameter("needs the prefix cache (--prefix-cache > 0)", param_hint="--prefix-cache-dir")
         try:
             os.makedirs(prefix_cache_dir, exist_ok=True)
         except OSError as e:

@@ -145,3 +145,16 @@ def test_a_folder_without_a_prefix_cache_or_a_model_identity_is_an_error(tmp_pat
         Engine(None, None, prefix_cache_bytes=0, prefix_cache_dir=str(tmp_path), model_identity="m")
     with pytest.raises(ValueError, match="identity"):
         Engine(None, None, prefix_cache_dir=str(tmp_path))
+
+
+def test_a_write_cut_short_leaves_nothing_that_loads(tmp_path, block):
+    import os
+    cache, arrays = block
+    stale = tmp_path / ".tmp-abc.state"  # what a crash in the middle of a write leaves
+    stale.write_bytes(b"LISTATE\0half")
+    os.utime(stale, (1, 1))
+    fresh = tmp_path / ".tmp-def.state"  # another process writing right now
+    fresh.write_bytes(b"LISTATE\0")
+    store = PrefixStore(tmp_path, 1 << 20, "model-a", block_size=8)
+    assert store.load(bytes(16), cache) is None  # no block: the temporaries are never read as one
+    assert not stale.exists() and fresh.exists()

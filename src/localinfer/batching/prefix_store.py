@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 
 import numpy as np
@@ -29,6 +30,7 @@ from ..state_file import StateFileError, check_same, read_state, write_state
 
 log = logging.getLogger(__name__)
 SUFFIX = ".kvblock"
+STALE_TMP_S = 3600
 
 
 def block_layout(cache, block_size: int) -> dict:
@@ -71,8 +73,11 @@ class PrefixStore:
         if prefix in self._scanned_prefixes:
             return
         self._scanned_prefixes.add(prefix)
-        found = []
+        found, now = [], time.time()
         for entry in os.scandir(self.folder):
+            if entry.name.startswith(".tmp-") and entry.is_file() and now - entry.stat().st_mtime > STALE_TMP_S:
+                _unlink(entry.path)  # a write cut short by a crash (a live one is seconds old)
+                continue
             if entry.name.startswith(prefix + "-") and entry.name.endswith(SUFFIX) and entry.is_file():
                 st = entry.stat()
                 found.append((st.st_mtime, entry.name, st.st_size))
