@@ -30,13 +30,18 @@ def _print_stream(chunks, verbose: bool) -> None:
         click.echo(f"[{timings.summary()}]", err=True)
 
 
-def answer(llm, prompt: str, system: str | None, raw: bool, verbose: bool, **options) -> None:
-    if raw:
-        chunks = llm.stream(prompt, **options)
-    else:
+def answer(llm, prompt: str, system: str | None, raw: bool, verbose: bool, prompt_cache: str | None = None,
+           **options) -> None:
+    if not raw:
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        chunks = llm.stream(llm.chat_tokens(messages), **options)
-    _print_stream(chunks, verbose)
+        prompt = llm.chat_tokens(messages)
+    if prompt_cache is None:
+        _print_stream(llm.stream(prompt, **options), verbose)
+        return
+    from .prompt_cache import context_for, save
+    ctx = context_for(llm, prompt_cache)
+    _print_stream(llm.stream(prompt, context=ctx, **options), verbose)
+    save(ctx, prompt_cache)
 
 
 class _AtPrompt(Exception):
@@ -52,7 +57,7 @@ def _read_line() -> str | None:
         raise _AtPrompt from None
 
 
-def _turn(session, verbose: bool) -> bool:
+def _turn(session, verbose: bool, prompt_cache: str | None = None) -> bool:
     """Reads one line and acts on it; False when the user is done."""
     from localinfer import ChatTemplateError, ContextFullError
     line = _read_line()
@@ -71,6 +76,9 @@ def _turn(session, verbose: bool) -> bool:
     else:
         try:
             _print_stream(session.stream(text), verbose)
+            if prompt_cache is not None:
+                from .prompt_cache import save
+                save(session, prompt_cache)
         except ContextFullError as e:  # the session has already dropped the message that did not fit
             click.echo(f"[{e}; /clear to start over]", err=True)
         except ChatTemplateError as e:  # the model file's template failed; the message was dropped too
@@ -78,12 +86,16 @@ def _turn(session, verbose: bool) -> bool:
     return True
 
 
-def interactive(llm, system: str | None, verbose: bool, **options) -> None:
+def interactive(llm, system: str | None, verbose: bool, prompt_cache: str | None = None, **options) -> None:
     try:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
         pass
-    session = llm.chat_session(system=system, **options)
+    if prompt_cache is not None:
+        from .prompt_cache import session_for
+        session = session_for(llm, prompt_cache, system, **options)
+    else:
+        session = llm.chat_session(system=system, **options)
     click.echo(f"localinfer: {llm.architecture} model {llm.path} loaded, context {llm.n_ctx} tokens. {HELP}",
                err=True)
     going = True
@@ -92,7 +104,7 @@ def interactive(llm, system: str | None, verbose: bool, **options) -> None:
         # leave, during an answer _print_stream stops the answer, anywhere else (templating,
         # tokenizing, between statements) the turn is dropped and the prompt comes back
         try:
-            going = _turn(session, verbose)
+            going = _turn(session, verbose, prompt_cache)
         except _AtPrompt:
             click.echo("\n(use /bye or Ctrl-D to exit)", err=True)
         except KeyboardInterrupt:

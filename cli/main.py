@@ -10,6 +10,7 @@ import click
 
 from .bench import bench
 from .bench_grammar import bench_grammar
+from .bench_restart import bench_restart
 from .bench_serve import bench_serve
 from .common import load_model, set_threads
 from .convert import convert
@@ -51,8 +52,10 @@ def main():
               help="Answers are JSON that validates against the JSON Schema in this file.")
 @click.option("--grammar-file", type=click.File("r", encoding="utf-8"), default=None,
               help="Answers follow the grammar in this file (GBNF, llama.cpp's grammar format).")
+@click.option("--prompt-cache", type=click.Path(dir_okay=False), default=None,
+              help="Keep the KV state in this file: a later run reuses the prompt (or continues the chat) it holds.")
 def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, threads, ctx_size,
-        system, raw, verbose, json_schema_file, grammar_file):
+        system, raw, verbose, json_schema_file, grammar_file, prompt_cache):
     """Chat with MODEL (a catalog name or a .gguf path; default: the catalog default).
 
     Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
@@ -75,9 +78,9 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
         if prompt is not None:
             if not prompt.strip():
                 raise click.ClickException("the prompt is empty")
-            answer(llm, prompt, system=system, raw=raw, verbose=verbose, **options)
+            answer(llm, prompt, system=system, raw=raw, verbose=verbose, prompt_cache=prompt_cache, **options)
         else:
-            interactive(llm, system=system, verbose=verbose, **options)
+            interactive(llm, system=system, verbose=verbose, prompt_cache=prompt_cache, **options)
     except (ContextFullError, ChatTemplateError) as e:
         raise click.ClickException(str(e))
 
@@ -184,6 +187,7 @@ def _memory(path: str) -> dict:
 
 main.add_command(bench)
 main.add_command(bench_grammar)
+main.add_command(bench_restart)
 main.add_command(bench_serve)
 main.add_command(convert)
 main.add_command(embed)

@@ -23,6 +23,10 @@ from .common import load_model, set_threads
               help="Requests that may wait for a slot; beyond that the server answers 503 with Retry-After.")
 @click.option("--prefix-cache", "prefix_cache_mib", type=click.IntRange(0), default=256, show_default=True,
               help="MiB of K/V kept for reuse by requests that share a prompt prefix (0: off).")
+@click.option("--prefix-cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Also keep the prefix cache's blocks in this folder, so a restarted server reuses them.")
+@click.option("--prefix-cache-dir-size", "prefix_cache_dir_mib", type=click.IntRange(1), default=4096,
+              show_default=True, help="MiB of this model's blocks the --prefix-cache-dir folder holds at most.")
 @click.option("--api-key", default=None, envvar="LOCALINFER_API_KEY",
               help="Require 'Authorization: Bearer KEY' (also from $LOCALINFER_API_KEY).")
 @click.option("--max-body", type=click.IntRange(1024), default=4 << 20, show_default=True,
@@ -34,7 +38,7 @@ from .common import load_model, set_threads
 @click.option("--pooling", type=click.Choice(["mean", "last", "cls"]), default=None,
               help="How /v1/embeddings pools the final hidden states (default: the file's pooling_type, else mean).")
 def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body, io_timeout,
-          threads, verbose, pooling):
+          threads, verbose, pooling, prefix_cache_dir, prefix_cache_dir_mib):
     """Serve MODEL (a catalog name or a .gguf path) over the OpenAI API:
     /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics."""
     set_threads(threads)
@@ -45,10 +49,20 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     name = model if model and not os.path.exists(model) else Path(llm.path).stem
+    if prefix_cache_dir is not None:
+        if prefix_cache_mib == 0:
+            raise click.BadParameter("needs the prefix cache (--prefix-cache > 0)", param_hint="--prefix-cache-dir")
+        try:
+            os.makedirs(prefix_cache_dir, exist_ok=True)
+        except OSError as e:
+            raise click.ClickException(f"--prefix-cache-dir {prefix_cache_dir}: {e}")
     try:
         server = make_server(llm, name, host, port, parallel, ctx_size, max_queue, prefix_cache_mib,
                              api_key=api_key, max_body=max_body, io_timeout=io_timeout, verbose=verbose,
-                             pooling=pooling)
+                             pooling=pooling, prefix_cache_dir=prefix_cache_dir,
+                             prefix_cache_dir_mib=prefix_cache_dir_mib)
+    except ValueError as e:
+        raise click.ClickException(str(e))
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e}")
     click.echo(f"localinfer: serving '{name}' at {server.url}/v1 ({parallel} slots of {server.engine.n_ctx} "

@@ -27,10 +27,12 @@ _EXPORTS = {  # public name -> the module that defines it
     "GGUFError": ".gguf_file", "ContextFullError": ".kv_cache",
     "compile_grammar": ".constrain", "GrammarError": ".constrain",
     "TokenLogprob": ".logprobs", "LogitBiasError": ".logit_bias",
+    "StateFileError": ".state_file", "StateMismatchError": ".state_file",
 }
 __all__ = ["load", "Model", "ChatSession", "GenerationResult", "GenerationChunk", "Timings",
            "GGUFError", "ContextFullError", "ChatTemplateError", "ModelNotFoundError", "FetchError",
-           "ModelClosedError", "compile_grammar", "GrammarError", "TokenLogprob", "LogitBiasError"]
+           "ModelClosedError", "compile_grammar", "GrammarError", "TokenLogprob", "LogitBiasError",
+           "StateFileError", "StateMismatchError"]
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .chat.session import ChatSession
@@ -43,6 +45,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .logit_bias import LogitBiasError
     from .logprobs import TokenLogprob
     from .model import Model, ModelClosedError, load
+    from .state_file import StateFileError, StateMismatchError
 
 
 def __getattr__(name: str):

@@ -19,6 +19,8 @@ class Context:
         self.cache: KVCache = model.new_cache(n_ctx, kv_dtype)
         self.tokens: list[int] = []  # tokens whose K/V are in the cache, in order
         self.last_n_computed = 0  # tokens computed by the last evaluate() (the rest was reused)
+        self.identity: str | None = None  # the model file's hash (session_state.py), set by Model
+        self.n_vocab: int | None = None
 
     @property
     def n_ctx(self) -> int:
@@ -59,3 +61,14 @@ class Context:
 
     def reset(self) -> None:
         self.truncate(0)
+
+    def save(self, path) -> None:
+        """Writes the tokens and KV cache to `path` (atomically): session_state.py."""
+        from .session_state import save_context
+        save_context(self, path)
+
+    def load(self, path) -> None:
+        """Holds what `save` wrote, checked against this model, cache and n_ctx (StateFileError /
+        StateMismatchError, ValueErrors, otherwise; the context is then unchanged)."""
+        from .session_state import load_context
+        load_context(self, path)

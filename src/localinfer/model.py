@@ -63,9 +63,12 @@ class SerializedRuntime:
 
 class Model:
     def __init__(self, path: str | os.PathLike, n_ctx: int | None = None, n_threads: int | None = None,
-                 kv_dtype: str = "f16", backend: str = "auto", n_parallel: int = DEFAULT_N_PARALLEL):
+                 kv_dtype: str = "f16", backend: str = "auto", n_parallel: int = DEFAULT_N_PARALLEL,
+                 prefix_cache_dir: str | os.PathLike | None = None, prefix_cache_dir_bytes: int = 4 << 30):
         """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built).
-        n_parallel: sequences generated together when several threads call generate/stream/chat."""
+        n_parallel: sequences generated together when several threads call generate/stream/chat.
+        prefix_cache_dir: a folder where the engine keeps computed prompt prefixes (at most
+        prefix_cache_dir_bytes of this model's), reused by the next Model of the same file."""
         self.path = str(path)
         self.gguf = GGUFFile(path)
         self.metadata: Mapping[str, Any] = self.gguf.metadata
@@ -81,6 +84,7 @@ class Model:
         if n_parallel < 1:
             raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
         self.n_parallel = n_parallel
+        self.prefix_cache_dir, self.prefix_cache_dir_bytes = prefix_cache_dir, prefix_cache_dir_bytes
         self._engine = None
         n_ctx_train = self.runtime.config.n_ctx_train
         self.n_ctx = int(n_ctx) if n_ctx else min(DEFAULT_N_CTX, n_ctx_train)
@@ -131,6 +135,7 @@ class Model:
     def new_context(self, n_ctx: int | None = None) -> Context:
         self._check_open()
         ctx = Context(self.serialized, n_ctx or self.n_ctx, self.kv_dtype)
+        ctx.identity, ctx.n_vocab = self.identity, self.n_vocab
         self._contexts.add(ctx)
         return ctx
 
@@ -145,10 +150,17 @@ class Model:
             if self._engine is None:
                 from .batching.engine import Engine
                 self._engine = Engine(self.serialized, self.tokenizer, n_slots=self.n_parallel, n_ctx=self.n_ctx,
-                                      max_queue=None, kv_dtype=self.kv_dtype, prefix_cache_bytes=64 << 20)
+                                      max_queue=None, kv_dtype=self.kv_dtype, prefix_cache_bytes=64 << 20,
+                                      **self._prefix_dir_options())
                 # a Model dropped without close() still stops its engine thread and frees the slots
                 self._engine_finalizer = weakref.finalize(self, self._engine.close)
             return self._engine
+
+    def _prefix_dir_options(self) -> dict:
+        if self.prefix_cache_dir is None:
+            return {}
+        return {"prefix_cache_dir": os.fspath(self.prefix_cache_dir),
+                "prefix_cache_dir_bytes": self.prefix_cache_dir_bytes, "model_identity": self.compute_identity}
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """(len(ids), n_vocab) float32: a fresh context just large enough, one batch, every position."""
@@ -267,6 +279,44 @@ class Model:
         self._check_open()
         from .chat.session import ChatSession
         return ChatSession(self, system=system, allow_special_in_content=allow_special_in_content, **defaults)
+
+    # -- saved state -----------------------------------------------------------------------------
+    @property
+    def identity(self) -> str:
+        """A hash naming this model file's contents, recorded in saved states (session_state.py)."""
+        if getattr(self, "_identity", None) is None:
+            self._check_open()
+            from .session_state import model_identity
+            self._identity = model_identity(self.gguf)
+        return self._identity
+
+    @property
+    def compute_identity(self) -> str:
+        """The model's identity and the kernels that compute its K/V (backend and ISA): prefix
+        blocks computed by other kernels round differently, so a folder shared with another
+        machine or backend does not hand them to this one (its requests stay bit-exact)."""
+        from . import kernels
+        isa = kernels.isa() if self.backend == "c" else "numpy"
+        return f"{self.identity}/{self.backend}-{isa}"
+
+    def save_state(self, path: str | os.PathLike, state) -> None:
+        """Writes a ChatSession or Context (its tokens and KV cache) to `path`, atomically."""
+        state.save(path)
+
+    def load_state(self, path: str | os.PathLike, **session_defaults):
+        """A new ChatSession (or Context) holding what save_state wrote, continuing bit-exactly.
+        Raises StateMismatchError (another model, cache type or n_ctx) or StateFileError (corrupt,
+        truncated), both ValueErrors."""
+        from .state_file import read_header
+        kind = read_header(path).get("kind")
+        if kind == "chat":
+            session = self.chat_session(**session_defaults)
+            session.load(path)
+            return session
+        n_ctx = read_header(path).get("n_ctx")
+        ctx = self.new_context(n_ctx if isinstance(n_ctx, int) and 0 < n_ctx <= self.n_ctx else None)
+        ctx.load(path)
+        return ctx
 
     # -- description -----------------------------------------------------------------------------
     def info(self) -> dict:

@@ -80,13 +80,44 @@ def test_prefix_cache_evicts_least_recent_tails_first():
         PrefixCache(max_bytes=1, block_size=0)
 
 
-def test_sliding_window_caches_are_not_prefix_cached():
-    swa = InterleavedKVCache([False, True], 64, 1, 4, window=8)
+def _fill(cache, keys, values, tokens, store, chunk):
+    """Writes the K/V of `tokens` chunk by chunk (as a prefill does), storing after each chunk."""
+    for start in range(0, len(tokens), chunk):
+        for layer in range(cache.n_layers):
+            cache.update_and_fetch(layer, keys[layer, start:start + chunk], values[layer, start:start + chunk])
+        cache.advance(min(chunk, len(tokens) - start))
+        if store is not None:
+            store.store(tokens[:cache.offset], cache)
+
+
+def test_sliding_window_blocks_are_restored_with_their_window():
+    rng = np.random.default_rng(3)
+    keys = rng.standard_normal((2, 48, 1, 4)).astype(np.float16)  # (layer, pos, kv_head, head_dim)
+    values = rng.standard_normal((2, 48, 1, 4)).astype(np.float16)
+    tokens = list(range(40))
+
+    def cache():  # layer 1 slides: a ring of window 8 + margin 8 slots, not positional
+        return InterleavedKVCache([False, True], 256, 1, 4, window=8, trim_margin=8)
+
     store = PrefixCache(1 << 20, block_size=8)
-    assert not store.supports(swa)
-    swa.advance(16)
-    assert store.store(list(range(16)), swa) == 0
-    assert store.restore(list(range(16)), InterleavedKVCache([False, True], 64, 1, 4, window=8), 15) == 0
+    source = cache()
+    assert source.swa.n_slots < source.n_ctx and store.supports(source)
+    _fill(source, keys, values, tokens, store, chunk=8)
+    restored = cache()
+    assert store.restore(tokens + [99], restored, limit=40) == 40
+    for layer in range(2):  # the next token sees the very same keys and values
+        want = source.update_and_fetch(layer, keys[layer, 40:41], values[layer, 40:41])
+        got = restored.update_and_fetch(layer, keys[layer, 40:41], values[layer, 40:41])
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+
+    # stored once at the end, the ring no longer held the window before position 24: not reused
+    late = PrefixCache(1 << 20, block_size=8)
+    whole = cache()
+    _fill(whole, keys, values, tokens, None, chunk=40)
+    late.store(tokens, whole)
+    assert late.restore(tokens[:24] + [99], cache(), limit=24) == 0
+    assert late.restore(tokens + [99], cache(), limit=40) == 40  # the last window is there
 
 
 def test_engine_batches_requests_and_reuses_prefixes(runtime, model):
@@ -201,12 +232,20 @@ def test_exact_repeats_of_deterministic_requests_come_from_memory(runtime, model
         engine.close()
 
 
-def test_gemma3_sliding_window_runs_without_prefix_reuse(gemma3_path):
-    m = localinfer.load(str(gemma3_path), n_ctx=256)
-    prompt = m.tokenize("A shared beginning that is long enough to fill a few blocks of the prefix cache. " * 3
+@pytest.mark.parametrize("n_ctx", [256, 1024])  # the window fits in n_ctx, or the SWA layers are a ring
+def test_gemma3_sliding_window_reuses_prefixes_exactly(gemma3_path, n_ctx):
+    m = localinfer.load(str(gemma3_path), n_ctx=n_ctx)
+    repeat = 3 if n_ctx == 256 else 40  # 1024: past the window (512) and the ring (576)
+    prompt = m.tokenize("A shared beginning that is long enough to fill a few blocks of the prefix cache. " * repeat
                         + "The capital of France is")
+    assert len(prompt) < n_ctx - 6
     want = m.generate(prompt, max_tokens=6, temperature=0, context=m.new_context())
+    cached = []
     for _ in range(2):
         got = m.generate(prompt, max_tokens=6, temperature=0.0, seed=_)  # a seed: not a completion-cache repeat
-        assert got.tokens == want.tokens and got.timings.prompt_cached == 0
-    assert m.engine.state()["prefix_cache_blocks"] == 0
+        assert got.tokens == want.tokens
+        cached.append(got.timings.prompt_cached)
+    assert cached[0] == 0 and cached[1] >= len(prompt) - 16 - 32
+    if n_ctx == 1024:
+        assert m.engine.slots[0].cache.swa.n_slots < n_ctx
+    m.close()

@@ -79,8 +79,12 @@ class Slot:
 class Engine:
     def __init__(self, runtime, tokenizer, n_slots: int = 4, n_ctx: int = 2048, max_queue: int | None = 64,
                  kv_dtype=np.float16, prefill_chunk: int = 512, prefix_cache_bytes: int = 256 << 20,
-                 prefix_block: int = 32, completion_cache_tokens: int = 1 << 16, metrics: Metrics | None = None):
-        """runtime: an architecture model (forward_batch, new_cache); max_queue None: unbounded."""
+                 prefix_block: int = 32, completion_cache_tokens: int = 1 << 16, metrics: Metrics | None = None,
+                 prefix_cache_dir: str | None = None, prefix_cache_dir_bytes: int = 4 << 30,
+                 model_identity: str | None = None):
+        """runtime: an architecture model (forward_batch, new_cache); max_queue None: unbounded.
+        prefix_cache_dir: also keep the prefix cache's blocks in this folder (at most
+        prefix_cache_dir_bytes of them), for the next run; needs model_identity (Model.identity)."""
         if n_slots < 1:
             raise ValueError(f"the engine needs at least one slot, got {n_slots}")
         if prefill_chunk < 1:
@@ -90,6 +94,11 @@ class Engine:
         self.kv_dtype = kv_dtype
         self.slots = [Slot(i, None) for i in range(n_slots)]  # caches are made on first use
         self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block) if prefix_cache_bytes else None
+        if prefix_cache_dir is not None:
+            if self.prefix_cache is None:
+                raise ValueError("a prefix cache folder needs the prefix cache (prefix_cache_bytes > 0)")
+            from .prefix_store import PrefixStore
+            self.prefix_cache.disk = PrefixStore(prefix_cache_dir, prefix_cache_dir_bytes, model_identity, prefix_block)
         self.completion_cache = CompletionCache(completion_cache_tokens) if completion_cache_tokens else None
         self.metrics = metrics or Metrics()
         self._queue: deque[Request] = deque()
@@ -186,7 +195,15 @@ class Engine:
                     "kv_used_tokens": kv_used, "kv_capacity_tokens": len(self.slots) * self.n_ctx,
                     "prefix_cache_bytes": self.prefix_cache.nbytes if self.prefix_cache else 0,
                     "prefix_cache_blocks": len(self.prefix_cache) if self.prefix_cache else 0,
+                    **self._disk_state(),
                     "steps": self.steps}
+
+    def _disk_state(self) -> dict:
+        disk = self.prefix_cache.disk if self.prefix_cache is not None else None
+        if disk is None:
+            return {}
+        return {"prefix_cache_disk_bytes": disk.nbytes, "prefix_cache_disk_loaded_blocks": disk.loaded,
+                "prefix_cache_disk_rejected_blocks": disk.rejected}
 
     def close(self) -> None:
         """Stops the scheduler thread (failing what is in flight) and frees the slots' KV caches
@@ -320,6 +337,9 @@ class Engine:
             if slot.todo:
                 del slot.todo[:len(tokens)]
                 if slot.todo:
+                    if self.prefix_cache is not None and len(slot.tokens) > self.prefix_cache.block_size:
+                        # now, while a sliding-window ring still holds this chunk (prefix_cache.py)
+                        self.prefix_cache.store(slot.tokens, slot.cache)
                     continue  # more of the prompt next step
                 slot.request.timings.prefill_s = time.perf_counter() - slot.prefill_start
                 self.metrics.count("prefills")

@@ -39,6 +39,9 @@ GAUGES = {  # engine state key -> help
     "kv_capacity_tokens": "Positions of all slots' KV caches.",
     "prefix_cache_bytes": "Bytes held by the prefix cache.",
     "prefix_cache_blocks": "Blocks held by the prefix cache.",
+    "prefix_cache_disk_bytes": "Bytes of this model's prefix blocks in the --prefix-cache-dir folder.",
+    "prefix_cache_disk_loaded_blocks": "Prefix blocks read back from the folder (computed by an earlier run).",
+    "prefix_cache_disk_rejected_blocks": "Prefix block files refused (corrupt or for another model) and recomputed.",
 }
 
 

@@ -58,3 +58,28 @@ class ChatSession:
     def send(self, user_text: str, **options) -> GenerationResult:
         chunks = self.stream(user_text, **options)
         return collect(chunks, self.last_prompt_tokens)
+
+    def save(self, path) -> None:
+        """Writes the conversation and its KV cache to `path` (atomically), for `load` after a
+        restart: the next turn then computes only its new tokens, and gives what it would have."""
+        from ..session_state import save_context
+        save_context(self.context, path, kind="chat", extra={
+            "system": self.system, "messages": self.messages, "last_prompt_tokens": self.last_prompt_tokens})
+
+    def load(self, path) -> None:
+        """Continues the conversation `save` wrote (its system prompt and messages replace this
+        session's). A file for another model, cache type or context size raises
+        StateMismatchError, a corrupt one StateFileError (ValueErrors); the session is then unchanged."""
+        from ..session_state import load_context
+        from ..state_file import StateFileError
+
+        def check_messages(header: dict) -> None:
+            messages, system, prompt = header.get("messages"), header.get("system"), header.get("last_prompt_tokens")
+            if not (isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
+                    and (system is None or isinstance(system, str))
+                    and isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)):
+                raise StateFileError(f"{path}: the chat's messages are malformed")
+
+        header = load_context(self.context, path, kind="chat", check_extra=check_messages)
+        self.messages, self.system = header["messages"], header["system"]
+        self.last_prompt_tokens = list(header["last_prompt_tokens"])

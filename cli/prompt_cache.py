@@ -1,0 +1,49 @@
+"""`run --prompt-cache FILE` (llama.cpp's flag): the KV state of the last run kept in a file.
+
+One-shot (-p or piped): the file's context is loaded when it exists, so the part of the new
+prompt it already holds (a long system prompt, a document) is not computed again; after the
+answer the context (prompt and answer) is written back. Interactive: the saved conversation
+is continued, and written after every turn. A file for another model, cache or context size,
+or a damaged one, is reported and ignored (then overwritten), never used.
+"""
+from __future__ import annotations
+
+import os
+
+import click
+
+
+def _load(obj, path: str, what: str) -> bool:
+    from localinfer import StateFileError
+    if not os.path.exists(path):
+        return False
+    try:
+        obj.load(path)
+    except StateFileError as e:
+        click.echo(f"[--prompt-cache: not using {what}: {e}]", err=True)
+        return False
+    return True
+
+
+def context_for(llm, path: str):
+    """A Context holding what `path` saved, or an empty one."""
+    ctx = llm.new_context()
+    _load(ctx, path, "the saved prompt")
+    return ctx
+
+
+def session_for(llm, path: str, system: str | None, **options):
+    """A ChatSession continuing the conversation saved in `path`, or a new one."""
+    session = llm.chat_session(system=system, **options)
+    if _load(session, path, "the saved conversation"):
+        turns = sum(m.get("role") == "user" for m in session.messages)
+        click.echo(f"(continuing the conversation saved in {path}: {turns} messages, "
+                   f"{len(session.context.tokens)} tokens cached)", err=True)
+    return session
+
+
+def save(obj, path: str) -> None:
+    try:
+        obj.save(path)
+    except OSError as e:
+        click.echo(f"[--prompt-cache: cannot write {path}: {e}]", err=True)
