@@ -18,6 +18,17 @@
 #include "core/li.h"
 
 #define LI_GEMM_MIN_M 6          /* below this, unpacking weight tiles costs more than it saves */
+
+/* The GEMV/GEMM switch of this thread (li_set_gemm_min_rows): a verification pass of speculative
+ * decoding keeps the GEMV for a few more rows so that its logits are a decode step's bits. */
+static _Thread_local int gemm_min_m = LI_GEMM_MIN_M;
+
+int li_set_gemm_min_rows(int m) {
+    if (m < 1) return LI_EINVAL;
+    const int old = gemm_min_m;
+    gemm_min_m = m;
+    return old;
+}
 #define LI_GEMV_ROW_ALIGN 16
 #define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
 #define LI_PARALLEL_MIN_WORK (1 << 16)   /* multiply-adds below which one thread is faster */
@@ -199,7 +210,7 @@ int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t
     const double work = (double)n_out * (double)k * (double)m;
     const int want = work >= LI_PARALLEL_MIN_WORK ? li_get_threads() : 1;
 
-    if (m < LI_GEMM_MIN_M) {
+    if (m < gemm_min_m) {
         j.xq_row_bytes = (size_t)(k / j.at->block_size) * (size_t)j.at->type_size;
         j.n_sums = li_act_sums_count(j.t->vec_dot_type, k);
         const size_t xq_bytes = ((size_t)m * j.xq_row_bytes + 63) / 64 * 64;

@@ -79,8 +79,11 @@ class Slot:
 class Engine:
     def __init__(self, runtime, tokenizer, n_slots: int = 4, n_ctx: int = 2048, max_queue: int | None = 64,
                  kv_dtype=np.float16, prefill_chunk: int = 512, prefix_cache_bytes: int = 256 << 20,
-                 prefix_block: int = 32, completion_cache_tokens: int = 1 << 16, metrics: Metrics | None = None):
-        """runtime: an architecture model (forward_batch, new_cache); max_queue None: unbounded."""
+                 prefix_block: int = 32, completion_cache_tokens: int = 1 << 16, metrics: Metrics | None = None,
+                 speculative=None, draft_runtime=None):
+        """runtime: an architecture model (forward_batch, new_cache); max_queue None: unbounded.
+        speculative (speculative.SpeculativeConfig): each decoding slot drafts tokens (with
+        draft_runtime, a draft model's, or by prompt lookup) and verifies them in the step's batch."""
         if n_slots < 1:
             raise ValueError(f"the engine needs at least one slot, got {n_slots}")
         if prefill_chunk < 1:
@@ -88,6 +91,7 @@ class Engine:
         self.runtime, self.tokenizer = runtime, tokenizer
         self.n_ctx, self.max_queue, self.prefill_chunk = n_ctx, max_queue, prefill_chunk
         self.kv_dtype = kv_dtype
+        self.speculative, self.draft_runtime = speculative, draft_runtime
         self.slots = [Slot(i, None) for i in range(n_slots)]  # caches are made on first use
         self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block) if prefix_cache_bytes else None
         self.completion_cache = CompletionCache(completion_cache_tokens) if completion_cache_tokens else None
