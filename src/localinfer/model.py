@@ -228,9 +228,9 @@ class Model:
         matcher = constraint.matcher() if constraint is not None else None
         speculator = None
         if self.speculative is not None:
-            from .speculative.decode import SamplerSpec, Speculator
-            speculator = Speculator(self.speculative, SamplerSpec(temperature, top_k, top_p, min_p, seed),
-                                    self._draft_runtime(), ctx.n_ctx, self.kv_dtype)
+            from .speculative.decode import SamplerSpec, Speculator, make_proposer
+            proposer = make_proposer(self.speculative, self._draft_runtime(), ctx.n_ctx, self.kv_dtype)
+            speculator = Speculator(self.speculative, SamplerSpec(temperature, top_k, top_p, min_p, seed), proposer)
         return stream_generate(ctx, self.tokenizer, tokens, sampler, processors, max_tokens, stop, matcher,
                                logprobs, speculator)
 

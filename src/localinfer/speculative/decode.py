@@ -37,13 +37,8 @@ class SamplerSpec:
 class Speculator:
     """One sequence's drafting and choosing: the proposer, the sampler's numbers and its random state."""
 
-    def __init__(self, config: SpeculativeConfig, sampler: SamplerSpec, draft_runtime=None,
-                 n_ctx: int = 0, kv_dtype=np.float16):
-        self.config, self.sampler = config, sampler
-        if draft_runtime is not None:
-            self.proposer = DraftProposer(draft_runtime, n_ctx, kv_dtype, config.draft_p_min)
-        else:
-            self.proposer = LookupProposer(config.lookup_ngram)
+    def __init__(self, config: SpeculativeConfig, sampler: SamplerSpec, proposer):
+        self.config, self.sampler, self.proposer = config, sampler, proposer
         self.rng = np.random.default_rng(sampler.seed)
         self.draft_rng = np.random.default_rng(None if sampler.seed is None else sampler.seed + 1)
         self.drafted = self.accepted = 0  # totals, for metrics and benchmarks
@@ -81,8 +76,11 @@ class Speculator:
         self.accepted += int(kept)
         return token, kept
 
-    def close(self) -> None:
-        self.proposer.close()
+def make_proposer(config: SpeculativeConfig, draft_runtime=None, n_ctx: int = 0, kv_dtype=np.float16):
+    """The draft model's proposer (its own KV cache of n_ctx positions) when there is one, else prompt lookup."""
+    if draft_runtime is not None:
+        return DraftProposer(draft_runtime, n_ctx, kv_dtype, config.draft_p_min)
+    return LookupProposer(config.lookup_ngram)
 
 
 def verify_rows(runtime_call, tokens: list[int]) -> np.ndarray:

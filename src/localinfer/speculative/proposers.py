@@ -42,9 +42,6 @@ class LookupProposer:
                 return [int(t) for t in h[start:start + n]], None
         return [], None
 
-    def close(self) -> None:
-        pass
-
 
 class DraftProposer:
     def __init__(self, runtime, n_ctx: int, kv_dtype, p_min: float):
@@ -74,9 +71,6 @@ class DraftProposer:
                 break
             logits = self.ctx.append([token], last_only=True)[-1]
         return tokens, (q if dist is not None else None)
-
-    def close(self) -> None:
-        self.ctx = None
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
