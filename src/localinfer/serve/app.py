@@ -15,7 +15,8 @@ def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 808
     n_ctx = int(ctx_size or model.n_ctx)
     engine = Engine(model.serialized, model.tokenizer, n_slots=parallel, n_ctx=n_ctx, max_queue=max_queue,
                     kv_dtype=model.kv_dtype, prefill_chunk=prefill_chunk,
-                    prefix_cache_bytes=int(prefix_cache_mib) << 20)
+                    prefix_cache_bytes=int(prefix_cache_mib) << 20,
+                    speculative=model.speculative, draft_runtime=model._draft_runtime())
     try:
         return Server((host, port), model, engine, ServerConfig(model_name=model_name, **config))
     except BaseException:
