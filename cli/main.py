@@ -10,6 +10,7 @@ import click
 
 from .bench import bench
 from .bench_grammar import bench_grammar
+from .bench_spec import bench_spec
 from .bench_serve import bench_serve
 from .common import load_model, set_threads, speculative_options
 from .convert import convert
@@ -185,6 +186,7 @@ def _memory(path: str) -> dict:
 
 main.add_command(bench)
 main.add_command(bench_grammar)
+main.add_command(bench_spec)
 main.add_command(bench_serve)
 main.add_command(convert)
 main.add_command(embed)

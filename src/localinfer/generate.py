@@ -28,6 +28,8 @@ class Timings:
     ttft_s: float = 0.0  # from the call to the first generated token
     generated_tokens: int = 0
     decode_s: float = 0.0  # after the first token, for the rest
+    draft_tokens: int = 0  # speculative decoding: tokens drafted, and of those kept
+    draft_accepted: int = 0
 
     @property
     def prefill_tps(self) -> float:
@@ -42,7 +44,8 @@ class Timings:
     def summary(self) -> str:
         return (f"prompt {self.prompt_tokens} tok ({self.prompt_cached} cached), prefill {self.prefill_tps:.1f} tok/s, "
                 f"TTFT {self.ttft_s * 1000:.0f} ms | generated {self.generated_tokens} tok, "
-                f"decode {self.decode_tps:.1f} tok/s")
+                f"decode {self.decode_tps:.1f} tok/s" + (
+                    f", drafts accepted {self.draft_accepted}/{self.draft_tokens}" if self.draft_tokens else ""))
 
 
 @dataclass

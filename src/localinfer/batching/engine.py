@@ -379,6 +379,8 @@ class Engine:
         del slot.tokens[n_keep:]
         self.metrics.count("draft_tokens", len(slot.drafted))
         self.metrics.count("draft_tokens_accepted", n_kept)
+        slot.request.timings.draft_tokens += len(slot.drafted)
+        slot.request.timings.draft_accepted += n_kept
         slot.drafted, slot.draft_q = [], None
         for token, entry in chosen:
             if not slot.busy:

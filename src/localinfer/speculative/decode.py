@@ -112,10 +112,14 @@ def speculative_step(ctx: Context, prompt: Sequence[int], spec: Speculator,
                 return
             drafted, q = spec.draft(history, ctx.n_ctx - len(history))
             rows = verify_rows(lambda toks: ctx.append(toks), [history[-1], *drafted])
+            if timings is not None:
+                timings.draft_tokens += len(drafted)
             for i, row in enumerate(rows):
                 d = drafted[i] if i < len(drafted) else None
                 token, kept = spec.choose(row, history, processors, matcher, d, q[i] if q and d is not None else None)
                 history.append(token)
+                if timings is not None:
+                    timings.draft_accepted += int(kept)
                 if not kept:  # the corrected or bonus token: the drafts after it are rolled back
                     ctx.truncate(len(history) - 1)
                     yield token
