@@ -139,15 +139,20 @@ def test_sliding_window_cache_rolls_back_the_longest_draft_after_wrapping():
 
 
 @pytest.mark.skipif(not kernels.available(), reason="the C kernels are not built")
-def test_gemv_rows_gives_each_row_a_one_row_matmuls_bits():
+@pytest.mark.parametrize("qtype", ["Q4_0", "F16"])  # F16: the multi-row F16 GEMV (vec_dot_f16_mact), odd k tail
+def test_gemv_rows_gives_each_row_a_one_row_matmuls_bits(qtype):
     from gguf import GGMLQuantizationType as T
     from localinfer.quant.quantizers import quantize
+    qt = T[qtype]
+    k = 256 if qtype == "Q4_0" else 200
     rng = np.random.default_rng(6)
-    w = quantize(rng.standard_normal((64, 256)).astype(np.float32), T.Q4_0)
-    x = rng.standard_normal((12, 256)).astype(np.float32)
-    one_by_one = np.concatenate([kernels.matmul(w, T.Q4_0, x[i:i + 1]) for i in range(12)])
-    with kernels.gemv_rows(12):
-        np.testing.assert_array_equal(kernels.matmul(w, T.Q4_0, x), one_by_one)
+    w = quantize(rng.standard_normal((64, k)).astype(np.float32), qt)
+    x = rng.standard_normal((11, k)).astype(np.float32)
+    one_by_one = np.concatenate([kernels.matmul(w, qt, x[i:i + 1]) for i in range(11)])
+    with kernels.gemv_rows(11):
+        np.testing.assert_array_equal(kernels.matmul(w, qt, x), one_by_one)
+    for m in (2, 3, 5):  # the default GEMV of a few rows too
+        np.testing.assert_array_equal(kernels.matmul(w, qt, x[:m]), one_by_one[:m])
     with pytest.raises(ValueError, match="gemv_rows"):
         with kernels.gemv_rows(0):
             pass
