@@ -69,13 +69,15 @@ class SpecRow:
 
 
 def bench_pair(target: str, draft: str | None, n_tokens: int = 256, threads: int = 2, lookup_ngram: int = 4,
-               draft_max: int = 8, reps: int = 2, prompt: str = REWRITE_PROMPT, log=print) -> list[SpecRow]:
+               draft_max: int = 8, draft_p_min: float = 0.75, reps: int = 2, prompt: str = REWRITE_PROMPT,
+               log=print) -> list[SpecRow]:
     """Greedy decode of `prompt` (chat template) with each mode; every mode's best of `reps` runs.
     Modes alternate run by run so that a noisy machine affects them alike."""
     from ..model import Model
     models = {"plain": Model(target, n_threads=threads, n_parallel=1)}
     if draft:
-        models["draft"] = Model(target, n_threads=threads, n_parallel=1, draft=draft, draft_max=draft_max)
+        models["draft"] = Model(target, n_threads=threads, n_parallel=1, draft=draft, draft_max=draft_max,
+                                draft_p_min=draft_p_min)
     if lookup_ngram:
         models["lookup"] = Model(target, n_threads=threads, n_parallel=1, lookup_ngram=lookup_ngram,
                                  draft_max=draft_max)
@@ -99,10 +101,11 @@ def bench_pair(target: str, draft: str | None, n_tokens: int = 256, threads: int
     return list(best.values())
 
 
-def markdown(pair: str, target: str, draft: str | None, rows: list[SpecRow], threads: int, cpu: str) -> str:
+def markdown(pair: str, target: str, draft: str | None, rows: list[SpecRow], threads: int, cpu: str,
+             settings: str = "") -> str:
     plain = next(r for r in rows if r.mode == "plain")
     lines = [f"**{pair}**: target `{Path(target).name}`, draft `{Path(draft).name if draft else '-'}`; "
-             f"{threads} threads, temperature 0, {cpu}", "",
+             f"{threads} threads, temperature 0, {cpu}; {settings}", "",
              "| mode | tokens | decode tok/s | × plain | drafted | accepted | acceptance | same tokens |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
