@@ -100,6 +100,7 @@ class Model:
         eos = self.tokenizer.eos_id
         self.draft_model, self.speculative = _speculation(self, draft, draft_max, draft_min, draft_p_min,
                                                           lookup_ngram)
+        self._proposers = weakref.WeakKeyDictionary()  # context -> its drafter: a chat's draft cache lives on
         self.chat_template = ChatTemplate(
             template_for(self.metadata),
             bos_token=self.tokenizer.token_text(bos) if bos is not None else "",
@@ -229,7 +230,10 @@ class Model:
         speculator = None
         if self.speculative is not None:
             from .speculative.decode import SamplerSpec, Speculator, make_proposer
-            proposer = make_proposer(self.speculative, self._draft_runtime(), ctx.n_ctx, self.kv_dtype)
+            proposer = self._proposers.get(ctx)
+            if proposer is None:
+                proposer = self._proposers[ctx] = make_proposer(self.speculative, self._draft_runtime(), ctx.n_ctx,
+                                                                self.kv_dtype)
             speculator = Speculator(self.speculative, SamplerSpec(temperature, top_k, top_p, min_p, seed), proposer)
         return stream_generate(ctx, self.tokenizer, tokens, sampler, processors, max_tokens, stop, matcher,
                                logprobs, speculator)

@@ -89,3 +89,12 @@ def test_sampling_with_speculation_repeats_with_a_seed(smollm2_models):
         a, b = (m.generate(PROMPTS[0], max_tokens=40, temperature=0.8, seed=7, context=m.new_context(256))
                 for _ in range(2))
         assert a.tokens == b.tokens and len(a.tokens) > 0 and a.timings.draft_tokens > 0
+
+
+def test_chat_session_turns_with_a_draft_match_plain_turns(smollm2_models):
+    """The draft model's context follows the session's from turn to turn (rolled back and extended)."""
+    answers = {}
+    for mode in ("plain", "draft"):
+        chat = smollm2_models[mode].chat_session(temperature=0, max_tokens=30)
+        answers[mode] = [chat.send(text).tokens for text in ("Name a colour.", "And another one?")]
+    assert answers["draft"] == answers["plain"]

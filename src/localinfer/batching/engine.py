@@ -336,6 +336,8 @@ class Engine:
                     continue  # more of the prompt next step
                 slot.request.timings.prefill_s = time.perf_counter() - slot.prefill_start
                 self.metrics.count("prefills")
+                if slot.spec is not None:  # the draft model's prompt too, before the first token
+                    slot.spec.proposer.prefill(slot.tokens)
                 if self.prefix_cache is not None:
                     self.prefix_cache.store(slot.tokens, slot.cache)
                 self._fork(slot, row[-1])

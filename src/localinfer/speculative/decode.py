@@ -98,6 +98,7 @@ def speculative_step(ctx: Context, prompt: Sequence[int], spec: Speculator,
     distribution (sampling). Closing it leaves ctx holding the yielded tokens but the last."""
     t0 = time.perf_counter()
     logits = ctx.evaluate(prompt)
+    spec.proposer.prefill(prompt)
     if timings is not None:
         timings.prompt_tokens = len(prompt)
         timings.prompt_cached = len(prompt) - ctx.last_n_computed

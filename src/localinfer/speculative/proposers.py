@@ -42,12 +42,21 @@ class LookupProposer:
                 return [int(t) for t in h[start:start + n]], None
         return [], None
 
+    def prefill(self, prompt: Sequence[int]) -> None:
+        pass
+
 
 class DraftProposer:
     def __init__(self, runtime, n_ctx: int, kv_dtype, p_min: float):
         """runtime: the draft model's (serialized) architecture model; its own context of n_ctx positions."""
         self.ctx = Context(runtime, n_ctx, kv_dtype)
         self.p_min = p_min
+
+    def prefill(self, prompt: Sequence[int]) -> None:
+        """Computes the prompt in the draft's cache with the target's prefill (part of the time to the
+        first token, as llama.cpp does), so that the first draft only runs its new tokens."""
+        if 0 < len(prompt) <= self.ctx.n_ctx:
+            self.ctx.evaluate(prompt)
 
     def propose(self, history: Sequence[int], n: int, dist: Dist | None = None, rng=None):
         """dist None: greedy. Else draws from dist(logits) with rng and returns those vectors."""
