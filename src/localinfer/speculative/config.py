@@ -15,7 +15,10 @@ class SpeculativeConfigError(ValueError):
 
 @dataclass(frozen=True)
 class SpeculativeConfig:
-    draft_max: int = 8  # tokens drafted per step at most (llama.cpp --draft-max)
+    # tokens drafted per step at most (llama.cpp --draft-max, 16 there). 8: the verification pass stays
+    # within MAX_DRAFT_IDENTICAL, and here (BENCHMARKS.md) prompt lookup ran faster with 8 than with 4;
+    # a draft model stops earlier anyway (draft_p_min), so more rarely changes its figures
+    draft_max: int = 8
     draft_min: int = 0  # a draft shorter than this is not verified (plain decode step instead)
     draft_p_min: float = 0.75  # the draft model stops drafting when its top token's probability is lower
     lookup_ngram: int = 0  # prompt lookup: longest n-gram matched (0: off; the draft model wins when both)
