@@ -74,3 +74,25 @@ def test_run_takes_the_speculative_flags(smollm2_path):
     assert bad.exit_code != 0 and "draft_min (5) is larger than draft_max (4)" in bad.output
     bad = runner.invoke(main, args + ["--draft-max", "0"])
     assert bad.exit_code != 0 and "--draft-max" in bad.output
+
+
+def test_concurrent_slots_verify_drafts_beside_other_prompts(models):
+    """Several requests at once: slots verifying drafts share steps with slots still prefilling
+    (forward_batch's n_last gives each its rows); every request ends with its whole answer."""
+    import threading
+    _, lookup = models
+    prompts = [LIST_PROMPT, "Count from one to twenty in words: one, two, three,",
+               "Repeat after me three times: the quick brown fox."]
+    results = [None] * len(prompts)
+
+    def go(i):
+        results[i] = lookup.generate(prompts[i], max_tokens=40, temperature=0)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert all(r is not None and len(r.tokens) > 0 for r in results)
+    assert all(r.finish_reason in ("length", "stop") for r in results)
+    assert sum(r.timings.draft_tokens for r in results) > 0
