@@ -2,6 +2,8 @@
 comma-separated integer options. The command modules import this; it imports none of them."""
 from __future__ import annotations
 
+import functools
+
 import click
 
 from localinfer.blas_threads import set_blas_threads as set_threads  # noqa: F401  (before numpy is imported)
@@ -9,12 +11,39 @@ from localinfer.blas_threads import set_blas_threads as set_threads  # noqa: F40
 from .progress import ByteProgress
 
 
-def load_model(model_name, ctx_size=None, threads=None):
-    """A catalog name (fetched with a progress bar on first use), a .gguf path, or None for the default."""
+def load_model(model_name, ctx_size=None, threads=None, speculative=None):
+    """A catalog name (fetched with a progress bar on first use), a .gguf path, or None for the default.
+    speculative: load()'s draft/draft_max/draft_min/draft_p_min/lookup_ngram (speculative_options)."""
     from localinfer import load
     from localinfer.fetch import resolve_model
     path = resolve_model(model_name, progress=ByteProgress(f"pulling {model_name or 'default model'}"))
-    return load(str(path), n_ctx=ctx_size, n_threads=threads)
+    return load(str(path), n_ctx=ctx_size, n_threads=threads, **(speculative or {}))
+
+
+def speculative_options(command):
+    """llama.cpp's speculative-decoding options, handed to the command as one `speculative` dict."""
+    @functools.wraps(command)
+    def wrapper(*args, model_draft, draft_max, draft_min, draft_p_min, lookup_ngram, **kwargs):
+        spec = dict(draft=model_draft, draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min,
+                    lookup_ngram=lookup_ngram)
+        return command(*args, speculative=spec, **kwargs)
+
+    options = [
+        click.option("-md", "--model-draft", default=None, metavar="FILE",
+                     help="Draft model (same vocabulary, smaller) for speculative decoding."),
+        click.option("--draft-max", "--draft", type=click.IntRange(1, 64), default=8, show_default=True,
+                     help="Most tokens drafted per step."),
+        click.option("--draft-min", type=click.IntRange(0, 64), default=0, show_default=True,
+                     help="Fewer drafted tokens than this are not verified."),
+        click.option("--draft-p-min", type=click.FloatRange(0, 1), default=0.75, show_default=True,
+                     help="The draft model stops drafting below this probability of its best token."),
+        click.option("--lookup-ngram", type=click.IntRange(0, 16), default=0, show_default=True,
+                     help="Without a draft model: draft from the longest matching n-gram (up to N tokens) "
+                          "of the prompt and text so far (prompt lookup decoding); 0 is off."),
+    ]
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
 
 
 def int_list(ctx, param, value):

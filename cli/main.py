@@ -11,8 +11,9 @@ import click
 from .bench import bench
 from .bench_grammar import bench_grammar
 from .bench_restart import bench_restart
+from .bench_spec import bench_spec
 from .bench_serve import bench_serve
-from .common import load_model, set_threads
+from .common import load_model, set_threads, speculative_options
 from .convert import convert
 from .embed import embed
 from .perplexity import perplexity
@@ -54,8 +55,9 @@ def main():
               help="Answers follow the grammar in this file (GBNF, llama.cpp's grammar format).")
 @click.option("--prompt-cache", type=click.Path(dir_okay=False), default=None,
               help="Keep the KV state in this file: a later run reuses the prompt (or continues the chat) it holds.")
+@speculative_options
 def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, threads, ctx_size,
-        system, raw, verbose, json_schema_file, grammar_file, prompt_cache):
+        system, raw, verbose, json_schema_file, grammar_file, prompt_cache, speculative):
     """Chat with MODEL (a catalog name or a .gguf path; default: the catalog default).
 
     Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
@@ -65,7 +67,7 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
     from .chat_loop import answer, interactive
 
     try:
-        llm = load_model(model, ctx_size, threads)
+        llm = load_model(model, ctx_size, threads, speculative)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     options = dict(max_tokens=None if max_tokens < 0 else max_tokens, temperature=temperature, top_k=top_k,
@@ -188,6 +190,7 @@ def _memory(path: str) -> dict:
 main.add_command(bench)
 main.add_command(bench_grammar)
 main.add_command(bench_restart)
+main.add_command(bench_spec)
 main.add_command(bench_serve)
 main.add_command(convert)
 main.add_command(embed)

@@ -31,6 +31,12 @@ typedef enum {
 int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t k,
               const float *x, int64_t m, float *y);
 
+/* li_matmul uses the GEMV (each row's result bitwise a 1-row call's) below this many rows, the
+ * tiled GEMM from it on; per calling thread, default 6 (LI_GEMM_MIN_M). Speculative decoding
+ * raises it while verifying drafted tokens so that each verified row rounds as a decode step.
+ * Returns the previous value, or LI_EINVAL for m < 1. */
+int li_set_gemm_min_rows(int m);
+
 /* n elements of one row of `type` -> float32 (bit-identical to localinfer.quant.dequantize) */
 int li_dequantize_row(int type, const void *src, float *dst, int64_t n);
 

@@ -83,6 +83,12 @@ typedef void (*li_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a,
 #define LI_DOT_ROWS 4
 typedef void (*li_vec_dot_rows_fn)(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                    const float *a_sums);
+/* One F16 weight row against m activation rows: s[i * s_stride] = dot(w, row i of a), where a
+ * (m, n) holds F16 activations widened to f32 (exactly). Bit for bit m calls of the ISA's F16
+ * vec_dot; the weight row is widened once, not m times (a GEMV of a few rows: speculative
+ * decoding's verification). */
+typedef void (*li_vec_dot_f16_mact_fn)(int64_t n, float *s, int64_t s_stride, const void *w, const float *a,
+                                       int64_t m);
 /* One weight row -> integer form for the GEMM panel: element e = dw[e/G] * (u[e] - offset)
  * + mw[e/G] (mw only for has_min types). u: n bytes, dw/mw: n/G floats. */
 typedef void (*li_unpack_fn)(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
@@ -171,6 +177,7 @@ typedef struct {
     li_softmax_f16_fn softmax_f16;
     li_round_f16_fn round_f16;
     li_widen_f16_fn widen_f16;
+    li_vec_dot_f16_mact_fn vec_dot_f16_mact;   /* NULL: the F16 GEMV calls vec_dot per activation row */
     /* the gating of ops.c's li_glu; NULL: generic/act_generic.c */
     void (*silu_mul)(const float *g, const float *u, float *y, int64_t n);   /* y = g / (1 + e^-g) * u */
     void (*geglu_f16)(const float *g, const float *u, float *y, int64_t n, const float *table);

@@ -16,8 +16,20 @@
 #include <stdlib.h>
 
 #include "core/li.h"
+#include "generic/generic.h"
 
 #define LI_GEMM_MIN_M 6          /* below this, unpacking weight tiles costs more than it saves */
+
+/* The GEMV/GEMM switch of this thread (li_set_gemm_min_rows): a verification pass of speculative
+ * decoding keeps the GEMV for a few more rows so that its logits are a decode step's bits. */
+static _Thread_local int gemm_min_m = LI_GEMM_MIN_M;
+
+int li_set_gemm_min_rows(int m) {
+    if (m < 1) return LI_EINVAL;
+    const int old = gemm_min_m;
+    gemm_min_m = m;
+    return old;
+}
 #define LI_GEMV_ROW_ALIGN 16
 #define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
 #define LI_PARALLEL_MIN_WORK (1 << 16)   /* multiply-adds below which one thread is faster */
@@ -35,6 +47,7 @@ typedef struct {
     uint8_t *xq;                   /* GEMV: (m, xq_row_bytes) activations in the vec_dot type */
     size_t xq_row_bytes;
     float *xs;                     /* GEMV: (m, n_sums) their a_sums (see li_vec_dot_fn), or NULL */
+    float *xw;                     /* GEMV of F16 weights, m > 1: (m, k) the F16 activations widened, or NULL */
     int n_sums;
     li_panel_plan plan;            /* GEMM, quant types */
     uint8_t *apanel;               /* GEMM: (m_pad, a_row_bytes) or (m_pad, kp) floats */
@@ -80,6 +93,10 @@ static void task_gemv(void *ctx, int ith, int nth) {
             for (size_t b = 0; b < (size_t)nr * j->row_bytes; b += 64) __builtin_prefetch(pf + b, 0, 3);
         }
         const uint8_t *w = j->w + r * j->row_bytes;
+        if (j->xw) {   /* each weight row widened once for all activation rows */
+            for (int q = 0; q < nr; q++) j->kern->vec_dot_f16_mact(j->k, j->y + r + q, j->n_out, w + q * j->row_bytes, j->xw, j->m);
+            continue;
+        }
         for (int64_t i = 0; i < j->m; i++) {
             const uint8_t *a = j->xq + i * j->xq_row_bytes;
             const float *as = j->xs ? j->xs + i * j->n_sums : NULL;
@@ -199,14 +216,21 @@ int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t
     const double work = (double)n_out * (double)k * (double)m;
     const int want = work >= LI_PARALLEL_MIN_WORK ? li_get_threads() : 1;
 
-    if (m < LI_GEMM_MIN_M) {
+    if (m < gemm_min_m) {
         j.xq_row_bytes = (size_t)(k / j.at->block_size) * (size_t)j.at->type_size;
         j.n_sums = li_act_sums_count(j.t->vec_dot_type, k);
         const size_t xq_bytes = ((size_t)m * j.xq_row_bytes + 63) / 64 * 64;
-        j.xq = li_scratch(LI_SCRATCH_CALL, xq_bytes + (size_t)m * (size_t)j.n_sums * sizeof(float));
+        const int widen = m > 1 && wtype == LI_TYPE_F16 && j.t->vec_dot_type == LI_TYPE_F16 && j.kern->vec_dot_f16_mact;
+        const size_t xs_bytes = ((size_t)m * (size_t)j.n_sums * sizeof(float) + 63) / 64 * 64;
+        j.xq = li_scratch(LI_SCRATCH_CALL, xq_bytes + xs_bytes + (widen ? (size_t)m * (size_t)k * sizeof(float) : 0));
         if (!j.xq) return LI_ENOMEM;
         j.xs = j.n_sums ? (float *)(j.xq + xq_bytes) : NULL;
         li_pool_run(task_quantize, &j, m > 1 ? want : 1);
+        if (widen) {
+            j.xw = (float *)(j.xq + xq_bytes + xs_bytes);
+            const li_widen_f16_fn wf = j.kern->widen_f16 ? j.kern->widen_f16 : li_widen_f16_generic;
+            for (int64_t i = 0; i < m; i++) wf((const ggml_half *)(j.xq + i * j.xq_row_bytes), j.xw + i * k, k);
+        }
         li_pool_run(task_gemv, &j, want);
         return LI_OK;
     }

@@ -41,7 +41,7 @@ const li_isa_kernels li_kernels_avx512 = {
     .dot_rows = li_dot_rows_avx512, .dot_rows_f16 = li_dot_rows_f16_avx512, .axpy_rows_f16 = li_axpy_rows_f16_avx512,
     .softmax_f16 = li_softmax_f16_avx2, .round_f16 = li_round_f16_avx2,
     .widen_f16 = li_widen_f16_avx2, .silu_mul = li_silu_mul_avx2,
-    .geglu_f16 = li_geglu_f16_avx2,
+    .geglu_f16 = li_geglu_f16_avx2, .vec_dot_f16_mact = vec_dot_f16_mact_avx512,
 };
 
 #endif /* x86_64 */

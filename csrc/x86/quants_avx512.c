@@ -297,6 +297,32 @@ void vec_dot_f16_f16_avx512(int64_t n, float *s, const void *vw, const void *va,
     *s = sum;
 }
 
+/* vec_dot_f16_f16_avx512's steps for 4 activation rows at a time, their F16 values already
+ * widened: the same products (f16 -> f32 is exact) summed in the same order, so the same bits. */
+void vec_dot_f16_mact_avx512(int64_t n, float *s, int64_t s_stride, const void *vw, const float *a, int64_t m) {
+    const ggml_half *x = vw;
+    for (int64_t r0 = 0; r0 < m; r0 += 4) {
+        const float *y[4];
+        for (int r = 0; r < 4; r++) y[r] = a + (r0 + r < m ? r0 + r : r0) * n;   /* a short group repeats row r0 */
+        __m512 acc0[4], acc1[4];
+        for (int r = 0; r < 4; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+        int64_t i = 0;
+        for (; i + 32 <= n; i += 32) {
+            const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i)));
+            const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16)));
+            for (int r = 0; r < 4; r++) {
+                acc0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(y[r] + i), acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(y[r] + i + 16), acc1[r]);
+            }
+        }
+        for (int r = 0; r < 4 && r0 + r < m; r++) {
+            float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+            for (int64_t t = i; t < n; t++) sum += fp16(x[t]) * y[r][t];
+            s[(r0 + r) * s_stride] = sum;
+        }
+    }
+}
+
 void vec_dot_f32_f32_avx512(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
     const float *x = vw, *y = va;

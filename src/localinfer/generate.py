@@ -28,6 +28,8 @@ class Timings:
     ttft_s: float = 0.0  # from the call to the first generated token
     generated_tokens: int = 0
     decode_s: float = 0.0  # after the first token, for the rest
+    draft_tokens: int = 0  # speculative decoding: tokens drafted, and of those kept
+    draft_accepted: int = 0
 
     @property
     def prefill_tps(self) -> float:
@@ -42,7 +44,8 @@ class Timings:
     def summary(self) -> str:
         return (f"prompt {self.prompt_tokens} tok ({self.prompt_cached} cached), prefill {self.prefill_tps:.1f} tok/s, "
                 f"TTFT {self.ttft_s * 1000:.0f} ms | generated {self.generated_tokens} tok, "
-                f"decode {self.decode_tps:.1f} tok/s")
+                f"decode {self.decode_tps:.1f} tok/s" + (
+                    f", drafts accepted {self.draft_accepted}/{self.draft_tokens}" if self.draft_tokens else ""))
 
 
 @dataclass
@@ -152,12 +155,14 @@ def check_prompt_fits(n_prompt: int, n_ctx: int) -> None:
 
 def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], sampler: Sampler,
                     processors: Sequence[LogitsProcessor] = (), max_tokens: int | None = None,
-                    stop: Sequence[str] = (), matcher=None, logprobs: int | None = None) -> Iterator[GenerationChunk]:
+                    stop: Sequence[str] = (), matcher=None, logprobs: int | None = None,
+                    speculator=None) -> Iterator[GenerationChunk]:
     """Text chunks as they are complete (never a broken UTF-8 sequence, never a partial stop
     string); the last chunk has the finish_reason and the timings. With a matcher (a grammar's
     state) the text follows the grammar and ends ("stop") as soon as the grammar is complete.
     logprobs: each chunk also carries its tokens' log-probabilities with that many alternatives
-    (see logprobs.py)."""
+    (see logprobs.py). speculator (speculative.decode.Speculator): draft and verify several tokens
+    per forward pass; the same tokens at temperature 0, the same distribution otherwise."""
     out = ChunkAssembler(tokenizer, len(prompt), ctx.n_ctx, max_tokens, stop)
     recorder = LogprobRecorder(logprobs) if logprobs is not None else None
     if recorder:  # first: it sees the raw logits
@@ -166,7 +171,11 @@ def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], sampler: Sam
         yield GenerationChunk("", [], "length", out.timings)
         return
     check_prompt_fits(len(prompt), ctx.n_ctx)
-    steps = generate_step(ctx, prompt, sampler, processors, out.timings, matcher)
+    if speculator is not None:
+        from .speculative.decode import speculative_step
+        steps = speculative_step(ctx, prompt, speculator, processors, out.timings, matcher)
+    else:
+        steps = generate_step(ctx, prompt, sampler, processors, out.timings, matcher)
     try:
         for token in steps:
             chunk = out.push(token, end=matcher is not None and matcher.done)

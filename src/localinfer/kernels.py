@@ -147,6 +147,25 @@ def get_threads() -> int:
     return int(_need_lib().li_get_threads())
 
 
+GEMM_MIN_ROWS = 6  # csrc/core/matmul.c LI_GEMM_MIN_M: matmul's default GEMV/GEMM switch
+
+
+@contextlib.contextmanager
+def gemv_rows(m: int) -> Iterator[None]:
+    """Inside: matmul on this thread uses the GEMV for up to m rows (each row's result then has
+    the bits of a 1-row call) instead of the tiled GEMM from 6 rows. Speculative decoding verifies
+    its drafted tokens with this, so they round as decode steps (speculative/verify.py)."""
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= 4096:
+        raise ValueError(f"gemv_rows takes 1..4096 rows, got {m!r}")
+    lib = _need_lib()
+    old = lib.li_set_gemm_min_rows(max(int(m) + 1, GEMM_MIN_ROWS))
+    _check(old if old < 0 else 0, "gemv_rows")
+    try:
+        yield
+    finally:
+        lib.li_set_gemm_min_rows(old)
+
+
 # --- validation helpers ---------------------------------------------------------------------
 
 _F32 = np.dtype(np.float32)

@@ -64,11 +64,17 @@ class SerializedRuntime:
 class Model:
     def __init__(self, path: str | os.PathLike, n_ctx: int | None = None, n_threads: int | None = None,
                  kv_dtype: str = "f16", backend: str = "auto", n_parallel: int = DEFAULT_N_PARALLEL,
-                 prefix_cache_dir: str | os.PathLike | None = None, prefix_cache_dir_bytes: int = 4 << 30):
+                 prefix_cache_dir: str | os.PathLike | None = None, prefix_cache_dir_bytes: int = 4 << 30,
+                 draft: "str | os.PathLike | Model | None" = None, draft_max: int = 8, draft_min: int = 0,
+                 draft_p_min: float = 0.75, lookup_ngram: int = 0):
         """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built).
         n_parallel: sequences generated together when several threads call generate/stream/chat.
         prefix_cache_dir: a folder where the engine keeps computed prompt prefixes (at most
-        prefix_cache_dir_bytes of this model's), reused by the next Model of the same file."""
+        prefix_cache_dir_bytes of this model's), reused by the next Model of the same file.
+        Speculative decoding (speculative/): draft, a smaller model with the same vocabulary (a
+        path or a Model), proposes up to draft_max tokens (it stops below draft_p_min; fewer than
+        draft_min are not verified); lookup_ngram N > 0 without a draft drafts from the longest
+        matching n-gram (<= N tokens) of the prompt and text so far. Greedy output is unchanged."""
         self.path = str(path)
         self.gguf = GGUFFile(path)
         self.metadata: Mapping[str, Any] = self.gguf.metadata
@@ -96,6 +102,9 @@ class Model:
         self.kv_dtype = np.float16 if kv_dtype == "f16" else np.float32
         bos = self.tokenizer.bos_id
         eos = self.tokenizer.eos_id
+        self.draft_model, self.speculative = _speculation(self, draft, draft_max, draft_min, draft_p_min,
+                                                          lookup_ngram)
+        self._proposers = weakref.WeakKeyDictionary()  # context -> its drafter: a chat's draft cache lives on
         self.chat_template = ChatTemplate(
             template_for(self.metadata),
             bos_token=self.tokenizer.token_text(bos) if bos is not None else "",
@@ -151,6 +160,7 @@ class Model:
                 from .batching.engine import Engine
                 self._engine = Engine(self.serialized, self.tokenizer, n_slots=self.n_parallel, n_ctx=self.n_ctx,
                                       max_queue=None, kv_dtype=self.kv_dtype, prefix_cache_bytes=64 << 20,
+                                      speculative=self.speculative, draft_runtime=self._draft_runtime(),
                                       **self._prefix_dir_options())
                 # a Model dropped without close() still stops its engine thread and frees the slots
                 self._engine_finalizer = weakref.finalize(self, self._engine.close)
@@ -229,8 +239,19 @@ class Model:
         if bias:
             processors = [make_logit_bias(bias), *processors]
         matcher = constraint.matcher() if constraint is not None else None
+        speculator = None
+        if self.speculative is not None:
+            from .speculative.decode import SamplerSpec, Speculator, make_proposer
+            proposer = self._proposers.get(ctx)
+            if proposer is None:
+                proposer = self._proposers[ctx] = make_proposer(self.speculative, self._draft_runtime(), ctx.n_ctx,
+                                                                self.kv_dtype)
+            speculator = Speculator(self.speculative, SamplerSpec(temperature, top_k, top_p, min_p, seed), proposer)
         return stream_generate(ctx, self.tokenizer, tokens, sampler, processors, max_tokens, stop, matcher,
-                               logprobs)
+                               logprobs, speculator)
+
+    def _draft_runtime(self):
+        return self.draft_model.serialized if self.draft_model is not None else None
 
     def _grammar(self, json_schema, grammar, lark, regex):
         """The compiled constraint of a generate/stream/chat call, or None."""
@@ -354,6 +375,8 @@ class Model:
         if self._engine_finalizer is not None:
             self._engine_finalizer()  # engine.close(), once
         self._engine = None
+        if self.draft_model is not None and self._owns_draft:
+            self.draft_model.close()
         with self._lock:  # after a forward pass in flight on another thread
             self.serialized.runtime = None
         self.runtime = None
@@ -400,6 +423,26 @@ def _choose_backend(backend: str, n_threads: int | None) -> str:
         if n_threads:
             kernels.set_threads(n_threads)
     return backend
+
+
+def _speculation(target: Model, draft, draft_max, draft_min, draft_p_min, lookup_ngram):
+    """(the draft Model or None, SpeculativeConfig or None) of Model's speculative options, checked."""
+    from .speculative import SpeculativeConfig, check_same_vocab
+    config = SpeculativeConfig(draft_max, draft_min, draft_p_min, lookup_ngram)
+    target._owns_draft = False
+    if draft is None:
+        return None, (config if lookup_ngram > 0 else None)
+    if not isinstance(draft, Model):
+        draft = Model(resolve_model(draft), n_ctx=target.n_ctx, n_threads=target.n_threads,
+                      kv_dtype="f16" if target.kv_dtype == np.float16 else "f32", backend=target.backend)
+        target._owns_draft = True
+    try:
+        check_same_vocab(target.tokenizer, draft.tokenizer, target.path, draft.path)
+    except ValueError:
+        if target._owns_draft:
+            draft.close()
+        raise
+    return draft, config
 
 
 def _text_stream(chunks) -> Iterator[str]:

@@ -96,10 +96,16 @@ class DecoderModel:
         or (1, n_vocab) for the last token only with `last_only`."""
         return self.forward_batch([(tokens, cache)], last_only)[0]
 
-    def forward_batch(self, seqs, last_only: bool = False) -> list[np.ndarray]:
-        """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward()."""
+    def forward_batch(self, seqs, last_only: bool = False, n_last: list[int] | None = None) -> list[np.ndarray]:
+        """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward().
+        n_last: per sequence, logits of its last n_last[i] rows only (speculative verification
+        needs several rows of a decoding sequence, a prefilling one its last)."""
         batch = Batch(seqs)
         x = self._run_layers(batch)
+        if n_last is not None:
+            rows = np.concatenate([np.arange(s.stop - n, s.stop) for s, n in zip(batch.spans, n_last)])
+            logits = self.head(x[rows])
+            return np.split(logits, np.cumsum(n_last)[:-1])
         if last_only:
             x = batch.last_rows(x)
         return batch.split(self.head(x), last_only)

@@ -33,6 +33,7 @@ from .fork import copy_cache
 from .metrics import Metrics
 from .prefix_cache import PrefixCache
 from .request import Cancelled, Request
+from .speculation import draft_for, forward_rows, speculative_for, verify_slot
 
 
 # The C kernels take another summation order for a few rows than for many: the matmul below
@@ -70,6 +71,10 @@ class Slot:
     recorder: object = None  # logprobs.LogprobRecorder when the request wants logprobs
     leader: "Slot | None" = None  # a choice of n waiting for this slot's prefill (batching/fork.py)
     followers: list = field(default_factory=list)  # the leader's waiting choices
+    proposer: object = None  # speculative decoding: the slot's drafter (a draft model's context, or lookup)
+    spec: object = None  # the request's speculative.decode.Speculator
+    drafted: list = field(default_factory=list)  # tokens drafted for this step, verified after next_token
+    draft_q: list | None = None  # the distributions they were drawn from (sampling with a draft model)
 
     @property
     def busy(self) -> bool:
@@ -81,10 +86,12 @@ class Engine:
                  kv_dtype=np.float16, prefill_chunk: int = 512, prefix_cache_bytes: int = 256 << 20,
                  prefix_block: int = 32, completion_cache_tokens: int = 1 << 16, metrics: Metrics | None = None,
                  prefix_cache_dir: str | None = None, prefix_cache_dir_bytes: int = 4 << 30,
-                 model_identity: str | None = None):
+                 model_identity: str | None = None, speculative=None, draft_runtime=None):
         """runtime: an architecture model (forward_batch, new_cache); max_queue None: unbounded.
         prefix_cache_dir: also keep the prefix cache's blocks in this folder (at most
-        prefix_cache_dir_bytes of them), for the next run; needs model_identity (Model.identity)."""
+        prefix_cache_dir_bytes of them), for the next run; needs model_identity (Model.identity).
+        speculative (speculative.SpeculativeConfig): each decoding slot drafts tokens (with
+        draft_runtime, a draft model's, or by prompt lookup) and verifies them in the step's batch."""
         if n_slots < 1:
             raise ValueError(f"the engine needs at least one slot, got {n_slots}")
         if prefill_chunk < 1:
@@ -92,6 +99,7 @@ class Engine:
         self.runtime, self.tokenizer = runtime, tokenizer
         self.n_ctx, self.max_queue, self.prefill_chunk = n_ctx, max_queue, prefill_chunk
         self.kv_dtype = kv_dtype
+        self.speculative, self.draft_runtime = speculative, draft_runtime
         self.slots = [Slot(i, None) for i in range(n_slots)]  # caches are made on first use
         self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block) if prefix_cache_bytes else None
         if prefix_cache_dir is not None:
@@ -296,6 +304,7 @@ class Engine:
         slot.sampler, slot.processors = r.params.make_sampler(), r.params.make_processors()
         slot.matcher = r.grammar.matcher() if r.grammar is not None else None
         slot.recorder = LogprobRecorder(r.logprobs) if r.logprobs is not None else None
+        slot.spec = speculative_for(self, slot, r.params)
         if slot.recorder:  # first: logprobs are the model's, before any transform (logprobs.py)
             slot.processors.insert(0, slot.recorder)
         r.timings.prompt_tokens, r.timings.prompt_cached = len(r.prompt), reused
@@ -321,11 +330,11 @@ class Engine:
                 budget -= n
                 rows.append((slot, chunk))
             else:
-                rows.append((slot, [slot.next_token]))
+                rows.append((slot, [slot.next_token, *draft_for(self, slot)]))
         if not rows:
             return
         try:
-            logits = self.runtime.forward_batch([(t, s.cache) for s, t in rows], last_only=True)
+            logits = forward_rows(self.runtime, [(t, s.cache) for s, t in rows], [bool(s.drafted) for s, _ in rows])
         except Exception as e:  # nothing is half-done: every sequence of the batch fails cleanly
             for slot, _ in rows:
                 self._finish(slot, e)
@@ -334,6 +343,9 @@ class Engine:
         self.metrics.observe_batch(len(rows))
         for (slot, tokens), row in zip(rows, logits):
             slot.tokens.extend(tokens)
+            if slot.drafted:
+                self._verify(slot, row)
+                continue
             if slot.todo:
                 del slot.todo[:len(tokens)]
                 if slot.todo:
@@ -343,6 +355,8 @@ class Engine:
                     continue  # more of the prompt next step
                 slot.request.timings.prefill_s = time.perf_counter() - slot.prefill_start
                 self.metrics.count("prefills")
+                if slot.spec is not None:  # the draft model's prompt too, before the first token
+                    slot.spec.proposer.prefill(slot.tokens)
                 if self.prefix_cache is not None:
                     self.prefix_cache.store(slot.tokens, slot.cache)
                 self._fork(slot, row[-1])
@@ -367,13 +381,42 @@ class Engine:
             token = int(slot.sampler(logits))
             if slot.matcher is not None:
                 slot.matcher.accept(token)
-            chunk = slot.out.push(token, end=slot.matcher is not None and slot.matcher.done)
-            if slot.recorder:
-                chunk.logprobs = [slot.recorder.take(token)]
         except Exception as e:
             self._finish(slot, e)
             return
         slot.history.append(token)
+        self._deliver(slot, token, slot.recorder.take(token) if slot.recorder else None)
+
+    def _verify(self, slot: Slot, rows: np.ndarray) -> None:
+        """rows: the logits after next_token and each drafted token. The kept tokens (and the one
+        after them) are delivered; the cache is rolled back to what they leave evaluated."""
+        try:
+            chosen, n_kept = verify_slot(slot, rows)
+        except Exception as e:
+            self._finish(slot, e)
+            return
+        n_keep = len(slot.history) - 1  # the last chosen token is evaluated with the next drafts
+        slot.cache.trim(n_keep)
+        del slot.tokens[n_keep:]
+        self.metrics.count("draft_tokens", len(slot.drafted))
+        self.metrics.count("draft_tokens_accepted", n_kept)
+        slot.request.timings.draft_tokens += len(slot.drafted)
+        slot.request.timings.draft_accepted += n_kept
+        slot.drafted, slot.draft_q = [], None
+        for token, entry in chosen:
+            if not slot.busy:
+                break
+            self._deliver(slot, token, entry)
+
+    def _deliver(self, slot: Slot, token: int, logprob) -> None:
+        """Hands a chosen token (already in slot.history) to the request as a chunk."""
+        try:
+            chunk = slot.out.push(token, end=slot.matcher is not None and slot.matcher.done)
+            if logprob is not None:
+                chunk.logprobs = [logprob]
+        except Exception as e:
+            self._finish(slot, e)
+            return
         slot.next_token = token
         first = len(slot.out.tokens) == 1
         if first:
@@ -406,4 +449,5 @@ class Engine:
         with self._wake:
             slot.followers, slot.leader, slot.recorder = [], None, None
             slot.request, slot.out, slot.sampler, slot.matcher = None, None, None, None
+            slot.spec, slot.drafted, slot.draft_q = None, [], None
             slot.tokens, slot.todo, slot.history, slot.next_token, slot.chunks = [], [], [], None, []

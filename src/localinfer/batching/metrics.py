@@ -3,6 +3,7 @@
     localinfer_requests_total{status=...}     completed, failed, cancelled, rejected (queue full)
     localinfer_prompt_tokens_total, localinfer_prompt_tokens_cached_total, localinfer_generated_tokens_total
     localinfer_prefills_total, localinfer_prompt_tokens_shared_total   prompts evaluated; n>1 choices' copied K/V
+    localinfer_draft_tokens_total, localinfer_draft_tokens_accepted_total   speculative decoding
     localinfer_ttft_seconds                   histogram: submit -> first token (queueing included)
     localinfer_decode_tokens_per_second       histogram: per request, after its first token
     localinfer_batch_size                     histogram: sequences per forward pass
@@ -25,6 +26,8 @@ COUNTERS = {  # name -> (metric, label or None, help)
     "prompt_tokens_shared": ("prompt_tokens_shared_total", None,
                              "Prompt tokens copied from another choice's KV cache instead of computed (n > 1)."),
     "completion_cache_hits": ("completion_cache_hits_total", None, "Deterministic requests answered from memory."),
+    "draft_tokens": ("draft_tokens_total", None, "Tokens drafted by speculative decoding (draft model or lookup)."),
+    "draft_tokens_accepted": ("draft_tokens_accepted_total", None, "Drafted tokens the model kept."),
 }
 HISTOGRAMS = {
     "ttft_seconds": ((0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), "Time to first token, queueing included."),

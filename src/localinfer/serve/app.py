@@ -19,7 +19,8 @@ def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 808
                     kv_dtype=model.kv_dtype, prefill_chunk=prefill_chunk,
                     prefix_cache_bytes=int(prefix_cache_mib) << 20, prefix_cache_dir=prefix_cache_dir,
                     prefix_cache_dir_bytes=int(prefix_cache_dir_mib) << 20,
-                    model_identity=model.compute_identity if prefix_cache_dir is not None else None)
+                    model_identity=model.compute_identity if prefix_cache_dir is not None else None,
+                    speculative=model.speculative, draft_runtime=model._draft_runtime())
     try:
         return Server((host, port), model, engine, ServerConfig(model_name=model_name, **config))
     except BaseException:

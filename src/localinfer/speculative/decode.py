@@ -1,0 +1,131 @@
+"""Speculative decoding for one sequence in a Context: generate_step's loop, with each step
+drafting up to draft_max tokens, verifying them all in one forward pass, and rolling the KV caches
+back to the tokens kept (the target's here, the draft model's at its next `propose`)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .. import kernels
+from ..context import Context
+from ..sampling import LogitsProcessor
+from .config import SpeculativeConfig
+from .proposers import DraftProposer, LookupProposer
+from .verify import accept_or_resample, target_probs
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """What the sampler does, as numbers: verification needs the distribution, not only a draw."""
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def probs(self, logits: np.ndarray) -> np.ndarray:
+        return target_probs(logits, self.temperature, self.top_k, self.top_p, self.min_p)
+
+
+class Speculator:
+    """One sequence's drafting and choosing: the proposer, the sampler's numbers and its random state."""
+
+    def __init__(self, config: SpeculativeConfig, sampler: SamplerSpec, proposer):
+        self.config, self.sampler, self.proposer = config, sampler, proposer
+        self.rng = np.random.default_rng(sampler.seed)
+        self.draft_rng = np.random.default_rng(None if sampler.seed is None else sampler.seed + 1)
+        self.drafted = self.accepted = 0  # totals, for metrics and benchmarks
+
+    def draft(self, history: Sequence[int], room: int) -> tuple[list[int], list | None]:
+        """At most min(draft_max, room) tokens to verify after history; none when fewer than draft_min."""
+        n = min(self.config.draft_max, room)
+        if n <= 0:
+            return [], None
+        dist = None if self.sampler.greedy else self.sampler.probs
+        tokens, q = self.proposer.propose(history, n, dist, self.draft_rng)
+        if len(tokens) < max(1, self.config.draft_min):
+            return [], None
+        self.drafted += len(tokens)
+        return tokens, q
+
+    def choose(self, logits: np.ndarray, history: Sequence[int], processors: Sequence[LogitsProcessor],
+               matcher, drafted: int | None, q: np.ndarray | None) -> tuple[int, bool]:
+        """The token at one verified row -> (token, whether it is the drafted one). The processors
+        and grammar mask run as in plain decoding; the matcher accepts the token."""
+        for process in processors:
+            logits = process(history, logits)
+        if matcher is not None:
+            logits = matcher.mask(logits)
+        if self.sampler.greedy:
+            token = int(np.argmax(logits))
+            kept = token == drafted
+        elif drafted is None:
+            p = self.sampler.probs(logits)
+            token, kept = int(self.rng.choice(p.shape[0], p=p)), False
+        else:
+            token, kept = accept_or_resample(self.sampler.probs(logits), drafted, q, self.rng)
+        if matcher is not None:
+            matcher.accept(token)
+        self.accepted += int(kept)
+        return token, kept
+
+def make_proposer(config: SpeculativeConfig, draft_runtime=None, n_ctx: int = 0, kv_dtype=np.float16):
+    """The draft model's proposer (its own KV cache of n_ctx positions) when there is one, else prompt lookup."""
+    if draft_runtime is not None:
+        return DraftProposer(draft_runtime, n_ctx, kv_dtype, config.draft_p_min)
+    return LookupProposer(config.lookup_ngram)
+
+
+def verify_rows(runtime_call, tokens: list[int]) -> np.ndarray:
+    """Logits of every row of a verification pass, each rounded as a 1-token decode step
+    (the GEMV for all rows; fewer than LI_ATTN_BATCH rows, config.MAX_DRAFT_IDENTICAL)."""
+    if kernels.available():
+        with kernels.gemv_rows(len(tokens)):
+            return runtime_call(tokens)
+    return runtime_call(tokens)
+
+
+def speculative_step(ctx: Context, prompt: Sequence[int], spec: Speculator,
+                     processors: Sequence[LogitsProcessor] = (), timings=None, matcher=None) -> Iterator[int]:
+    """generate_step with speculation: yields the same tokens (greedy) or tokens with the same
+    distribution (sampling). Closing it leaves ctx holding the yielded tokens but the last."""
+    t0 = time.perf_counter()
+    logits = ctx.evaluate(prompt)
+    spec.proposer.prefill(prompt)
+    if timings is not None:
+        timings.prompt_tokens = len(prompt)
+        timings.prompt_cached = len(prompt) - ctx.last_n_computed
+        timings.prefill_s = time.perf_counter() - t0
+    history = list(prompt)
+    try:
+        token, _ = spec.choose(logits, history, processors, matcher, None, None)
+        history.append(token)
+        yield token
+        while True:  # ctx holds history[:-1]: the last token is evaluated with the drafts
+            if matcher is not None and matcher.done:
+                return
+            drafted, q = spec.draft(history, ctx.n_ctx - len(history))
+            rows = verify_rows(lambda toks: ctx.append(toks), [history[-1], *drafted])
+            if timings is not None:
+                timings.draft_tokens += len(drafted)
+            for i, row in enumerate(rows):
+                d = drafted[i] if i < len(drafted) else None
+                token, kept = spec.choose(row, history, processors, matcher, d, q[i] if q and d is not None else None)
+                history.append(token)
+                if timings is not None:
+                    timings.draft_accepted += int(kept)
+                if not kept:  # the corrected or bonus token: the drafts after it are rolled back
+                    ctx.truncate(len(history) - 1)
+                    yield token
+                    break
+                yield token
+    finally:
+        if ctx.cache is not None and len(ctx.tokens) > len(history) - 1:
+            ctx.truncate(max(0, len(history) - 1))
