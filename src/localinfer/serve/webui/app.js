@@ -139,6 +139,7 @@ async function send(text) {
     }
   } finally {
     answer.box.classList.remove("streaming");
+    answer.box.scrollIntoView({ block: "end" });  // its last line (the meta) is new
     if (content) history.push({ role: "assistant", content });
     else if (answer.box.dataset.finish === "error") history.pop();  // a failed turn is not resent
     running = null;
