@@ -125,10 +125,27 @@ def test_chat_in_the_browser(browser, server):
     assert 0 < chunks < 900 and stopped_text
     assert d.find_element("id", "stop").get_attribute("disabled")
 
+    # New chat, even mid-answer, starts over: nothing of before is sent with the next question
+    _ask(d, "Write another long story, about a robot.")
+    _wait(d, lambda d: d.find_element("css selector", ".msg.assistant:last-child .text").text)
     d.find_element("id", "new-chat").click()
     assert d.find_elements("css selector", "#messages > *") == []
-    assert raw(server.url, "GET", "/health")[2]["slots_busy"] == 0
+    assert wait_idle(server.url)["slots_busy"] == 0
+    _set(d, "max-tokens", "60")
+    fresh = _ask(d, question)
+    _wait(d, lambda d: fresh.get_attribute("data-finish"))
+    assert fresh.find_element("css selector", ".text").text == shown
+    assert len(d.find_elements("css selector", ".msg")) == 2
 
+
+def test_a_bad_setting_is_the_servers_clear_error(browser, server):
+    d = browser
+    d.get(server.url + "/")
+    _set(d, "temperature", "")
+    answer = _ask(d, "Hi")
+    _wait(d, lambda d: answer.get_attribute("data-finish") == "error", 20)
+    assert "temperature" in answer.find_element("css selector", ".meta").text
+    _set(d, "temperature", "0")
 
 def test_the_page_sends_the_api_key(browser, server):
     d = browser

@@ -7,6 +7,7 @@ const $ = (id) => document.getElementById(id);
 const SETTINGS = ["system-prompt", "temperature", "max-tokens", "api-key"];  // kept in localStorage
 const history = [];   // {role, content} of the conversation so far, as the API takes it
 let running = null;   // the AbortController of the answer being streamed, if any
+let conversation = 0; // counts New chat: an answer stopped by it must not land in the next one
 
 function requestHeaders() {
   const h = { "Content-Type": "application/json" };
@@ -80,6 +81,12 @@ async function* sseEvents(response) {
   }
 }
 
+// A number field's value as a number; anything else as typed, for the server to refuse by name.
+function numberField(id) {
+  const v = $(id).value.trim();
+  return v !== "" && Number.isFinite(Number(v)) ? Number(v) : v;
+}
+
 function speed(tokens, first, last) {
   // decode speed: the tokens after the first one over the time they took
   if (tokens < 2 || last <= first) return "";
@@ -95,9 +102,10 @@ async function send(text) {
   const messages = (system ? [{ role: "system", content: system }] : []).concat(history);
   const body = {
     messages, stream: true, stream_options: { include_usage: true },
-    temperature: Number($("temperature").value), max_tokens: Number($("max-tokens").value),
+    temperature: numberField("temperature"), max_tokens: numberField("max-tokens"),
   };
   running = new AbortController();
+  const mine = conversation;
   $("stop").disabled = false;
   $("send").disabled = true;
   const started = performance.now();
@@ -140,8 +148,10 @@ async function send(text) {
   } finally {
     answer.box.classList.remove("streaming");
     answer.box.scrollIntoView({ block: "end" });  // its last line (the meta) is new
-    if (content) history.push({ role: "assistant", content });
-    else if (answer.box.dataset.finish === "error") history.pop();  // a failed turn is not resent
+    if (mine === conversation) {
+      if (content) history.push({ role: "assistant", content });
+      else if (answer.box.dataset.finish === "error") history.pop();  // a failed turn is not resent
+    }
     running = null;
     $("stop").disabled = true;
     $("send").disabled = false;
@@ -150,6 +160,7 @@ async function send(text) {
 
 function newChat() {
   if (running) running.abort();
+  conversation += 1;
   history.length = 0;
   $("messages").replaceChildren();
   $("input").focus();
