@@ -1,9 +1,12 @@
 """The chat page in a real headless Chromium (selenium), against a real server: streamed tokens
 appear, the answer is the API's own, Stop ends the generation and frees the slot, New chat clears.
-Saves docs/web_chat.png. Skips, saying why, where selenium, Chromium or its driver is missing
+Saves a screenshot: into $LOCALINFER_SCREENSHOT_DIR when set (`LOCALINFER_SCREENSHOT_DIR=docs` renews
+docs/web_chat.png), otherwise into the test's temporary folder, so a test run leaves the checkout as it
+was. Skips, saying why, where selenium, Chromium or its driver is missing
 (.ci/run installs Debian's chromium and chromium-driver)."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -16,7 +19,6 @@ from serve_helpers import raw, wait_idle
 
 pytestmark = pytest.mark.slow
 NAME = "smollm2"
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "web_chat.png"
 SYSTEM = "You are a helpful assistant. Answer briefly."
 
 
@@ -81,7 +83,7 @@ new MutationObserver(() => {
 """
 
 
-def test_chat_in_the_browser(browser, server):
+def test_chat_in_the_browser(browser, server, tmp_path):
     d = browser
     d.get(server.url + "/")
     _wait(d, lambda d: d.find_element("id", "model-name").text == NAME, 20)
@@ -108,8 +110,9 @@ def test_chat_in_the_browser(browser, server):
     second = _ask(d, "And one for learning French?")
     _wait(d, lambda d: second.get_attribute("data-finish"))
     assert second.find_element("css selector", ".text").text
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    d.save_screenshot(str(SCREENSHOT))
+    shots = Path(os.environ.get("LOCALINFER_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    assert d.save_screenshot(str(shots / "web_chat.png"))
 
     # Stop mid-answer: the browser drops the connection, the server cancels and frees the slot
     _set(d, "max-tokens", "900")
