@@ -1,6 +1,6 @@
 """A desktop chat window on localinfer, in PySide6 (Qt 6): answers stream in as they are generated.
 
-    pip install 'localinfer[desktop]'           # PySide6-Essentials
+    pip install 'localinfer[desktop]'           # PySide6-Essentials (not 6.12.0: see pyproject.toml)
     python examples/desktop_chat.py [MODEL]     # a catalog name or a .gguf path (default: the catalog's)
 
 Qt widgets may only be touched from the GUI thread, and a generation would freeze that thread, so the
@@ -92,6 +92,7 @@ class AnswerWorker(QThread):
 
 class ChatWindow(QMainWindow):
     model_ready = Signal(str)      # a model finished loading (its name)
+    model_failed = Signal(str)     # one could not be loaded (why)
     answer_chunk = Signal(str)     # a piece of the answer was shown
     answer_finished = Signal(str)  # the answer ended: its finish reason
 
@@ -192,6 +193,7 @@ class ChatWindow(QMainWindow):
         self.loader = None
         self.statusBar().showMessage(message)
         self._update_buttons()
+        self.model_failed.emit(message)
 
     # -- the conversation --------------------------------------------------------------------------
     def new_chat(self) -> None:

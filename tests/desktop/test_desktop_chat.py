@@ -73,6 +73,23 @@ def send(window, text: str) -> None:
     QTest.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
 
 
+def test_signals_keep_their_references(desktop_chat):
+    """The window emits a signal per token. PySide6 6.12.0 drops a reference to True on every emit,
+    which on Python < 3.12 (where True is not immortal) aborts the process after a few hundred."""
+    from PySide6 import __version__
+    from PySide6.QtCore import QObject, Signal
+
+    class Emitter(QObject):
+        text = Signal(str)
+    emitter, got = Emitter(), []
+    emitter.text.connect(got.append)
+    before = sys.getrefcount(True)
+    for _ in range(200):
+        emitter.text.emit("x")
+    assert len(got) == 200
+    assert sys.getrefcount(True) > before - 100, f"PySide6 {__version__} leaks a reference on every Signal.emit"
+
+
 def test_window_streams_stops_and_switches_models(desktop_chat, smollm2_path, gemma3_path):
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
@@ -150,3 +167,29 @@ def test_window_streams_stops_and_switches_models(desktop_chat, smollm2_path, ge
     finally:
         window.close()
     assert window.model is None and old.closed
+
+
+def test_closing_mid_answer_stops_it_and_closes_the_model(desktop_chat, smollm2_path):
+    window = desktop_chat.ChatWindow(str(smollm2_path))
+    window.show()
+    wait_for(window.model_ready)
+    model = window.model
+    window.max_tokens.setValue(4000)
+    send(window, "Write a very long story about a dragon and a knight, with many chapters.")
+    worker = window.worker
+    wait_for(window.answer_chunk)
+    window.close()
+    assert worker.isFinished() and model.closed and window.model is None
+
+
+def test_a_model_that_cannot_load_is_said_in_the_status_line(desktop_chat, tmp_path):
+    bad = tmp_path / "not-a-model.gguf"
+    bad.write_bytes(b"this is not GGUF")
+    window = desktop_chat.ChatWindow(str(bad))
+    try:
+        message, = wait_for(window.model_failed)
+        assert message.startswith(f"could not load {bad}: ")
+        assert window.statusBar().currentMessage() == message
+        assert not window.send_button.isEnabled() and window.picker.isEnabled()  # another can be picked
+    finally:
+        window.close()
