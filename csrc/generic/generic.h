@@ -43,6 +43,7 @@ void unpack_q6_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
 
 /* quantize_generic.c: activation rows (ggml's reference rounding) */
 void quantize_row_q8_0_generic(const float *x, void *dst, int64_t n);
+void quantize_row_q4_0_generic(const float *x, void *dst, int64_t n);   /* KV cache rows */
 void quantize_row_q8_1_generic(const float *x, void *dst, int64_t n);
 void quantize_row_q8_K_generic(const float *x, void *dst, int64_t n);
 void quantize_row_f32_generic(const float *x, void *dst, int64_t n);

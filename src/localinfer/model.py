@@ -16,6 +16,7 @@ from .fetch import resolve_model
 from .generate import GenerationChunk, GenerationResult, check_prompt_fits, collect, stream_generate
 from .gguf_file import GGUFFile
 from .kv_cache import ContextFullError
+from .kv_types import CacheTypeError, KVCacheTypes, row_width
 from .logit_bias import check_logit_bias, make_logit_bias
 from .logprobs import check_n_top
 from .sampling import make_logits_processors, make_sampler
@@ -63,9 +64,12 @@ class SerializedRuntime:
 
 class Model:
     def __init__(self, path: str | os.PathLike, n_ctx: int | None = None, n_threads: int | None = None,
-                 kv_dtype: str = "f16", backend: str = "auto", n_parallel: int = DEFAULT_N_PARALLEL):
+                 kv_dtype: str = "f16", backend: str = "auto", n_parallel: int = DEFAULT_N_PARALLEL,
+                 cache_type_k: str = "f16", cache_type_v: str = "f16"):
         """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built).
-        n_parallel: sequences generated together when several threads call generate/stream/chat."""
+        n_parallel: sequences generated together when several threads call generate/stream/chat.
+        cache_type_k / cache_type_v: "f16", "q8_0" or "q4_0", the KV cache's keys / values
+        (llama.cpp's --cache-type-k / -v; kv_types.py)."""
         self.path = str(path)
         self.gguf = GGUFFile(path)
         self.metadata: Mapping[str, Any] = self.gguf.metadata
@@ -90,6 +94,15 @@ class Model:
         if kv_dtype not in ("f16", "f32"):
             raise ValueError(f"kv_dtype must be 'f16' or 'f32', got {kv_dtype!r}")
         self.kv_dtype = np.float16 if kv_dtype == "f16" else np.float32
+        kv_types = KVCacheTypes(cache_type_k, cache_type_v)  # CacheTypeError (a ValueError) names a bad one
+        if kv_types.quantized:
+            if kv_dtype != "f16":
+                raise CacheTypeError(f"cache_type_k / cache_type_v other than f16 need kv_dtype 'f16', got {kv_dtype!r}")
+            head_dim = getattr(self.runtime.config, "head_dim", None)
+            for name in sorted({kv_types.k, kv_types.v} - {"f16"}):
+                if head_dim is not None:
+                    row_width(name, head_dim)  # a head size the blocks divide, else CacheTypeError
+            self.kv_dtype = kv_types  # flows where the numpy dtype does: Context, Engine, new_cache
         bos = self.tokenizer.bos_id
         eos = self.tokenizer.eos_id
         self.chat_template = ChatTemplate(
