@@ -11,7 +11,7 @@ import click
 from .bench import bench
 from .bench_grammar import bench_grammar
 from .bench_serve import bench_serve
-from .common import load_model, set_threads
+from .common import cache_type_options, load_model, set_threads
 from .convert import convert
 from .embed import embed
 from .perplexity import perplexity
@@ -51,8 +51,9 @@ def main():
               help="Answers are JSON that validates against the JSON Schema in this file.")
 @click.option("--grammar-file", type=click.File("r", encoding="utf-8"), default=None,
               help="Answers follow the grammar in this file (GBNF, llama.cpp's grammar format).")
+@cache_type_options
 def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, threads, ctx_size,
-        system, raw, verbose, json_schema_file, grammar_file):
+        system, raw, verbose, json_schema_file, grammar_file, cache_type_k, cache_type_v):
     """Chat with MODEL (a catalog name or a .gguf path; default: the catalog default).
 
     Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
@@ -62,7 +63,7 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
     from .chat_loop import answer, interactive
 
     try:
-        llm = load_model(model, ctx_size, threads)
+        llm = load_model(model, ctx_size, threads, cache_type_k, cache_type_v)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     options = dict(max_tokens=None if max_tokens < 0 else max_tokens, temperature=temperature, top_k=top_k,
