@@ -7,9 +7,9 @@
  *   scores = K_row . qx          the type's vec_dot / vec_dot_rows: the ISA's SIMD dot products
  *                                (x86 AVX2 / AVX-512, NEON) from the traits table, LI_DOT_ROWS keys at once
  *   P      = f16(softmax(scores * scale, causal / sliding-window mask, optional soft cap))
- *   out    = sum_j P_j * dequantize(V_j)   key after key: a row of d values is dequantized into L1
- *                                (the type's dequantize, SIMD where the table has one) and added
- *                                to the group's outputs
+ *   out    = sum_j P_j * dequantize(V_j)   key after key: each block of the row is widened in
+ *                                registers and added, weighted, to the group's outputs (axpy_kv_*:
+ *                                generic/kv_generic.c, x86/kv_avx2.c; f16 values: dequantize + add)
  * A row of the cache is one (key, KV head): d / 32 blocks; keys are n_head_kv rows apart.
  * Both f16 goes to li_attention_f16 (attention.c), unchanged. The numpy oracle is
  * ops_reference.attention with k_type / v_type (tests/kernels/test_attention_kv.py).
@@ -32,6 +32,7 @@ typedef struct {
     float scale, softcap;
     const li_type_traits *kt, *vt, *qt;
     li_softmax_f16_fn softmax;
+    li_axpy_kv_fn axpy;            /* P.V of one value row; NULL: f16 values (dequantize + add_scaled) */
     atomic_int error;
 } kv_job;
 
@@ -78,8 +79,12 @@ static void task_attend_kv(void *ctx, int ith, int nth) {
             a->softmax(sh + j0, j1 - j0, a->scale, a->softcap);
         }
         for (int64_t j = j0; j < j1; j++) {
-            a->vt->dequantize(v0 + j * ld_v, x, d);
-            add_scaled(o, d, x, s + j, n_kv, group);
+            if (a->axpy) {
+                a->axpy(d, v0 + j * ld_v, s + j, n_kv, group, o);
+            } else {
+                a->vt->dequantize(v0 + j * ld_v, x, d);
+                add_scaled(o, d, x, s + j, n_kv, group);
+            }
         }
     }
 }
@@ -108,6 +113,8 @@ int li_attention_kv(const float *q, int k_type, const void *k, int v_type, const
     a.n_sums = li_act_sums_count(a.kt->vec_dot_type, head_dim);
     const li_isa_kernels *kern = li_active_kernels();
     a.softmax = kern->softmax_f16 ? kern->softmax_f16 : li_softmax_f16_generic;
+    if (v_type == LI_TYPE_Q8_0) a.axpy = kern->axpy_kv_q8_0 ? kern->axpy_kv_q8_0 : li_axpy_kv_q8_0_generic;
+    if (v_type == LI_TYPE_Q4_0) a.axpy = kern->axpy_kv_q4_0 ? kern->axpy_kv_q4_0 : li_axpy_kv_q4_0_generic;
     const double macs = 2.0 * (double)n_q * (double)n_head * (double)n_kv * (double)head_dim;
     li_pool_run(task_attend_kv, &a, macs >= LI_ATTN_KV_PARALLEL_MIN ? (int)(n_q * n_head_kv) : 1);
     return atomic_load(&a.error) ? LI_ENOMEM : LI_OK;   /* a task's scratch (the only error a task sets) */
