@@ -126,3 +126,24 @@ def test_server_slots_use_the_cache_types(smollm2_path):
     finally:
         p.kill()
         p.wait()
+
+
+@needs_c
+def test_prefix_cache_reuses_quantized_blocks(smollm2_path):
+    """The server's prefix cache keeps a quantized cache's raw rows: a restored prefix gives the same
+    logits as computing it, and blocks of another cache type are never restored into it."""
+    from localinfer.batching.prefix_cache import PrefixCache
+    types = KVCacheTypes("q8_0", "q4_0")
+    with GGUFFile(smollm2_path) as f:
+        m = build_model(f, "c")
+        tokens = np.random.default_rng(2).integers(0, m.config.n_vocab, 69)
+        computed = m.new_cache(128, types)
+        m.forward(tokens[:64], computed)
+        want = m.forward(tokens[64:], computed)
+        store = PrefixCache(max_bytes=64 << 20, block_size=32)
+        assert store.store(tokens[:64], computed) == 2
+        restored = m.new_cache(128, types)
+        assert store.restore(tokens, restored, limit=68) == 64
+        np.testing.assert_array_equal(m.forward(tokens[64:], restored), want)
+        other = m.new_cache(128, KVCacheTypes("q8_0", "q8_0"))
+        assert store.restore(tokens, other, limit=68) == 0

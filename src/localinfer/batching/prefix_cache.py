@@ -80,7 +80,8 @@ class PrefixCache:
             found = []
             for key in self.keys(tokens[:max(0, limit)]):
                 block = self._blocks.get(key)
-                if block is None or block.k.dtype != cache.dtype or block.k.shape[2:] != cache.k.shape[2:]:
+                if block is None or block.k.dtype != cache.k.dtype or block.k.shape[2:] != cache.k.shape[2:] or \
+                        block.v.dtype != cache.v.dtype or block.v.shape[2:] != cache.v.shape[2:]:  # q8_0/q4_0 rows
                     break
                 found.append((key, block))
             for key, _ in reversed(found):  # parents end up more recent than their children
