@@ -147,3 +147,23 @@ def test_prefix_cache_reuses_quantized_blocks(smollm2_path):
         np.testing.assert_array_equal(m.forward(tokens[64:], restored), want)
         other = m.new_cache(128, KVCacheTypes("q8_0", "q8_0"))
         assert store.restore(tokens, other, limit=68) == 0
+
+
+def test_bench_and_perplexity_take_the_cache_types(smollm2_path, tmp_path):
+    """bench's worker loads the model with the types and says so in its rows (llama-bench's type_k /
+    type_v); perplexity runs with them (q8_0 keys and values: a finite PPL near the f16 cache's)."""
+    import json
+    r = subprocess.run(CLI + ["bench", str(smollm2_path), "-p", "4", "-n", "2", "-r", "1", "-t", "1", "-o", "json",
+                              "-ctk", "q8_0", "-ctv", "q4_0"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [(row["type_k"], row["type_v"]) for row in rows] == [("q8_0", "q4_0")] * 2
+    text = tmp_path / "t.txt"
+    text.write_text("It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 40)
+    ppl = {}
+    for t in ("f16", "q8_0"):
+        p = subprocess.run(CLI + ["perplexity", str(smollm2_path), "-f", str(text), "-c", "128", "--chunks", "2",
+                                  "-t", "1", "-ctk", t, "-ctv", t], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        ppl[t] = float(re.search(r"PPL = ([\d.]+)", p.stdout).group(1))
+    assert abs(ppl["q8_0"] / ppl["f16"] - 1) < 0.05  # docs/quality.md: q8_0 within +0.3% on real text
