@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .common import int_list
+from .common import cache_type_options, int_list
 
 
 @click.command()
@@ -40,8 +40,9 @@ from .common import int_list
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a tokens/s vs threads plot (PNG).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the report into this markdown file (e.g. BENCHMARKS.md), replacing only its own section.")
+@cache_type_options
 def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama_bench, startup, llama_completion,
-          llama_bench_args, backend, membw, plot_path, report_path):
+          llama_bench_args, backend, membw, plot_path, report_path, cache_type_k, cache_type_v):
     """Measure prompt processing (ppN) and generation (tgN) tokens/s for MODELS (catalog names or paths).
 
     --synthetic llama-8b:Q4_0,Q4_K_M benches random-weight files of Llama-3.1-8B's shape: real matrix
@@ -73,7 +74,8 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
         paths += [str(p) for spec in synthetic for p in _synthetic_paths(spec, log)]
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
-    suite = Suite(paths, threads, prompts, gens, reps, llama_bench, shlex.split(llama_bench_args), backend, depths)
+    suite = Suite(paths, threads, prompts, gens, reps, llama_bench, shlex.split(llama_bench_args), backend, depths,
+                  cache_types=(cache_type_k, cache_type_v))
     try:
         run_suite(suite, log)
     except RuntimeError as e:

@@ -11,13 +11,15 @@ from localinfer.blas_threads import set_blas_threads as set_threads  # noqa: F40
 from .progress import ByteProgress
 
 
-def load_model(model_name, ctx_size=None, threads=None, speculative=None):
+def load_model(model_name, ctx_size=None, threads=None, speculative=None, cache_type_k="f16", cache_type_v="f16"):
     """A catalog name (fetched with a progress bar on first use), a .gguf path, or None for the default.
-    speculative: load()'s draft/draft_max/draft_min/draft_p_min/lookup_ngram (speculative_options)."""
+    speculative: load()'s draft/draft_max/draft_min/draft_p_min/lookup_ngram (speculative_options);
+    cache_type_k / cache_type_v: the KV cache's types (cache_type_options)."""
     from localinfer import load
     from localinfer.fetch import resolve_model
     path = resolve_model(model_name, progress=ByteProgress(f"pulling {model_name or 'default model'}"))
-    return load(str(path), n_ctx=ctx_size, n_threads=threads, **(speculative or {}))
+    return load(str(path), n_ctx=ctx_size, n_threads=threads, cache_type_k=cache_type_k,
+                cache_type_v=cache_type_v, **(speculative or {}))
 
 
 def speculative_options(command):
@@ -44,6 +46,17 @@ def speculative_options(command):
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper
+
+
+CACHE_TYPES = ("f16", "q8_0", "q4_0")  # localinfer.kv_types.CACHE_TYPES, without importing numpy here
+
+
+def cache_type_options(f):
+    """--cache-type-k / --cache-type-v (llama.cpp's -ctk / -ctv): the KV cache's element types."""
+    f = click.option("-ctv", "--cache-type-v", type=click.Choice(CACHE_TYPES), default="f16", show_default=True,
+                     help="KV cache type of the values (q8_0: half of f16's bytes, q4_0: ~a quarter).")(f)
+    return click.option("-ctk", "--cache-type-k", type=click.Choice(CACHE_TYPES), default="f16", show_default=True,
+                        help="KV cache type of the keys.")(f)
 
 
 def int_list(ctx, param, value):

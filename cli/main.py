@@ -13,7 +13,7 @@ from .bench_grammar import bench_grammar
 from .bench_restart import bench_restart
 from .bench_spec import bench_spec
 from .bench_serve import bench_serve
-from .common import load_model, set_threads, speculative_options
+from .common import cache_type_options, load_model, set_threads, speculative_options
 from .convert import convert
 from .embed import embed
 from .perplexity import perplexity
@@ -56,8 +56,9 @@ def main():
 @click.option("--prompt-cache", type=click.Path(dir_okay=False), default=None,
               help="Keep the KV state in this file: a later run reuses the prompt (or continues the chat) it holds.")
 @speculative_options
+@cache_type_options
 def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, threads, ctx_size,
-        system, raw, verbose, json_schema_file, grammar_file, prompt_cache, speculative):
+        system, raw, verbose, json_schema_file, grammar_file, prompt_cache, speculative, cache_type_k, cache_type_v):
     """Chat with MODEL (a catalog name or a .gguf path; default: the catalog default).
 
     Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
@@ -67,7 +68,7 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
     from .chat_loop import answer, interactive
 
     try:
-        llm = load_model(model, ctx_size, threads, speculative)
+        llm = load_model(model, ctx_size, threads, speculative, cache_type_k, cache_type_v)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     options = dict(max_tokens=None if max_tokens < 0 else max_tokens, temperature=temperature, top_k=top_k,

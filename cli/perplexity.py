@@ -10,7 +10,7 @@ import time
 
 import click
 
-from .common import load_model, set_threads
+from .common import cache_type_options, load_model, set_threads
 
 DEFAULT_CTX = 512
 
@@ -45,7 +45,8 @@ def _eta(seconds_per_chunk: float, n_chunk: int) -> str:
 @click.option("--kl-top-k", type=click.IntRange(1), default=None,
               help="Base tokens kept per position when saving a base (default 1024; larger is closer to "
                    "the full-vocabulary KLD and makes a bigger file).")
-def perplexity(model, text_file, ctx_size, chunks, threads, base_path, kl, kl_top_k):
+@cache_type_options
+def perplexity(model, text_file, ctx_size, chunks, threads, base_path, kl, kl_top_k, cache_type_k, cache_type_v):
     """Perplexity of MODEL on a text, as llama.cpp's llama-perplexity measures it.
 
     \b
@@ -62,20 +63,21 @@ def perplexity(model, text_file, ctx_size, chunks, threads, base_path, kl, kl_to
     set_threads(threads)
     try:
         if kl:
-            _run_kld(model, base_path, ctx_size, chunks, threads)
+            _run_kld(model, base_path, ctx_size, chunks, threads, (cache_type_k, cache_type_v))
         else:
-            _run_ppl(model, text_file, ctx_size or DEFAULT_CTX, chunks, threads, base_path, kl_top_k)
+            _run_ppl(model, text_file, ctx_size or DEFAULT_CTX, chunks, threads, base_path, kl_top_k,
+                     (cache_type_k, cache_type_v))
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
 
 
-def _run_ppl(model_name, text_file, n_ctx, n_chunks, threads, base_path, top_k):
+def _run_ppl(model_name, text_file, n_ctx, n_chunks, threads, base_path, top_k, cache_types=("f16", "f16")):
     from localinfer.measure import perplexity as P
     from localinfer.measure.kld_file import BaseWriter, base_chunk, base_header
 
     with open(text_file, encoding="utf-8", errors="replace") as f:
         text = f.read()
-    llm = load_model(model_name, n_ctx, threads)
+    llm = load_model(model_name, n_ctx, threads, None, *cache_types)
     _log("perplexity: tokenizing the input ..")
     t0 = time.perf_counter()
     tokens = P.text_tokens(llm, text)
@@ -103,7 +105,7 @@ def _run_ppl(model_name, text_file, n_ctx, n_chunks, threads, base_path, top_k):
     _out(P.format_final(stats))
 
 
-def _run_kld(model_name, base_path, ctx_size, n_chunks, threads):
+def _run_kld(model_name, base_path, ctx_size, n_chunks, threads, cache_types=("f16", "f16")):
     from localinfer.measure.kl_divergence import TABLE_HEADER, KLDStats, format_report, format_row, kld_pass
     from localinfer.measure.kld_file import BaseReader
 
@@ -111,7 +113,7 @@ def _run_kld(model_name, base_path, ctx_size, n_chunks, threads):
     h = base.header
     if ctx_size is not None and ctx_size != h.n_ctx:
         raise ValueError(f"{base_path} was computed with a context of {h.n_ctx}, not {ctx_size} (leave out -c)")
-    llm = load_model(model_name, h.n_ctx, threads)
+    llm = load_model(model_name, h.n_ctx, threads, None, *cache_types)
     base.check_model(llm, model_name)
     chunks = base.tokens()[:n_chunks]
     n_chunk = chunks.shape[0]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import load_model, set_threads, speculative_options
+from .common import cache_type_options, load_model, set_threads, speculative_options
 
 
 @click.command()
@@ -38,15 +38,16 @@ from .common import load_model, set_threads, speculative_options
 @click.option("--pooling", type=click.Choice(["mean", "last", "cls"]), default=None,
               help="How /v1/embeddings pools the final hidden states (default: the file's pooling_type, else mean).")
 @speculative_options
+@cache_type_options
 def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body, io_timeout,
-          threads, verbose, pooling, prefix_cache_dir, prefix_cache_dir_mib, speculative):
+          threads, verbose, pooling, prefix_cache_dir, prefix_cache_dir_mib, speculative, cache_type_k, cache_type_v):
     """Serve MODEL (a catalog name or a .gguf path) over the OpenAI API:
     /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics."""
     set_threads(threads)
     from localinfer.serve.app import make_server
 
     try:
-        llm = load_model(model, ctx_size, threads, speculative)
+        llm = load_model(model, ctx_size, threads, speculative, cache_type_k, cache_type_v)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     name = model if model and not os.path.exists(model) else Path(llm.path).stem

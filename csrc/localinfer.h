@@ -72,6 +72,11 @@ int li_glu(const float *g, int64_t ldg, const float *u, int64_t ldu, float *y, i
 int li_attention_f16(const float *q, const void *k, const void *v, float *out, int64_t n_q, int64_t n_head,
                      int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos, int64_t key_start,
                      float scale, int64_t window, float softcap);
+/* core/attention_kv.c: the same with K and V rows of type k_type / v_type (F16, Q8_0 or Q4_0; head_dim a
+ * multiple of the block sizes), read in place: (n_kv, n_head_kv, head_dim / block * type_size) bytes each */
+int li_attention_kv(const float *q, int k_type, const void *k, int v_type, const void *v, float *out, int64_t n_q,
+                    int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos,
+                    int64_t key_start, float scale, int64_t window, float softcap);
 
 typedef struct {
     int wtype;                 /* ggml type id of w's rows */
@@ -109,12 +114,13 @@ typedef struct {
 } li_decoder_layer;
 
 typedef struct {
-    void *k, *v;               /* the sequence's full caches, (n_full_layers, n_ctx, n_head_kv, head_dim) f16 */
+    void *k, *v;               /* the sequence's full caches, (n_full_layers, n_ctx, n_head_kv, head_dim) of type_k / type_v */
     int64_t n_ctx, offset;     /* its new keys go to rows [offset, offset + n_tokens) */
     int64_t n_tokens;          /* its rows of x, after those of the sequences before it */
-    void *ring_k, *ring_v;     /* sliding-window layers: (n_ring_layers, n_slots, ...) f16, position p in
+    void *ring_k, *ring_v;     /* sliding-window layers: (n_ring_layers, n_slots, ...) as k / v, position p in
                                   slot p % n_slots; NULL when no layer uses them */
     int64_t n_slots;
+    int type_k, type_v;        /* ggml type of the cache rows (of k / ring_k, v / ring_v): F16, Q8_0 or Q4_0 */
 } li_kv_seq;
 
 /* core/decoder_layers.c: n_layers decoder layers (the llama family's, gemma3's) on x (n, n_embd) in place, n the

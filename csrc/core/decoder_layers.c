@@ -10,7 +10,8 @@
  *   h = rms_norm(x, attn_norm);  q | k | v = h . Wqkv (+ bias), one stacked matmul or three
  *   q, k = per-head rms_norm (if the layer has q_norm / k_norm), rope, times rope_mscale on the
  *   rotated dimensions; q *= q_scale (if > 0)
- *   per sequence: cache[offset ..] = f16(k), f16(v);  a = attention(q, cache[0 .. offset + n_tokens))
+ *   per sequence: cache[offset ..] = f16(k), f16(v) (or q8_0 / q4_0 rows: li_kv_seq's type_k / type_v);
+ *   a = attention(q, cache[0 .. offset + n_tokens))
  *   x += a . Wo (+ bias)
  *   (gemma3: the branch output goes through attn_post_norm before the add)
  *   h = rms_norm(x, ffn_norm);  x += down(silu(gate(h)) * up(h)), gate | up one matmul or two
@@ -46,9 +47,8 @@ typedef struct {
     const float *q, *k, *v;
     float *a;
     const int64_t *pos;
-    ggml_half *ring_kv;            /* ring_stride halves per sequence: its gathered keys | values */
+    uint8_t *ring_kv;              /* ring_stride bytes per sequence: its gathered keys | values */
     size_t ring_stride;
-    li_quantize_fn to_f16;
     atomic_int rc;
 } attn_seqs_job;
 
@@ -59,39 +59,41 @@ static int attend_seq(attn_seqs_job *j, int s) {
     const li_kv_seq *sq = &j->seqs[s];
     const int64_t hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
     const int64_t m = sq->n_tokens, off = sq->offset, row = j->seq_row[s];
-    const ggml_half *keys, *values;
+    const li_type_traits *kt = li_traits(sq->type_k), *vt = li_traits(sq->type_v);
+    /* bytes of one position's K / V (kv_dim values: whole blocks, checked by li_decoder_layers) */
+    const size_t k_row = (size_t)(kv_dim / kt->block_size * kt->type_size);
+    const size_t v_row = (size_t)(kv_dim / vt->block_size * vt->type_size);
+    const uint8_t *keys, *values;
     int64_t n_kv, key_start;
     if (!L->ring) {   /* every position from 0 */
-        const size_t layer_halves = (size_t)sq->n_ctx * (size_t)kv_dim;
-        ggml_half *kc = (ggml_half *)sq->k + (size_t)L->cache_layer * layer_halves;
-        ggml_half *vc = (ggml_half *)sq->v + (size_t)L->cache_layer * layer_halves;
-        j->to_f16(j->k + row * kv_dim, kc + off * kv_dim, m * kv_dim);
-        j->to_f16(j->v + row * kv_dim, vc + off * kv_dim, m * kv_dim);
+        uint8_t *kc = (uint8_t *)sq->k + (size_t)L->cache_layer * (size_t)sq->n_ctx * k_row;
+        uint8_t *vc = (uint8_t *)sq->v + (size_t)L->cache_layer * (size_t)sq->n_ctx * v_row;
+        kt->from_float(j->k + row * kv_dim, kc + off * k_row, m * kv_dim);
+        vt->from_float(j->v + row * kv_dim, vc + off * v_row, m * kv_dim);
         keys = kc, values = vc, n_kv = off + m, key_start = 0;
     } else {   /* the ring (kv_cache.RotatingKVCache): the window before the first new token, then the new */
-        const size_t ring_halves = (size_t)sq->n_slots * (size_t)kv_dim, row_bytes = sizeof(ggml_half) * (size_t)kv_dim;
-        ggml_half *rk = (ggml_half *)sq->ring_k + (size_t)L->cache_layer * ring_halves;
-        ggml_half *rv = (ggml_half *)sq->ring_v + (size_t)L->cache_layer * ring_halves;
+        uint8_t *rk = (uint8_t *)sq->ring_k + (size_t)L->cache_layer * (size_t)sq->n_slots * k_row;
+        uint8_t *rv = (uint8_t *)sq->ring_v + (size_t)L->cache_layer * (size_t)sq->n_slots * v_row;
         key_start = off - L->window + 1 > 0 ? off - L->window + 1 : 0;
         const int64_t n_old = off - key_start;
         n_kv = n_old + m;
-        ggml_half *kb = j->ring_kv + (size_t)s * j->ring_stride, *vb = kb + n_kv * kv_dim;
+        uint8_t *kb = j->ring_kv + (size_t)s * j->ring_stride, *vb = kb + n_kv * k_row;
         for (int64_t p = key_start; p < off; p++) {
-            memcpy(kb + (p - key_start) * kv_dim, rk + (p % sq->n_slots) * kv_dim, row_bytes);
-            memcpy(vb + (p - key_start) * kv_dim, rv + (p % sq->n_slots) * kv_dim, row_bytes);
+            memcpy(kb + (p - key_start) * k_row, rk + (p % sq->n_slots) * k_row, k_row);
+            memcpy(vb + (p - key_start) * v_row, rv + (p % sq->n_slots) * v_row, v_row);
         }
-        j->to_f16(j->k + row * kv_dim, kb + n_old * kv_dim, m * kv_dim);
-        j->to_f16(j->v + row * kv_dim, vb + n_old * kv_dim, m * kv_dim);
+        kt->from_float(j->k + row * kv_dim, kb + n_old * k_row, m * kv_dim);
+        vt->from_float(j->v + row * kv_dim, vb + n_old * v_row, m * kv_dim);
         const int64_t n_store = m < sq->n_slots ? m : sq->n_slots;   /* the newest go to their slots */
         for (int64_t i = m - n_store; i < m; i++) {
             const int64_t slot = (off + i) % sq->n_slots;
-            memcpy(rk + slot * kv_dim, kb + (n_old + i) * kv_dim, row_bytes);
-            memcpy(rv + slot * kv_dim, vb + (n_old + i) * kv_dim, row_bytes);
+            memcpy(rk + slot * k_row, kb + (n_old + i) * k_row, k_row);
+            memcpy(rv + slot * v_row, vb + (n_old + i) * v_row, v_row);
         }
         keys = kb, values = vb;
     }
-    return li_attention_f16(j->q + row * q_dim, keys, values, j->a + row * q_dim, m, c->n_head, c->n_head_kv,
-                            hd, n_kv, j->pos + row, key_start, c->attn_scale, L->window, 0.0f);
+    return li_attention_kv(j->q + row * q_dim, sq->type_k, keys, sq->type_v, values, j->a + row * q_dim, m, c->n_head,
+                           c->n_head_kv, hd, n_kv, j->pos + row, key_start, c->attn_scale, L->window, 0.0f);
 }
 
 static void task_attend_seqs(void *ctx, int ith, int nth) {
@@ -113,6 +115,11 @@ int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers
         const li_kv_seq *q = &seqs[s];
         if (!q->k || !q->v || q->n_tokens <= 0 || q->offset < 0 || q->offset + q->n_tokens > q->n_ctx)
             return LI_EINVAL;
+        for (int t = 0; t < 2; t++) {   /* cache rows: f16, q8_0 or q4_0, whole blocks per head */
+            const int type = t ? q->type_v : q->type_k;
+            if (type != LI_TYPE_F16 && type != LI_TYPE_Q8_0 && type != LI_TYPE_Q4_0) return LI_ETYPE;
+            if (c->head_dim % li_traits(type)->block_size) return LI_EINVAL;
+        }
         if (max_window > 0) {   /* a ring layer gathers each sequence's visible keys into its own buffer */
             if (!q->ring_k || !q->ring_v || q->n_slots <= 0) return LI_EINVAL;
             const int64_t old = q->offset < max_window - 1 ? q->offset : max_window - 1;
@@ -126,17 +133,17 @@ int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers
     /* scratch: h (n, d) | qkv (n, qkv_dim) | q, k, v (n, q_dim + 2 kv_dim) | a (n, q_dim) |
      * gu (n, 2 n_ff) | act (n, n_ff) | o (n, d) */
     const size_t floats = (size_t)n * (size_t)(d + qkv_dim + qkv_dim + q_dim + 2 * n_ff + n_ff + d);
-    const size_t ring_stride = 2 * (size_t)ring_rows * (size_t)kv_dim;   /* halves per sequence */
+    /* bytes per sequence, at f16's size (the largest row of the cache types) */
+    const size_t ring_stride = 2 * sizeof(ggml_half) * (size_t)ring_rows * (size_t)kv_dim;
     float *buf = malloc(sizeof(float) * floats + sizeof(int64_t) * (size_t)n_seqs +
-                        sizeof(ggml_half) * ring_stride * (size_t)n_seqs);
+                        ring_stride * (size_t)n_seqs);
     if (!buf) return LI_ENOMEM;
     int64_t *seq_row = (int64_t *)(buf + floats);
-    ggml_half *ring_kv = (ggml_half *)(seq_row + n_seqs);   /* per sequence: gathered keys | values */
+    uint8_t *ring_kv = (uint8_t *)(seq_row + n_seqs);   /* per sequence: gathered keys | values */
     seq_row[0] = 0;
     for (int s = 1; s < n_seqs; s++) seq_row[s] = seq_row[s - 1] + seqs[s - 1].n_tokens;
     float *h = buf, *qkv = h + n * d, *q = qkv + n * qkv_dim, *k = q + n * q_dim, *v = k + n * kv_dim;
     float *a = v + n * kv_dim, *gu = a + n * q_dim, *act = gu + 2 * n * n_ff, *o = act + n * n_ff;
-    const li_quantize_fn to_f16 = li_traits(LI_TYPE_F16)->from_float;
     int rc = LI_OK;
 
     for (int l = 0; l < n_layers && rc == LI_OK; l++) {
@@ -169,7 +176,7 @@ int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers
         }
         if (c->q_scale > 0.0f)
             for (int64_t i = 0; i < n * q_dim; i++) q[i] *= c->q_scale;
-        attn_seqs_job job = {c, L, seqs, n_seqs, seq_row, q, k, v, a, pos, ring_kv, ring_stride, to_f16, 0};
+        attn_seqs_job job = {c, L, seqs, n_seqs, seq_row, q, k, v, a, pos, ring_kv, ring_stride, 0};
         /* a decode step of several sequences: one sequence per pool slot (each attention is too small
          * to split); otherwise sequence after sequence, each attention over the pool's threads */
         li_pool_run(task_attend_seqs, &job, n_seqs > 1 && max_tokens <= 4 ? 2 : 1);

@@ -137,6 +137,10 @@ typedef void (*li_axpy_rows_f16_fn)(int64_t n, const float *p, int na, int64_t l
  *   the exponentials summed in double (ggml_vec_soft_max_f32);
  * round_f16: y = f16(x) widened back; widen_f16: y = x (f16 -> f32, exact). */
 typedef void (*li_softmax_f16_fn)(float *p, int64_t n, float scale, float softcap);
+/* P.V over a quantized cache (attention_kv.c), one value row of d values (d / 32 blocks) at a time:
+ * out[h*d + e] += p[h*ldp] * x[e] for h < na, x = the row dequantized as ggml does (q * d, f32 mul,
+ * then a separate mul and add: the same bits in every variant). */
+typedef void (*li_axpy_kv_fn)(int64_t d, const void *v, const float *p, int64_t ldp, int64_t na, float *out);
 typedef void (*li_round_f16_fn)(const float *x, float *y, int64_t n);
 typedef void (*li_widen_f16_fn)(const ggml_half *x, float *y, int64_t n);
 /* float tile: rows of kp floats (kp a multiple of 16, zero padded) */
@@ -178,6 +182,7 @@ typedef struct {
     li_round_f16_fn round_f16;
     li_widen_f16_fn widen_f16;
     li_vec_dot_f16_mact_fn vec_dot_f16_mact;   /* NULL: the F16 GEMV calls vec_dot per activation row */
+    li_axpy_kv_fn axpy_kv_q8_0, axpy_kv_q4_0;   /* NULL: generic/kv_generic.c */
     /* the gating of ops.c's li_glu; NULL: generic/act_generic.c */
     void (*silu_mul)(const float *g, const float *u, float *y, int64_t n);   /* y = g / (1 + e^-g) * u */
     void (*geglu_f16)(const float *g, const float *u, float *y, int64_t n, const float *table);

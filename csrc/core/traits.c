@@ -11,7 +11,7 @@
 #include "generic/generic.h"
 
 /* type, function stem, block size, vec_dot type (+ its stem), G, o, umax, has_min, from_float
- * (Q8_0 is both a weight type and an activation type) */
+ * (Q8_0 is both a weight type and an activation type; Q4_0's from_float writes KV cache rows) */
 #define QUANT(T, name, BS, ACT, aname, G, O, UMAX, MIN, FROM_FLOAT)                     \
     [LI_TYPE_##T] = {#T, BS, (int)sizeof(block_##name), LI_TYPE_##ACT, G, O, UMAX, MIN,  \
                      dequantize_row_##name, vec_dot_##name##_##aname##_generic,        \
@@ -24,7 +24,7 @@ const li_type_traits li_traits_generic[LI_TYPE_COUNT] = {
                      vec_dot_f16_f16_generic, NULL, quantize_row_f16_generic},
     [LI_TYPE_BF16] = {"BF16", 1, 2, LI_TYPE_BF16, 0, 0, 0, 0, dequantize_row_bf16,
                       vec_dot_bf16_bf16_generic, NULL, quantize_row_bf16_generic},
-    QUANT(Q4_0, q4_0, QK4_0, Q8_0, q8_0, 32, 8, 15, 0, NULL)
+    QUANT(Q4_0, q4_0, QK4_0, Q8_0, q8_0, 32, 8, 15, 0, quantize_row_q4_0_generic)
     QUANT(Q4_1, q4_1, QK4_1, Q8_1, q8_1, 32, 0, 15, 1, NULL)
     QUANT(Q5_0, q5_0, QK5_0, Q8_0, q8_0, 32, 16, 31, 0, NULL)
     QUANT(Q5_1, q5_1, QK5_1, Q8_1, q8_1, 32, 0, 31, 1, NULL)

@@ -43,6 +43,7 @@ void unpack_q6_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
 
 /* quantize_generic.c: activation rows (ggml's reference rounding) */
 void quantize_row_q8_0_generic(const float *x, void *dst, int64_t n);
+void quantize_row_q4_0_generic(const float *x, void *dst, int64_t n);   /* KV cache rows */
 void quantize_row_q8_1_generic(const float *x, void *dst, int64_t n);
 void quantize_row_q8_K_generic(const float *x, void *dst, int64_t n);
 void quantize_row_f32_generic(const float *x, void *dst, int64_t n);
@@ -85,6 +86,10 @@ void li_axpy_rows_f16_generic(int64_t n, const float *p, int na, int64_t ldp, co
 void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap);
 void li_round_f16_generic(const float *x, float *y, int64_t n);
 void li_widen_f16_generic(const ggml_half *x, float *y, int64_t n);
+
+/* kv_generic.c: P.V rows of a q8_0 / q4_0 KV cache (core/attention_kv.c) */
+void li_axpy_kv_q8_0_generic(int64_t d, const void *v, const float *p, int64_t ldp, int64_t na, float *out);
+void li_axpy_kv_q4_0_generic(int64_t d, const void *v, const float *p, int64_t ldp, int64_t na, float *out);
 
 /* act_generic.c: the gated activations (core/ops.c) */
 void li_silu_mul_generic(const float *g, const float *u, float *y, int64_t n);

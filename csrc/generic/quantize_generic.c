@@ -28,6 +28,25 @@ void quantize_row_q8_0_generic(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* The KV cache's q4_0 rows (ggml's quantize_row_q4_0_ref): d = max / -8 with max the signed element of
+ * largest magnitude (the first one to reach it), q = min(15, (int8)(x * id + 8.5)), element j in the low
+ * nibble of byte j and element j + 16 in its high nibble. */
+void quantize_row_q4_0_generic(const float *x, void *dst, int64_t n) {
+    block_q4_0 *y = dst;
+    for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK4_0; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+        const float d = max / -8;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = li_fp32_to_fp16(d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            const int8_t lo = (int8_t)(x[j] * id + 8.5f), hi = (int8_t)(x[QK4_0 / 2 + j] * id + 8.5f);
+            y[i].qs[j] = (uint8_t)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+        }
+    }
+}
+
 void quantize_row_q8_1_generic(const float *x, void *dst, int64_t n) {
     block_q8_1 *y = dst;
     for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {

@@ -10,6 +10,10 @@
 
 extern const li_isa_kernels li_kernels_avx2;
 
+/* kv_avx2.c: P.V rows of a q8_0 / q4_0 KV cache (bit for bit the generic ones; the avx512 table uses them too) */
+void li_axpy_kv_q8_0_avx2(int64_t d, const void *v, const float *p, int64_t ldp, int64_t na, float *out);
+void li_axpy_kv_q4_0_avx2(int64_t d, const void *v, const float *p, int64_t ldp, int64_t na, float *out);
+
 /* quants_avx2.c: activation quantizers and the dot products (one row, and LI_DOT_ROWS rows at once) */
 void quantize_row_q8_0_avx2(const float *x, void *dst, int64_t n);
 void quantize_row_q8_1_avx2(const float *x, void *dst, int64_t n);

@@ -40,6 +40,7 @@ const li_isa_kernels li_kernels_avx2 = {
     .softmax_f16 = li_softmax_f16_avx2, .round_f16 = li_round_f16_avx2,
     .widen_f16 = li_widen_f16_avx2, .silu_mul = li_silu_mul_avx2,
     .geglu_f16 = li_geglu_f16_avx2,
+    .axpy_kv_q8_0 = li_axpy_kv_q8_0_avx2, .axpy_kv_q4_0 = li_axpy_kv_q4_0_avx2,
 };
 
 #endif /* x86_64 */

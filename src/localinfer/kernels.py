@@ -41,12 +41,14 @@ except ImportError as _err:  # not built: the numpy path is used instead
 __all__ = [
     "KernelsUnavailable", "available", "unavailable_reason", "isa", "supported_isas", "built_isas",
     "set_threads", "get_threads", "matmul", "prepare", "PreparedMatrix", "dequantize_row",
-    "quantize_activations", "ACTIVATION_TYPES", "memory_bandwidth",
+    "quantize_activations", "ACTIVATION_TYPES", "memory_bandwidth", "quantize_kv", "attention_kv", "KV_CACHE_TYPES",
 ]
 
 MAX_THREADS = 256
 # Activation (vec_dot) formats quantize_activations can produce.
 ACTIVATION_TYPES = (T.Q8_0, T.Q8_1, T.Q8_K, T.F32, T.F16, T.BF16)
+# Element types of the KV cache (kv_types.py) that quantize_kv writes and attention_kv reads.
+KV_CACHE_TYPES = (T.F16, T.Q8_0, T.Q4_0)
 # The C status codes (li_status in csrc/localinfer.h, read from the module): exception, meaning.
 _ERRORS = {} if _lib is None else {
     _lib.LI_EINVAL: (ValueError, "invalid argument"),
@@ -356,6 +358,65 @@ def quantize_activations(x: np.ndarray, act_type) -> np.ndarray:
         if k:
             _check(_lib.li_quantize_row(int(qt), _ffi.from_buffer("float[]", rows[i]), _ffi.from_buffer(out[i], require_writable=True), k), "quantize_activations")
     return out.reshape(row_bytes) if x.ndim == 1 else out
+
+
+def quantize_kv(x: np.ndarray, cache_type) -> np.ndarray:
+    """float32 (n,) -> n values of a KV cache type (Q8_0, Q4_0, F16) as raw bytes (n / block * type_size,),
+    in one C call (ggml's reference rounding; a row of the cache is whole blocks, so quantizing the
+    concatenated rows is quantizing each row)."""
+    qt, block, type_size, _ = _type_info(cache_type, "KV cache")
+    if qt not in KV_CACHE_TYPES:
+        raise UnsupportedQuantType(f"{qt.name} is not a KV cache type; use one of {', '.join(t.name for t in KV_CACHE_TYPES)}")
+    _check_array(x, "x", (np.float32,))
+    if x.ndim != 1 or x.shape[0] % block:
+        raise ValueError(f"x must be 1-D with a multiple of {block} values for {qt.name}, got shape {x.shape}")
+    out = np.empty(x.shape[0] // block * type_size, dtype=np.uint8)
+    if x.size:
+        _check(_lib.li_quantize_row(int(qt), _ffi.from_buffer("float[]", x), _ffi.from_buffer(out, require_writable=True),
+                                    x.shape[0]), "quantize_kv")
+    return out
+
+
+def attention_kv(q: np.ndarray, k: np.ndarray, k_type, v: np.ndarray, v_type, q_positions: np.ndarray, scale: float,
+                 window: int = 0, softcap: float = 0.0, key_start: int = 0) -> np.ndarray:
+    """Causal attention over a cache of K rows of `k_type` and V rows of `v_type` (F16, Q8_0, Q4_0),
+    read in place by C (csrc/core/attention_kv.c). q: float32 (n, n_head, head_dim); k, v: (n_kv,
+    n_head_kv, head_dim) float16 or (n_kv, n_head_kv, row bytes) uint8 blocks; key j at position
+    key_start + j. Returns float32 (n, n_head, head_dim)."""
+    lib = _need_lib()
+    _check_array(q, "q", (np.float32,))
+    if q.ndim != 3:
+        raise ValueError(f"q must be (n, n_head, head_dim), got shape {q.shape}")
+    n, n_head, head_dim = q.shape
+    kinds = []
+    for name, a, t in (("k", k, k_type), ("v", v, v_type)):
+        qt, block, type_size, _ = _type_info(t, "KV cache")
+        if qt not in KV_CACHE_TYPES:
+            raise UnsupportedQuantType(f"{name}: {qt.name} is not a KV cache type; use one of "
+                                       f"{', '.join(t.name for t in KV_CACHE_TYPES)}")
+        _check_array(a, name, (np.float16,) if qt == T.F16 else (np.uint8,))
+        if head_dim % block:
+            raise ValueError(f"{name}: head_dim {head_dim} is not a multiple of the {qt.name} block size {block}")
+        width = head_dim if qt == T.F16 else head_dim // block * type_size
+        if a.ndim != 3 or a.shape[2] != width:
+            raise ValueError(f"{name} must be (n_kv, n_head_kv, {width}) for {qt.name} rows of {head_dim} values, "
+                             f"got shape {a.shape}")
+        kinds.append(qt)
+    if k.shape[:2] != v.shape[:2] or k.shape[1] == 0 or n_head % k.shape[1]:
+        raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit together")
+    pos = _check_array(q_positions, "q_positions", (np.int64,))
+    if pos.shape != (n,):
+        raise ValueError(f"q_positions must have shape ({n},), got {pos.shape}")
+    for name, val in (("window", window), ("key_start", key_start)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {val!r}")
+    out = np.empty_like(q)
+    if n:
+        _check(lib.li_attention_kv(_ffi.from_buffer("float[]", q), int(kinds[0]), _ffi.from_buffer(k), int(kinds[1]),
+                                   _ffi.from_buffer(v), _ffi.from_buffer("float[]", out, require_writable=True), n, n_head,
+                                   k.shape[1], head_dim, k.shape[0], _ffi.from_buffer("int64_t[]", pos), int(key_start),
+                                   float(scale), int(window), float(softcap or 0.0)), "attention_kv")
+    return out
 
 
 # --- memory bandwidth -----------------------------------------------------------------------

@@ -9,12 +9,18 @@ order, ending with the new ones: the first returned key is at position offset + 
 - RotatingKVCache: only the last positions, for sliding-window attention layers.
 - InterleavedKVCache: one of each for models that mix global and sliding-window layers
   (gemma3; llama.cpp's llama_kv_cache_iswa).
+
+Each takes `dtype`: a numpy float dtype, or kv_types.KVCacheTypes for keys / values stored as
+q8_0 / q4_0 blocks (uint8 rows of head_dim / 32 blocks; `dtype` is then float16, the type the
+attention rounds its softmax weights to, and `kv_types` names the row types).
 """
 from __future__ import annotations
 
 import mmap
 
 import numpy as np
+
+from .kv_types import cache_rows, cache_types, storage
 
 
 def zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -41,13 +47,19 @@ class ContextFullError(ValueError):
 class KVCache:
     def __init__(self, n_layers: int, n_ctx: int, n_head_kv: int, head_dim: int, dtype=np.float16):
         self.n_layers, self.n_ctx = n_layers, n_ctx
-        self.k = zeros((n_layers, n_ctx, n_head_kv, head_dim), dtype)  # (layer, pos, kv_head, head_dim)
-        self.v = zeros((n_layers, n_ctx, n_head_kv, head_dim), dtype)  # (layer, pos, kv_head, head_dim)
+        self.types = cache_types(dtype)  # KVCacheTypes, or None: both in `dtype`
+        (kw, kt), (vw, vt) = storage(dtype, head_dim)
+        self.k = zeros((n_layers, n_ctx, n_head_kv, kw), kt)  # (layer, pos, kv_head, head_dim or row bytes)
+        self.v = zeros((n_layers, n_ctx, n_head_kv, vw), vt)  # (layer, pos, kv_head, head_dim or row bytes)
         self.offset = 0  # tokens stored; the next token goes to position `offset`
 
     @property
     def dtype(self):
-        return self.k.dtype
+        return np.dtype(np.float16) if self.types is not None else self.k.dtype
+
+    @property
+    def kv_types(self):
+        return self.types
 
     def reserve(self, n_new: int) -> None:
         """Checks, before any layer is touched, that `n_new` more tokens fit."""
@@ -62,6 +74,8 @@ class KVCache:
         end = self.offset + n
         if end > self.n_ctx:
             raise ContextFullError(f"context is full: {end} > n_ctx {self.n_ctx}")
+        if self.types is not None:
+            k, v = cache_rows(k, self.types.k), cache_rows(v, self.types.v)
         self.k[layer, self.offset:end] = k
         self.v[layer, self.offset:end] = v
         return self.k[layer, :end], self.v[layer, :end]
@@ -102,14 +116,20 @@ class RotatingKVCache:
             raise ValueError(f"sliding window must be >= 1, got {window}")
         self.n_layers, self.n_ctx, self.window = n_layers, n_ctx, window
         self.n_slots = min(n_ctx, window + trim_margin)
-        self.k = zeros((n_layers, self.n_slots, n_head_kv, head_dim), dtype)  # (layer, slot, kv_head, head_dim)
-        self.v = zeros((n_layers, self.n_slots, n_head_kv, head_dim), dtype)  # (layer, slot, kv_head, head_dim)
+        self.types = cache_types(dtype)  # KVCacheTypes, or None: both in `dtype`
+        (kw, kt), (vw, vt) = storage(dtype, head_dim)
+        self.k = zeros((n_layers, self.n_slots, n_head_kv, kw), kt)  # (layer, slot, kv_head, head_dim or row bytes)
+        self.v = zeros((n_layers, self.n_slots, n_head_kv, vw), vt)  # (layer, slot, kv_head, head_dim or row bytes)
         self.offset = 0
         self.held_start = 0  # oldest position still in the ring (older slots were overwritten)
 
     @property
     def dtype(self):
-        return self.k.dtype
+        return np.dtype(np.float16) if self.types is not None else self.k.dtype
+
+    @property
+    def kv_types(self):
+        return self.types
 
     def reserve(self, n_new: int) -> None:
         if self.offset + n_new > self.n_ctx:
@@ -125,8 +145,10 @@ class RotatingKVCache:
         start = max(0, self.offset - self.window + 1)
         assert start >= self.held_start, "needed keys were overwritten (trim checks this)"
         old = np.arange(start, self.offset) % self.n_slots
-        keys = np.concatenate([self.k[layer, old], k.astype(self.dtype)])
-        values = np.concatenate([self.v[layer, old], v.astype(self.dtype)])
+        if self.types is not None:
+            k, v = cache_rows(k, self.types.k), cache_rows(v, self.types.v)
+        keys = np.concatenate([self.k[layer, old], k.astype(self.k.dtype)])
+        values = np.concatenate([self.v[layer, old], v.astype(self.v.dtype)])
         n_store = min(n, self.n_slots)
         slots = np.arange(self.offset + n - n_store, self.offset + n) % self.n_slots
         self.k[layer, slots] = k[n - n_store:]
@@ -182,6 +204,10 @@ class InterleavedKVCache:
     @property
     def dtype(self):
         return self.full.dtype
+
+    @property
+    def kv_types(self):
+        return self.full.types
 
     def reserve(self, n_new: int) -> None:
         self.full.reserve(n_new)

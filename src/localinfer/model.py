@@ -16,6 +16,7 @@ from .fetch import resolve_model
 from .generate import GenerationChunk, GenerationResult, check_prompt_fits, collect, stream_generate
 from .gguf_file import GGUFFile
 from .kv_cache import ContextFullError
+from .kv_types import CacheTypeError, KVCacheTypes, row_width
 from .logit_bias import check_logit_bias, make_logit_bias
 from .logprobs import check_n_top
 from .sampling import make_logits_processors, make_sampler
@@ -66,7 +67,8 @@ class Model:
                  kv_dtype: str = "f16", backend: str = "auto", n_parallel: int = DEFAULT_N_PARALLEL,
                  prefix_cache_dir: str | os.PathLike | None = None, prefix_cache_dir_bytes: int = 4 << 30,
                  draft: "str | os.PathLike | Model | None" = None, draft_max: int = 8, draft_min: int = 0,
-                 draft_p_min: float = 0.75, lookup_ngram: int = 0):
+                 draft_p_min: float = 0.75, lookup_ngram: int = 0,
+                 cache_type_k: str = "f16", cache_type_v: str = "f16"):
         """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built).
         n_parallel: sequences generated together when several threads call generate/stream/chat.
         prefix_cache_dir: a folder where the engine keeps computed prompt prefixes (at most
@@ -74,7 +76,9 @@ class Model:
         Speculative decoding (speculative/): draft, a smaller model with the same vocabulary (a
         path or a Model), proposes up to draft_max tokens (it stops below draft_p_min; fewer than
         draft_min are not verified); lookup_ngram N > 0 without a draft drafts from the longest
-        matching n-gram (<= N tokens) of the prompt and text so far. Greedy output is unchanged."""
+        matching n-gram (<= N tokens) of the prompt and text so far. Greedy output is unchanged.
+        cache_type_k / cache_type_v: "f16", "q8_0" or "q4_0", the KV cache's keys / values
+        (llama.cpp's --cache-type-k / -v; kv_types.py)."""
         self.path = str(path)
         self.gguf = GGUFFile(path)
         self.metadata: Mapping[str, Any] = self.gguf.metadata
@@ -100,6 +104,15 @@ class Model:
         if kv_dtype not in ("f16", "f32"):
             raise ValueError(f"kv_dtype must be 'f16' or 'f32', got {kv_dtype!r}")
         self.kv_dtype = np.float16 if kv_dtype == "f16" else np.float32
+        kv_types = KVCacheTypes(cache_type_k, cache_type_v)  # CacheTypeError (a ValueError) names a bad one
+        if kv_types.quantized:
+            if kv_dtype != "f16":
+                raise CacheTypeError(f"cache_type_k / cache_type_v other than f16 need kv_dtype 'f16', got {kv_dtype!r}")
+            head_dim = getattr(self.runtime.config, "head_dim", None)
+            for name in sorted({kv_types.k, kv_types.v} - {"f16"}):
+                if head_dim is not None:
+                    row_width(name, head_dim)  # a head size the blocks divide, else CacheTypeError
+            self.kv_dtype = kv_types  # flows where the numpy dtype does: Context, Engine, new_cache
         bos = self.tokenizer.bos_id
         eos = self.tokenizer.eos_id
         self.draft_model, self.speculative = _speculation(self, draft, draft_max, draft_min, draft_p_min,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from . import ops_reference as reference
+from .kv_types import CACHE_TYPES
 from .kernels import _check, _ffi, _lib, available  # noqa: F401  (the same compiled module)
 
 rope_freqs = reference.rope_freqs
@@ -68,7 +70,11 @@ def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, neox:
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray, scale: float,
               kv_dtype=np.float16, sliding_window: int | None = None, softcap: float | None = None,
-              key_start: int = 0) -> np.ndarray:
+              key_start: int = 0, kv_types=None) -> np.ndarray:
+    if kv_types is not None and kv_types.quantized:  # q8_0 / q4_0 rows, read in place by C
+        return kernels.attention_kv(_f32(q), k, CACHE_TYPES[kv_types.k], v, CACHE_TYPES[kv_types.v],
+                                    np.ascontiguousarray(q_positions, dtype=np.int64), scale,
+                                    int(sliding_window or 0), float(softcap or 0.0), int(key_start))
     if k.dtype != np.float16 or v.dtype != np.float16 or kv_dtype != np.float16:
         return reference.attention(q, k, v, q_positions, scale, kv_dtype, sliding_window, softcap, key_start)
     n, n_head, head_dim = q.shape

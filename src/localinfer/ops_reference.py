@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kv_types import dequantize_rows, quantize_rows
+
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """x: (n, dim) -> x / sqrt(mean(x^2) + eps) * weight.
@@ -60,7 +62,7 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray,
               scale: float, kv_dtype=np.float16, sliding_window: int | None = None,
-              softcap: float | None = None, key_start: int = 0) -> np.ndarray:
+              softcap: float | None = None, key_start: int = 0, kv_types=None) -> np.ndarray:
     """Causal multi-head attention with grouped K/V heads.
 
     q: (n, n_head, head_dim) at absolute positions q_positions (n,);
@@ -71,14 +73,21 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
 
     llama.cpp (flash attention off, f16 KV cache) multiplies f16 K with Q rounded to f16, and
     the softmax weights rounded to f16 with f16 V; rounding to `kv_dtype` here reproduces that.
+
+    kv_types (kv_types.KVCacheTypes): k / v hold q8_0 / q4_0 rows (uint8 (n_kv, n_head_kv, row
+    bytes)); they are dequantized, and against quantized keys the query is rounded to q8_0 (the
+    type ggml's dot products of q8_0 / q4_0 rows take) instead of f16.
     """
     n, n_head, head_dim = q.shape
-    n_kv, n_head_kv, _ = k.shape
+    n_kv, n_head_kv = k.shape[:2]
     group = n_head // n_head_kv
-    if kv_dtype is not None:
+    k_type, v_type = (kv_types.k, kv_types.v) if kv_types is not None else ("f16", "f16")
+    if k_type != "f16":
+        q = dequantize_rows(quantize_rows(q, "q8_0", use_c=False), "q8_0", head_dim)
+    elif kv_dtype is not None:
         q = q.astype(kv_dtype).astype(np.float32)
-    k32 = k.astype(np.float32)
-    v32 = v.astype(np.float32)
+    k32 = dequantize_rows(k, k_type, head_dim) if k_type != "f16" else k.astype(np.float32)
+    v32 = dequantize_rows(v, v_type, head_dim) if v_type != "f16" else v.astype(np.float32)
     # (n_head_kv, group, n, head_dim) x (n_head_kv, head_dim, n_kv) -> (n_head_kv, group, n, n_kv)
     qg = q.reshape(n, n_head_kv, group, head_dim).transpose(1, 2, 0, 3)
     scores = np.matmul(qg, k32.transpose(1, 2, 0)[:, None]) * np.float32(scale)

@@ -40,7 +40,7 @@ class Batch:
                attention: Callable[..., np.ndarray]) -> np.ndarray:
         """q: (n_rows, n_head, head_dim), k/v: (n_rows, n_head_kv, head_dim) -> (n_rows, n_head, head_dim).
         Stores each sequence's k/v in its cache and calls
-        attention(q, keys, values, positions, key_start=, kv_dtype=) once per sequence."""
+        attention(q, keys, values, positions, key_start=, kv_dtype=, kv_types=) once per sequence."""
         if len(self.spans) == 1:
             return self._attend_one(0, layer, q, k, v, attention)
         out = np.empty(q.shape, np.float32)
@@ -53,7 +53,7 @@ class Batch:
         keys, values = cache.update_and_fetch(layer, k, v)
         n = s.stop - s.start
         return attention(q, keys, values, self.positions[s],
-                         key_start=cache.offset + n - keys.shape[0], kv_dtype=cache.dtype)
+                         key_start=cache.offset + n - keys.shape[0], kv_dtype=cache.dtype, kv_types=cache.kv_types)
 
     def advance(self) -> None:
         for s, cache in zip(self.spans, self.caches):

@@ -1,7 +1,8 @@
 """The decoder layers of the llama family and gemma3 in one C call (csrc/core/decoder_layers.c), for the C backend.
 
 The architectures' Python loops (LlamaModel / Gemma3Model.layers) are the readable
-version; for a batch whose caches are all f16 (plain, or gemma3's full + sliding-window ring),
+version; for a batch whose caches are all f16 or q8_0 / q4_0 rows (kv_types.py; plain, or gemma3's
+full + sliding-window ring),
 on C kernels, `FusedLayers.run` does the same steps with the same kernels in C, so the logits
 are the same bits (tests/kernels/test_fused_layers.py) and a decode step costs one Python->C call
 instead of ~13 per layer. Everything C will dereference is checked or built here: the weight
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..kernels import _check
 from ..kv_cache import InterleavedKVCache, KVCache
+from ..kv_types import CACHE_TYPES, KVCacheTypes, row_width
 from .weights import KernelLinear
 
 
@@ -121,7 +123,7 @@ class FusedLayers:
         spec.bias = self._floats(lin.bias, mat.n_out) if lin.bias is not None else self.ffi.NULL
 
     def applies(self, batch) -> bool:
-        """Every sequence's cache is one these layers write: f16, plain, or split into full and
+        """Every sequence's cache is one these layers write: f16 (or q8_0 / q4_0 rows), plain, or split into full and
         ring caches the way this model's layers are."""
         for cache in batch.caches:
             parts = _parts(cache)
@@ -151,17 +153,22 @@ class FusedLayers:
         for seq, span, cache in zip(seqs, batch.spans, batch.caches):
             m = span.stop - span.start
             full, ring = _parts(cache)
-            expect = (c.n_layer - n_ring, full.n_ctx, c.n_head_kv, c.head_dim)
-            if full.k.shape != expect or full.v.shape != expect or full.offset + m > full.n_ctx or \
+            types = full.types or KVCacheTypes()  # f16 rows unless the cache says otherwise (applies() checked)
+            (kw, kdt), (vw, vdt) = row_width(types.k, c.head_dim), row_width(types.v, c.head_dim)
+            seq.type_k, seq.type_v = int(CACHE_TYPES[types.k]), int(CACHE_TYPES[types.v])
+            expect = (c.n_layer - n_ring, full.n_ctx, c.n_head_kv)
+            if full.k.shape != expect + (kw,) or full.v.shape != expect + (vw,) or full.k.dtype != kdt or \
+                    full.v.dtype != vdt or full.offset + m > full.n_ctx or \
                     not np.array_equal(pos[span], np.arange(full.offset, full.offset + m)):
                 raise ValueError("fused layers: a sequence does not fit its cache")
             seq.k = ffi.from_buffer("char[]", full.k, require_writable=True)
             seq.v = ffi.from_buffer("char[]", full.v, require_writable=True)
             seq.n_ctx, seq.offset, seq.n_tokens = full.n_ctx, full.offset, m
             if n_ring:
-                expect = (n_ring, ring.n_slots, c.n_head_kv, c.head_dim)
+                expect = (n_ring, ring.n_slots, c.n_head_kv)
                 start = max(0, full.offset - self.window + 1)
-                if ring.k.shape != expect or ring.v.shape != expect or ring.window != self.window or \
+                if ring.k.shape != expect + (kw,) or ring.v.shape != expect + (vw,) or ring.types != full.types or \
+                        ring.window != self.window or \
                         ring.offset != full.offset or start < ring.held_start:
                     raise ValueError("fused layers: a sequence's sliding-window cache does not fit")
                 seq.ring_k = ffi.from_buffer("char[]", ring.k, require_writable=True)

@@ -53,7 +53,8 @@ def _stats(name: str, n_prompt: int, n_gen: int, samples_ns: list[int], n_tokens
 
 
 def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], reps: int, seed: int = 0,
-              progress=None, backend: str = "auto", depths: list[int] = (0,)) -> list[dict]:
+              progress=None, backend: str = "auto", depths: list[int] = (0,),
+              cache_types: tuple[str, str] = ("f16", "f16")) -> list[dict]:
     """All tests for one model at one thread count, in this process. Returns llama-bench-like rows."""
     import numpy as np
 
@@ -62,7 +63,8 @@ def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], re
     depths = list(depths) or [0]
     n_test = max(prompts + gens + [16])  # the most tokens one test adds after its depth
     t0 = time.perf_counter()
-    model = Model(path, n_ctx=max(depths) + n_test + 8, n_threads=n_threads, backend=backend)
+    model = Model(path, n_ctx=max(depths) + n_test + 8, n_threads=n_threads, backend=backend,
+                  cache_type_k=cache_types[0], cache_type_v=cache_types[1])
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     n_vocab = model.n_vocab
@@ -129,6 +131,7 @@ def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], re
     info = describe_run(model, path, n_threads, load_s)
     for row in rows:
         row.update(info)
+        row["type_k"], row["type_v"] = cache_types  # llama-bench's JSON names
         if row["n_gen"]:
             row["weight_gbps"] = row["avg_ts"] * info["weight_bytes_per_token"] / 1e9
         if row["n_prompt"]:
@@ -198,6 +201,8 @@ def main(argv=None) -> None:
     ap.add_argument("--depths", default="0")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--backend", default="auto", choices=["auto", "c", "reference"])
+    ap.add_argument("--cache-type-k", default="f16", choices=["f16", "q8_0", "q4_0"])
+    ap.add_argument("--cache-type-v", default="f16", choices=["f16", "q8_0", "q4_0"])
     args = ap.parse_args(argv)
     set_blas_threads(args.threads)
 
@@ -207,7 +212,8 @@ def main(argv=None) -> None:
     ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
     try:
         rows = run_model(args.model, args.threads, ints(args.prompts), ints(args.gens), args.reps,
-                         progress=progress, backend=args.backend, depths=ints(args.depths))
+                         progress=progress, backend=args.backend, depths=ints(args.depths),
+                         cache_types=(args.cache_type_k, args.cache_type_v))
     except BenchInterrupted as e:
         json.dump(e.rows, sys.stdout)
         sys.exit(130)  # the parent reports these and stops

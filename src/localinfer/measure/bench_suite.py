@@ -28,6 +28,7 @@ class Suite:
     rows: list[dict] = field(default_factory=list)  # filled as results arrive
     startup: list[dict] = field(default_factory=list)  # whole processes to the first token (startup.py)
     interrupted: bool = False
+    cache_types: tuple[str, str] = ("f16", "f16")  # KV cache keys, values (-ctk / -ctv)
 
 
 def run_localinfer(path: str, n_threads: int, s: Suite) -> None:
@@ -35,7 +36,8 @@ def run_localinfer(path: str, n_threads: int, s: Suite) -> None:
     if the worker was interrupted."""
     cmd = [sys.executable, "-m", "localinfer.measure.bench", path, "--threads", str(n_threads),
            "--prompts", ",".join(map(str, s.prompts)), "--gens", ",".join(map(str, s.gens)),
-           "--depths", ",".join(map(str, s.depths)), "--reps", str(s.reps), "--backend", s.backend]
+           "--depths", ",".join(map(str, s.depths)), "--reps", str(s.reps), "--backend", s.backend,
+           "--cache-type-k", s.cache_types[0], "--cache-type-v", s.cache_types[1]]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
     interrupted = False
     while True:
