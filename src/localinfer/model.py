@@ -227,11 +227,11 @@ class Model:
         bias = check_logit_bias(logit_bias, self.n_vocab)
         constraint = self._grammar(json_schema, grammar, lark, regex)
         if context is None:  # through the engine: safe from several threads, and batched
-            from .batching.request import Request, SamplingParams
+            from .batching.request import ChunkStream, Request, SamplingParams
             params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty,
                                     frequency_penalty, repeat_last_n, seed, bias)
             request = Request(tokens, max_tokens, stop, params, grammar=constraint, logprobs=logprobs)
-            return self.engine.submit(request).chunks()
+            return ChunkStream(self.engine.submit(request))
         ctx = context
         check_prompt_fits(len(tokens), ctx.n_ctx)
         sampler = make_sampler(temperature, top_k, top_p, min_p, seed)
@@ -275,6 +275,22 @@ class Model:
         if stream:
             return _text_stream(chunks)
         return collect(chunks, tokens)
+
+    # -- asyncio (aio.py): the loop's thread never runs or waits on a forward pass ------------------
+    def astream(self, prompt: str | Sequence[int], **kwargs):
+        """`async for chunk in model.astream(...)`: stream's chunks; cancelling the task (or leaving
+        the loop) cancels the request within one token. Keyword arguments as for `stream`."""
+        from .aio import astream
+        return astream(self, prompt, **kwargs)
+
+    async def agenerate(self, prompt: str | Sequence[int], **kwargs) -> GenerationResult:
+        """`await model.agenerate(...)`: generate's GenerationResult. Keyword arguments as for `stream`."""
+        from .aio import agenerate
+        return await agenerate(self, prompt, **kwargs)
+
+    async def achat(self, messages: Sequence[Mapping[str, Any]], **kwargs) -> GenerationResult:
+        from .aio import achat
+        return await achat(self, messages, **kwargs)
 
     # -- chat ------------------------------------------------------------------------------------
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
