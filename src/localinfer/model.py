@@ -66,7 +66,7 @@ class Model:
                  kv_dtype: str = "f16", backend: str = "auto", n_parallel: int = DEFAULT_N_PARALLEL,
                  prefix_cache_dir: str | os.PathLike | None = None, prefix_cache_dir_bytes: int = 4 << 30,
                  draft: "str | os.PathLike | Model | None" = None, draft_max: int = 8, draft_min: int = 0,
-                 draft_p_min: float = 0.75, lookup_ngram: int = 0):
+                 draft_p_min: float = 0.75, lookup_ngram: int = 0, progress=None):
         """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built).
         n_parallel: sequences generated together when several threads call generate/stream/chat.
         prefix_cache_dir: a folder where the engine keeps computed prompt prefixes (at most
@@ -74,13 +74,20 @@ class Model:
         Speculative decoding (speculative/): draft, a smaller model with the same vocabulary (a
         path or a Model), proposes up to draft_max tokens (it stops below draft_p_min; fewer than
         draft_min are not verified); lookup_ngram N > 0 without a draft drafts from the longest
-        matching n-gram (<= N tokens) of the prompt and text so far. Greedy output is unchanged."""
+        matching n-gram (<= N tokens) of the prompt and text so far. Greedy output is unchanged.
+        progress: a callable(fraction, stage) told how far the load is (0.0 .. 1.0, ending with
+        1.0 "ready"), for a splash screen (load_progress.py)."""
+        from .load_progress import LoadProgress
+        loading = LoadProgress(progress)
+        loading.report(0.0, "mapping")
         self.path = str(path)
         self.gguf = GGUFFile(path)
         self.metadata: Mapping[str, Any] = self.gguf.metadata
         self.architecture = self.gguf.architecture
+        loading.report(0.05, "tokenizer")
         self.tokenizer = Tokenizer.from_metadata(self.metadata)
         self.backend = _choose_backend(backend, n_threads)
+        loading.watch_weights(self.gguf)
         self.runtime = build_model(self.gguf, self.backend)
         self._lock = threading.Lock()
         self.serialized = SerializedRuntime(self.runtime, self._lock, self.path)  # what contexts and the engine call
@@ -109,6 +116,7 @@ class Model:
             template_for(self.metadata),
             bos_token=self.tokenizer.token_text(bos) if bos is not None else "",
             eos_token=self.tokenizer.token_text(eos) if eos is not None else "")
+        loading.finish()
 
     # -- tokens ----------------------------------------------------------------------------------
     @property
