@@ -32,7 +32,7 @@ _END = object()  # a context thread's last word
 async def astream(model: "Model", prompt: str | Sequence[int], **options) -> AsyncIterator[GenerationChunk]:
     """Model.stream's chunks, for `async for`; keyword arguments as for Model.stream."""
     chunks = await _off_loop(lambda: model.stream(prompt, **options))
-    async for chunk in _relay(chunks):
+    async for chunk in _closing(_relay(chunks)):
         yield chunk
 
 
@@ -55,7 +55,7 @@ async def achat(model: "Model", messages: Sequence[Mapping[str, Any]], allow_spe
 async def chat_astream(session: "ChatSession", user_text: str, **options) -> AsyncIterator[GenerationChunk]:
     """ChatSession.stream's chunks; stopping early keeps the partial answer in the conversation."""
     chunks = await _off_loop(lambda: session.stream(user_text, **options))
-    async for chunk in _relay(chunks):
+    async for chunk in _closing(_relay(chunks)):
         yield chunk
 
 
@@ -78,6 +78,16 @@ async def _off_loop(call: Callable[[], Any]) -> Any:
 def _close_result(future) -> None:
     if not future.cancelled() and future.exception() is None and hasattr(future.result(), "close"):
         future.result().close()
+
+
+async def _closing(chunks: AsyncIterator[GenerationChunk]) -> AsyncIterator[GenerationChunk]:
+    """chunks, closed (its request cancelled) as soon as this is: an inner async generator left
+    suspended would otherwise wait for the garbage collector."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        await chunks.aclose()
 
 
 def _relay(chunks: Iterator[GenerationChunk]) -> AsyncIterator[GenerationChunk]:

@@ -190,16 +190,22 @@ def _on_time(lags: list[float]) -> bool:
 def test_the_loop_keeps_ticking_while_a_generation_streams(model):
     """Worst tick lag <= 20 ms. The machines this runs on are shared: another process can take the
     loop's CPU for a scheduler slice (~10-30 ms) at any time, which no code of ours can prevent.
-    So a run whose worst tick is late is repeated (3 runs at most) -- a blocked loop is late in
-    every run (see the next test), and the 90th percentile must hold in every run."""
+    So a run whose worst tick is late is repeated (5 runs at most; a blocked loop is late in every
+    run, see the next test), the 90th percentile must hold in every run, and if no run makes it, a
+    loop with no generation at all is timed the same way: when it is late too, the machine is too
+    busy to measure this and the test skips saying so."""
     model.generate("warm up", max_tokens=2)  # the engine and the kernels' threads exist
-    for attempt in range(3):
+    for attempt in range(5):
         lags = _run(_tick_lags(_stream_work(model, blocking=False)))
         print(f"astream, run {attempt + 1}:", _describe(lags), file=sys.stderr)
         assert len(lags) > 20 and statistics.quantiles(lags, n=10)[-1] <= MAX_TICK_LAG_S, _describe(lags)
         if _on_time(lags):
             return
-    pytest.fail(f"the loop's worst tick lag passed {MAX_TICK_LAG_S * 1e3:.0f} ms in 3 runs: {_describe(lags)}")
+    idle = _run(_tick_lags(lambda: asyncio.sleep(1.0)))
+    if not _on_time(idle):
+        pytest.skip(f"the machine is too busy to time the loop: with no generation, {_describe(idle)}")
+    pytest.fail(f"the loop's worst tick lag passed {MAX_TICK_LAG_S * 1e3:.0f} ms in 5 runs: {_describe(lags)}; "
+                f"with no generation: {_describe(idle)}")
 
 
 def test_the_tick_lag_measure_catches_a_blocked_loop(model):
