@@ -43,6 +43,9 @@ def test_agenerate_gives_what_generate_gives(model):
     got = _run(model.agenerate("The capital of France is", **options))
     assert got.tokens == want.tokens and got.text == want.text and got.finish_reason == want.finish_reason
     assert [lp.token for lp in got.logprobs] == [lp.token for lp in want.logprobs]
+    messages = [{"role": "user", "content": "Name a colour."}]
+    assert _run(model.achat(messages, max_tokens=6, temperature=0)).text == model.chat(messages, max_tokens=6,
+                                                                                         temperature=0).text
 
 
 def test_astream_passes_a_json_schema_through(model):
@@ -230,3 +233,18 @@ def test_a_closed_model_refuses_the_async_calls(smollm2_path):
                  lambda: consume(chat.astream("hi"))):
         with pytest.raises(ModelClosedError, match="closed"):
             _run(call())
+
+
+def test_closing_the_model_mid_stream_ends_the_stream_with_an_error(smollm2_path):
+    model = localinfer.load(str(smollm2_path))
+
+    async def main():
+        seen = 0
+        with pytest.raises(RuntimeError, match="shutting down|closed"):
+            async for _ in model.astream("Once upon a time", **_long(model)):
+                seen += 1
+                if seen == 3:  # close from another thread, as an app's quit handler might
+                    await asyncio.get_running_loop().run_in_executor(None, model.close)
+        return seen
+
+    assert _run(asyncio.wait_for(main(), 60)) == 3
