@@ -126,9 +126,12 @@ def test_cancelling_a_chat_turn_keeps_the_partial_answer_and_frees_the_context(m
 
         task = asyncio.create_task(consume())
         await asyncio.wait_for(three.wait(), 60)
+        computed_at_cancel = len(chat.context.tokens)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        # the turn's thread stopped after the token it was computing (one more appended to the cache)
+        assert len(chat.context.tokens) - computed_at_cancel <= 1
         assert chat.messages[-1]["role"] == "assistant"
         partial = chat.messages[-1]["content"]
         # the turn's thread has stopped: the next turn runs in the same context at once
