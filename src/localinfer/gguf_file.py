@@ -137,6 +137,7 @@ class GGUFFile:
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
         self.released: set[str] = set()  # tensors whose bytes were copied out and their pages dropped
+        self.on_tensor_read = None  # called with a tensor's name as tensor_data hands it out (load_progress.py)
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"GGUF file not found: {self.path}")
@@ -293,6 +294,8 @@ class GGUFFile:
         info = self.tensors.get(name)
         if info is None:
             raise KeyError(f"{self.path}: no tensor named {name!r}")
+        if self.on_tensor_read is not None:
+            self.on_tensor_read(name)
         if info.ggml_type == GGMLQuantizationType.F32:
             return np.frombuffer(self._mmap, np.float32, info.n_elements, info.offset).reshape(info.shape)
         if info.ggml_type == GGMLQuantizationType.F16:

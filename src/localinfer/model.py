@@ -68,7 +68,7 @@ class Model:
                  prefix_cache_dir: str | os.PathLike | None = None, prefix_cache_dir_bytes: int = 4 << 30,
                  draft: "str | os.PathLike | Model | None" = None, draft_max: int = 8, draft_min: int = 0,
                  draft_p_min: float = 0.75, lookup_ngram: int = 0,
-                 cache_type_k: str = "f16", cache_type_v: str = "f16"):
+                 cache_type_k: str = "f16", cache_type_v: str = "f16", progress=None):
         """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built).
         n_parallel: sequences generated together when several threads call generate/stream/chat.
         prefix_cache_dir: a folder where the engine keeps computed prompt prefixes (at most
@@ -78,13 +78,20 @@ class Model:
         draft_min are not verified); lookup_ngram N > 0 without a draft drafts from the longest
         matching n-gram (<= N tokens) of the prompt and text so far. Greedy output is unchanged.
         cache_type_k / cache_type_v: "f16", "q8_0" or "q4_0", the KV cache's keys / values
-        (llama.cpp's --cache-type-k / -v; kv_types.py)."""
+        (llama.cpp's --cache-type-k / -v; kv_types.py).
+        progress: a callable(fraction, stage) told how far the load is (0.0 .. 1.0, ending with
+        1.0 "ready"), for a splash screen (load_progress.py)."""
+        from .load_progress import LoadProgress
+        loading = LoadProgress(progress)
+        loading.report(0.0, "mapping")
         self.path = str(path)
         self.gguf = GGUFFile(path)
         self.metadata: Mapping[str, Any] = self.gguf.metadata
         self.architecture = self.gguf.architecture
+        loading.report(0.05, "tokenizer")
         self.tokenizer = Tokenizer.from_metadata(self.metadata)
         self.backend = _choose_backend(backend, n_threads)
+        loading.watch_weights(self.gguf)
         self.runtime = build_model(self.gguf, self.backend)
         self._lock = threading.Lock()
         self.serialized = SerializedRuntime(self.runtime, self._lock, self.path)  # what contexts and the engine call
@@ -122,6 +129,7 @@ class Model:
             template_for(self.metadata),
             bos_token=self.tokenizer.token_text(bos) if bos is not None else "",
             eos_token=self.tokenizer.token_text(eos) if eos is not None else "")
+        loading.finish()
 
     # -- tokens ----------------------------------------------------------------------------------
     @property
@@ -240,11 +248,11 @@ class Model:
         bias = check_logit_bias(logit_bias, self.n_vocab)
         constraint = self._grammar(json_schema, grammar, lark, regex)
         if context is None:  # through the engine: safe from several threads, and batched
-            from .batching.request import Request, SamplingParams
+            from .batching.request import ChunkStream, Request, SamplingParams
             params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty,
                                     frequency_penalty, repeat_last_n, seed, bias)
             request = Request(tokens, max_tokens, stop, params, grammar=constraint, logprobs=logprobs)
-            return self.engine.submit(request).chunks()
+            return ChunkStream(self.engine.submit(request))
         ctx = context
         check_prompt_fits(len(tokens), ctx.n_ctx)
         sampler = make_sampler(temperature, top_k, top_p, min_p, seed)
@@ -288,6 +296,22 @@ class Model:
         if stream:
             return _text_stream(chunks)
         return collect(chunks, tokens)
+
+    # -- asyncio (aio.py): the loop's thread never runs or waits on a forward pass ------------------
+    def astream(self, prompt: str | Sequence[int], **kwargs):
+        """`async for chunk in model.astream(...)`: stream's chunks; cancelling the task (or leaving
+        the loop) cancels the request within one token. Keyword arguments as for `stream`."""
+        from .aio import astream
+        return astream(self, prompt, **kwargs)
+
+    async def agenerate(self, prompt: str | Sequence[int], **kwargs) -> GenerationResult:
+        """`await model.agenerate(...)`: generate's GenerationResult. Keyword arguments as for `stream`."""
+        from .aio import agenerate
+        return await agenerate(self, prompt, **kwargs)
+
+    async def achat(self, messages: Sequence[Mapping[str, Any]], **kwargs) -> GenerationResult:
+        from .aio import achat
+        return await achat(self, messages, **kwargs)
 
     # -- chat ------------------------------------------------------------------------------------
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:

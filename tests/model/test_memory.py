@@ -78,6 +78,87 @@ def test_close_gives_the_memory_back(smollm2_path):
     assert _rss() <= before * 1.1 + (8 << 20)
 
 
+_LIFECYCLE = r"""
+import asyncio, gc, json, sys, time
+from pathlib import Path
+import localinfer
+
+def rss():
+    return next(int(l.split()[1]) * 1024 for l in Path("/proc/self/status").read_text().splitlines()
+                if l.startswith("VmRSS:"))
+
+def threads():
+    return len(list(Path("/proc/self/task").iterdir()))
+
+def idle_cpu():  # share of a CPU the whole process uses while nobody asks for anything
+    time.sleep(0.1)  # past the kernels' pool spin window (0.2 ms)
+    c0, t0 = time.process_time(), time.perf_counter()
+    time.sleep(0.5)
+    return (time.process_time() - c0) / (time.perf_counter() - t0)
+
+def use(model):
+    asyncio.run(model.agenerate("hi", max_tokens=16, temperature=0))
+    model.generate("Hello there", max_tokens=16)
+
+path = sys.argv[1]
+with localinfer.load(path) as warm:  # one-time costs: imported code, the kernels' pool threads
+    use(warm)
+del warm
+gc.collect()
+out = {"before": rss(), "threads_before": threads()}
+model = localinfer.load(path)
+use(model)
+out.update(loaded=rss(), idle_open=idle_cpu(), threads_open=threads())
+model.close()
+del model
+gc.collect()
+out.update(after=rss(), idle_closed=idle_cpu(), threads_closed=threads())
+print(json.dumps(out))
+"""
+
+
+def test_a_closed_model_gives_back_memory_threads_and_cpu(smollm2_path):
+    """In a fresh process (no other test's heap): load, generate (async and sync), close. VmRSS
+    returns within 10% of before the load; the engine thread is gone and the kernels' pool threads
+    stay, parked (they serve every model of the process; a next load reuses them), using no CPU --
+    nor does an open model between requests."""
+    import json
+    import subprocess
+    run = subprocess.run([sys.executable, "-c", _LIFECYCLE, str(smollm2_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    m = json.loads(run.stdout.splitlines()[-1])
+    print(m, file=sys.stderr)
+    assert m["loaded"] > m["before"] + (32 << 20)  # the weights and caches were resident
+    assert m["after"] <= m["before"] * 1.10
+    assert m["threads_open"] > m["threads_before"] == m["threads_closed"]  # the engine's thread came and went
+    assert m["idle_open"] < 0.05 and m["idle_closed"] < 0.05
+
+
+def test_load_progress_rises_to_ready(smollm2_path):
+    seen = []
+    localinfer.load(str(smollm2_path), progress=lambda fraction, stage: seen.append((fraction, stage))).close()
+    fractions, stages = [f for f, _ in seen], [s for _, s in seen]
+    assert fractions == sorted(fractions) and fractions[0] == 0.0 and seen[-1] == (1.0, "ready")
+    assert [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s] == ["mapping", "tokenizer", "weights",
+                                                                                  "ready"]
+    assert len({f for f, s in seen if s == "weights"}) > 10  # the bar moves while the weights load
+
+
+def test_load_progress_errors(smollm2_path):
+    with pytest.raises(TypeError, match="progress must be a callable"):
+        localinfer.load(str(smollm2_path), progress=0.5)
+
+    class Abort(Exception):
+        pass
+
+    def abort(fraction, stage):  # a splash screen's cancel button
+        if stage == "weights":
+            raise Abort
+    with pytest.raises(Abort):
+        localinfer.load(str(smollm2_path), progress=abort)
+
+
 def path_size(path) -> int:
     return Path(path).stat().st_size
 

@@ -70,10 +70,14 @@ class Request:
         self._events: queue.Queue = queue.Queue()
         self._cancelled = threading.Event()
         self.on_cancel = None  # set by the engine: wakes its thread
+        self._on_put = None  # set by an asyncio reader (aio.py): called on the engine thread after each put
 
     # -- the engine's side -----------------------------------------------------------------------
     def put(self, item: GenerationChunk | BaseException) -> None:
         self._events.put(item)
+        on_put = self._on_put
+        if on_put is not None:
+            on_put()
 
     @property
     def cancelled(self) -> bool:
@@ -93,6 +97,24 @@ class Request:
             raise item
         return item
 
+    def poll_chunk(self) -> GenerationChunk | None:
+        """The next chunk if one is waiting, else None (never blocks); raises the engine's error."""
+        try:
+            item = self._events.get_nowait()
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def on_put(self, callback) -> None:
+        """Calls `callback()` (on the engine thread, so it must only schedule work: asyncio's
+        loop.call_soon_threadsafe) whenever a chunk arrives; once now too, for any already waiting.
+        None stops the calls."""
+        self._on_put = callback
+        if callback is not None:
+            callback()
+
     def chunks(self) -> Iterator[GenerationChunk]:
         """Every chunk up to the one with the finish_reason. Closing early cancels the request."""
         try:
@@ -103,3 +125,22 @@ class Request:
                     return
         finally:
             self.cancel()  # a no-op for the engine once the request is done
+
+
+class ChunkStream:
+    """What Model.stream returns for an engine request: request.chunks(), with the request at hand
+    (aio.py waits on it from an event loop instead of iterating). Closing it cancels the request."""
+
+    def __init__(self, request: Request):
+        self.request = request
+        self._chunks = request.chunks()
+
+    def __iter__(self) -> "ChunkStream":
+        return self
+
+    def __next__(self) -> GenerationChunk:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        self._chunks.close()
+        self.request.cancel()  # also when never iterated (closing an unstarted generator runs no finally)

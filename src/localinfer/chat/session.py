@@ -59,6 +59,15 @@ class ChatSession:
         chunks = self.stream(user_text, **options)
         return collect(chunks, self.last_prompt_tokens)
 
+    def astream(self, user_text: str, **options):
+        """`async for chunk in chat.astream(...)` (aio.py): the turn runs off the event loop's thread."""
+        from ..aio import chat_astream
+        return chat_astream(self, user_text, **options)
+
+    async def asend(self, user_text: str, **options) -> GenerationResult:
+        from ..aio import chat_asend
+        return await chat_asend(self, user_text, **options)
+
     def save(self, path) -> None:
         """Writes the conversation and its KV cache to `path` (atomically), for `load` after a
         restart: the next turn then computes only its new tokens, and gives what it would have."""
