@@ -68,6 +68,7 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
         raise click.ClickException(f"cannot listen on {host}:{port}: {e}")
     click.echo(f"localinfer: serving '{name}' at {server.url}/v1 ({parallel} slots of {server.engine.n_ctx} "
                f"tokens, queue {max_queue}{', API key required' if api_key else ''}); Ctrl-C stops", err=True)
+    click.echo(f"localinfer: chat in a browser at {server.url}/", err=True)
     signal.signal(signal.SIGTERM, _stop)  # how service managers stop a server: as Ctrl-C does
     try:
         server.serve_forever(poll_interval=0.2)

@@ -29,6 +29,8 @@ def test_serve_command_starts_answers_and_stops(stop, sigint_ignored):
         line = p.stderr.readline()
         m = re.search(r"at (http://127\.0\.0\.1:\d+)/v1", line)
         assert m, line
+        assert p.stderr.readline().strip().endswith(f"chat in a browser at {m.group(1)}/")
+        assert raw(m.group(1), "GET", "/")[0] == 200
         status, _, body = raw(m.group(1), "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
         assert status == 200 and body["model"] == "smollm2" and body["usage"]["completion_tokens"] <= 2
         assert raw(m.group(1), "GET", "/health")[2]["slots_total"] == 2

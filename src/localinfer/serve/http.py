@@ -35,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from queue import Empty
 
 from ..kv_cache import ContextFullError
-from . import api, embeddings
+from . import api, embeddings, webui
 from ..batching.engine import EngineClosedError, QueueFullError
 from ..batching.request import Cancelled
 
@@ -247,6 +247,8 @@ class Handler(BaseHTTPRequestHandler):
                   "/models": ("GET", self._models), "/chat/completions": ("POST", self._chat),
                   "/completions": ("POST", self._completions)}
         routes["/embeddings"] = ("POST", self._embeddings)
+        routes["/props"] = ("GET", self._props)
+        routes.update({p: ("GET", lambda p=p: self._page(p)) for p in webui.PAGE_FILES})
         self._unread_body = False
         try:
             length = self._content_length()
@@ -260,7 +262,8 @@ class Handler(BaseHTTPRequestHandler):
             if target[0] != method:
                 raise api.ApiError(405, f"{self.path[:200]} takes {target[0]}, not {method}",
                                    headers={"Allow": target[0]})
-            if path != "/health" and not self._authorized():
+            public = path == "/health" or path in webui.PAGE_FILES  # the page asks for the key itself
+            if not public and not self._authorized():
                 raise api.ApiError(401, "a valid API key is required (Authorization: Bearer ...)",
                                    code="invalid_api_key")
             if method == "POST":
@@ -298,6 +301,22 @@ class Handler(BaseHTTPRequestHandler):
             raise api.ApiError(404, f"the model '{name[:100]}' does not exist: this server serves "
                                     f"'{c.model_name}'", code="model_not_found")
         self._send_json(200, api.model_card(c.model_name, c.created))
+
+    def _props(self):
+        s = self.server
+        self._send_json(200, webui.props(s.config.model_name, s.engine.n_ctx, len(s.engine.slots)))
+
+    def _page(self, path: str):
+        f = webui.page_file(path)
+        fresh = self.headers.get("If-None-Match") == f.etag
+        self.send_response(304 if fresh else 200)
+        for k, v in {"Content-Type": f.content_type, "ETag": f.etag, **webui.HEADERS}.items():
+            self.send_header(k, v)
+        if not fresh:  # a 304 has no body, whatever its headers say
+            self.send_header("Content-Length", str(len(f.body)))
+        self.end_headers()
+        if not fresh:
+            self.wfile.write(f.body)
 
     def _chat(self, body):
         s = self.server
