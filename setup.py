@@ -43,4 +43,7 @@ class optional_build_ext(build_ext):
 setup(
     cffi_modules=["csrc/build_kernels.py:ffibuilder"],
     cmdclass={"build_ext": optional_build_ext},
+    # cffi compiles the module against the stable ABI (Py_LIMITED_API, hence _kernels.abi3.so), so
+    # one wheel serves every CPython >= 3.10 (requires-python): tag it cp310-abi3, not cp311-cp311.
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

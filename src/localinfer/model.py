@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 import weakref
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -454,6 +455,9 @@ def _choose_backend(backend: str, n_threads: int | None) -> str:
     from . import kernels
     if backend == "auto":
         backend = "c" if kernels.available() else "reference"
+        if backend == "reference":  # installed without a C compiler (setup.py): it works, slowly
+            warnings.warn(f"localinfer is using its numpy path, many times slower than the C kernels: "
+                          f"{kernels.unavailable_reason()}", RuntimeWarning, stacklevel=3)
     if backend == "c":
         if not kernels.available():
             raise RuntimeError(kernels.unavailable_reason())
