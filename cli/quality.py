@@ -63,9 +63,11 @@ def quality(models, types_spec, text_file, ctx_size, chunks, threads, n_prompt, 
     def write_report(current=None):
         if report_path:
             tables = done + ([current] if current is not None else [])
-            with open(report_path, "w") as out:
-                out.write(Q.report(tables, s, types, command, machine(), busy, f"$TEXT = {os.path.basename(text_file)}",
-                                   (load0, os.getloadavg()[0])))
+            # its own section only: docs/quality.md also holds the KV-cache types' section
+            from localinfer.measure.report_sections import write_section
+            write_section(report_path, "quality", Q.report(tables, s, types, command, machine(), busy,
+                                                           f"$TEXT = {os.path.basename(text_file)}",
+                                                           (load0, os.getloadavg()[0])), first=True)
 
     def log(msg):
         click.echo(msg, err=True)

@@ -84,11 +84,14 @@ def test_cli_small_table_on_smollm2(smollm2_path, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text(TEXT)
     report = tmp_path / "q.md"
+    other = "<!-- localinfer:kvcache:start -->\nanother tool's section\n<!-- localinfer:kvcache:end -->\n"
+    report.write_text(other)
     r = CliRunner().invoke(main, ["quality", str(smollm2_path), "-f", str(text), "--types", "F16,Q8_0",
                                   "-c", "64", "--chunks", "1", "-p", "8", "-n", "2", "--report", str(report),
                                   "--work-dir", str(tmp_path / "work")])
     assert r.exit_code == 0, r.output
     md = report.read_text()
+    assert other.strip() in md  # the report replaces only its own section
     assert "The base is not an F16 original" in md and "Q4_1+Q8_0 weights widened to F16" in md
     assert re.search(r"it is 2\d % of the parameters", md)  # SmolLM2's 49152 x 576 embedding of 135M
     rows = {m.group(1): [c.strip() for c in m.group(2).split("|")]
