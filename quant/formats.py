@@ -17,6 +17,7 @@ from gguf import GGMLQuantizationType as T
 
 from . import dequant_basic as basic
 from . import dequant_kquants as kq
+from . import dequant_tables as tab
 
 
 class UnsupportedQuantType(ValueError):
@@ -53,6 +54,9 @@ FORMATS: dict[T, QuantFormat] = {
         _format(T.Q4_K, kq.Q4_K_BLOCK_SIZE, kq.Q4_K_TYPE_SIZE, kq.dequantize_row_q4_K),
         _format(T.Q5_K, kq.Q5_K_BLOCK_SIZE, kq.Q5_K_TYPE_SIZE, kq.dequantize_row_q5_K),
         _format(T.Q6_K, kq.Q6_K_BLOCK_SIZE, kq.Q6_K_TYPE_SIZE, kq.dequantize_row_q6_K),
+        _format(T.IQ4_NL, tab.IQ4_NL_BLOCK_SIZE, tab.IQ4_NL_TYPE_SIZE, tab.dequantize_row_iq4_nl),
+        _format(T.IQ4_XS, tab.IQ4_XS_BLOCK_SIZE, tab.IQ4_XS_TYPE_SIZE, tab.dequantize_row_iq4_xs),
+        _format(T.MXFP4, tab.MXFP4_BLOCK_SIZE, tab.MXFP4_TYPE_SIZE, tab.dequantize_row_mxfp4),
     )
 }
 
