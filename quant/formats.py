@@ -18,6 +18,7 @@ from gguf import GGMLQuantizationType as T
 from . import dequant_basic as basic
 from . import dequant_kquants as kq
 from . import dequant_tables as tab
+from . import dequant_ternary as tern
 
 
 class UnsupportedQuantType(ValueError):
@@ -57,6 +58,8 @@ FORMATS: dict[T, QuantFormat] = {
         _format(T.IQ4_NL, tab.IQ4_NL_BLOCK_SIZE, tab.IQ4_NL_TYPE_SIZE, tab.dequantize_row_iq4_nl),
         _format(T.IQ4_XS, tab.IQ4_XS_BLOCK_SIZE, tab.IQ4_XS_TYPE_SIZE, tab.dequantize_row_iq4_xs),
         _format(T.MXFP4, tab.MXFP4_BLOCK_SIZE, tab.MXFP4_TYPE_SIZE, tab.dequantize_row_mxfp4),
+        _format(T.TQ1_0, tern.TQ1_0_BLOCK_SIZE, tern.TQ1_0_TYPE_SIZE, tern.dequantize_row_tq1_0),
+        _format(T.TQ2_0, tern.TQ2_0_BLOCK_SIZE, tern.TQ2_0_TYPE_SIZE, tern.dequantize_row_tq2_0),
     )
 }
 

@@ -36,6 +36,8 @@ enum li_type {
     LI_TYPE_IQ4_NL = 20,
     LI_TYPE_IQ4_XS = 23,
     LI_TYPE_BF16 = 30,
+    LI_TYPE_TQ1_0 = 34,
+    LI_TYPE_TQ2_0 = 35,
     LI_TYPE_MXFP4 = 39,
     LI_TYPE_COUNT = 40        /* size of the tables indexed by type id */
 };
@@ -195,6 +197,26 @@ typedef struct {
     uint8_t qs[QK_MXFP4 / 2];
 } block_mxfp4;
 _Static_assert(sizeof(block_mxfp4) == 1 + QK_MXFP4 / 2, "wrong mxfp4 block size");
+
+/* --- ternary quants (BitNet b1.58): y = d * (t - 1), t in {0, 1, 2} ------------------------ */
+
+/* TQ1_0: five trits per byte as a base-3 fixed-point fraction: byte b holds trits t_k (k = 0..4)
+ * as the top digit of b * 3^k (mod 256): t_k = ((uint8_t)(b * 3^k) * 3) >> 8. Element order:
+ * qs[0..31] -> elements 32k + m, qs[32..47] -> 160 + 16k + m, qh[0..3] (four trits each)
+ * -> 240 + 4k + m. 54 bytes. */
+typedef struct {
+    uint8_t qs[(QK_K - 4 * QK_K / 64) / 5];
+    uint8_t qh[QK_K / 64];
+    ggml_half d;
+} block_tq1_0;
+_Static_assert(sizeof(block_tq1_0) == (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64 + 2, "wrong tq1_0 block size");
+
+/* TQ2_0: 2 bits per element, t = (qs[32c + m] >> 2l) & 3 for element 128c + 32l + m. 66 bytes. */
+typedef struct {
+    uint8_t qs[QK_K / 4];
+    ggml_half d;
+} block_tq2_0;
+_Static_assert(sizeof(block_tq2_0) == QK_K / 4 + 2, "wrong tq2_0 block size");
 
 /* The value tables (format data from ggml-common.h), defined in core/traits.c. */
 extern const int8_t li_kvalues_iq4nl[16];

@@ -42,6 +42,9 @@ const li_type_traits li_traits_generic[LI_TYPE_COUNT] = {
     QUANT(IQ4_NL, iq4_nl, QK4_NL, Q8_0, q8_0, 32, 128, 241, 0, NULL)
     QUANT(IQ4_XS, iq4_xs, QK_K, Q8_K, q8_K, 32, 128, 241, 0, NULL)
     QUANT(MXFP4, mxfp4, QK_MXFP4, Q8_0, q8_0, 32, 128, 140, 0, NULL)
+    /* ternary: u = the trit (TQ2_0's 2 bits may hold 3 in a hostile file), o = 1; one scale per 256 */
+    QUANT(TQ1_0, tq1_0, QK_K, Q8_K, q8_K, 32, 1, 2, 0, NULL)
+    QUANT(TQ2_0, tq2_0, QK_K, Q8_K, q8_K, 32, 1, 3, 0, NULL)
     /* activation-only types: no dot product of their own */
     [LI_TYPE_Q8_1] = {"Q8_1", QK8_1, (int)sizeof(block_q8_1), -1, 0, 0, 0, 0, NULL, NULL, NULL,
                       quantize_row_q8_1_generic},

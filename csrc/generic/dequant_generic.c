@@ -254,3 +254,46 @@ void dequantize_row_mxfp4(const void *src, float *y, int64_t n) {
         }
     }
 }
+
+/* --- ternary types ------------------------------------------------------------------------ */
+
+/* the top base-3 digit of b * 3^k (mod 256): ggml's (q * 3) >> 8 after the uint8 multiply */
+static inline uint8_t trit(uint8_t b, int k) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    return (uint8_t)(((uint16_t)(uint8_t)(b * pow3[k]) * 3) >> 8);
+}
+
+void li_tq1_0_trits(const block_tq1_0 *x, uint8_t t[QK_K]) {
+    for (int k = 0; k < 5; k++)
+        for (int m = 0; m < 32; m++) t[32 * k + m] = trit(x->qs[m], k);
+    for (int k = 0; k < 5; k++)
+        for (int m = 0; m < 16; m++) t[160 + 16 * k + m] = trit(x->qs[32 + m], k);
+    for (int k = 0; k < 4; k++)
+        for (int m = 0; m < 4; m++) t[240 + 4 * k + m] = trit(x->qh[m], k);
+}
+
+void li_tq2_0_trits(const block_tq2_0 *x, uint8_t t[QK_K]) {
+    for (int c = 0; c < 2; c++)
+        for (int l = 0; l < 4; l++)
+            for (int m = 0; m < 32; m++) t[128 * c + 32 * l + m] = (x->qs[32 * c + m] >> 2 * l) & 3;
+}
+
+void dequantize_row_tq1_0(const void *src, float *y, int64_t n) {
+    const block_tq1_0 *x = src;
+    uint8_t t[QK_K];
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        li_tq1_0_trits(&x[i], t);
+        for (int j = 0; j < QK_K; j++) y[j] = d * (float)(t[j] - 1);
+    }
+}
+
+void dequantize_row_tq2_0(const void *src, float *y, int64_t n) {
+    const block_tq2_0 *x = src;
+    uint8_t t[QK_K];
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        li_tq2_0_trits(&x[i], t);
+        for (int j = 0; j < QK_K; j++) y[j] = d * (float)(t[j] - 1);
+    }
+}

@@ -22,6 +22,8 @@
  *   IQ4_NL 32  128  241   -     d          (u = kvalues_iq4nl[q] + 128)
  *   IQ4_XS 32  128  241   -     d*(ls-32)  (u = kvalues_iq4nl[q] + 128)
  *   MXFP4  32  128  140   -     2^(e-128)  (u = kvalues_mxfp4[q] + 128)
+ *   TQ1_0  32  1    2     -     d          (u = the trit)
+ *   TQ2_0  32  1    3     -     d          (u = the 2-bit code)
  */
 #include "core/li.h"
 #include "generic/generic.h"
@@ -213,5 +215,25 @@ void unpack_mxfp4(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) 
     for (int64_t i = 0; i < n / QK_MXFP4; i++, u += QK_MXFP4) {
         dw[i] = li_e8m0_to_fp32_half(x[i].e);
         unpack_table_32(x[i].qs, li_kvalues_mxfp4, u);
+    }
+}
+
+void unpack_tq1_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_tq1_0 *x = src;
+    (void)mw;
+    for (int64_t i = 0; i < n / QK_K; i++, u += QK_K, dw += QK_K / 32) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        for (int g = 0; g < QK_K / 32; g++) dw[g] = d;
+        li_tq1_0_trits(&x[i], u);
+    }
+}
+
+void unpack_tq2_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_tq2_0 *x = src;
+    (void)mw;
+    for (int64_t i = 0; i < n / QK_K; i++, u += QK_K, dw += QK_K / 32) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        for (int g = 0; g < QK_K / 32; g++) dw[g] = d;
+        li_tq2_0_trits(&x[i], u);
     }
 }

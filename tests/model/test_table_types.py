@@ -1,9 +1,9 @@
-"""A whole model whose matrices are IQ4_NL, IQ4_XS or MXFP4 loads, runs on the C kernels, agrees with
+"""A whole model whose matrices are IQ4_NL, IQ4_XS, MXFP4, TQ1_0 or TQ2_0 loads, runs on the C kernels, agrees with
 the numpy reference backend, and generates.
 
 The model is tests/synthetic_gguf.py's random llama with every 2-D weight whose rows fit the type's
-blocks stored in that type (the rows of 320 stay F16 for IQ4_XS's 256-element blocks). MXFP4 is
-quantized by gguf-py; gguf-py has no IQ4 quantizer, so the IQ4 blocks here come from a plain
+blocks stored in that type (the rows of 320 stay F16 for the 256-element blocks). MXFP4 and the
+ternary types are quantized by gguf-py; gguf-py has no IQ4 quantizer, so the IQ4 blocks here come from a plain
 nearest-table-value rounding (not llama.cpp's search: any valid blocks do for a loading test).
 """
 from __future__ import annotations
@@ -66,8 +66,12 @@ QUANTIZE = {
     T.IQ4_NL: quantize_iq4_nl,
     T.IQ4_XS: quantize_iq4_xs,
     T.MXFP4: lambda x: gguf.quants.quantize(x, T.MXFP4),
+    T.TQ1_0: lambda x: gguf.quants.quantize(x, T.TQ1_0),
+    T.TQ2_0: lambda x: gguf.quants.quantize(x, T.TQ2_0),
 }
-BLOCK = {T.IQ4_NL: 32, T.IQ4_XS: 256, T.MXFP4: 32}
+BLOCK = {T.IQ4_NL: 32, T.IQ4_XS: 256, T.MXFP4: 32, T.TQ1_0: 256, T.TQ2_0: 256}
+# ternary weights keep only the sign of the large values: not near the weights, still valid
+MAX_ERROR = {T.IQ4_NL: 0.3, T.IQ4_XS: 0.3, T.MXFP4: 0.3, T.TQ1_0: 1.0, T.TQ2_0: 1.0}
 
 
 def write_model(path, qtype: T) -> int:
@@ -93,7 +97,7 @@ def write_model(path, qtype: T) -> int:
             # the blocks are valid: they decode to values near the weights (MXFP4's grid tops out
             # at 1.5 * 2^floor(log2 amax), so its largest value may lose up to a quarter)
             back = dequantize(raw, qtype, x.shape)
-            assert np.abs(back - x).max() <= 0.3 * np.abs(x).max()
+            assert np.abs(back - x).max() <= MAX_ERROR[qtype] * np.abs(x).max()
             w.add_tensor(name, raw, raw_dtype=qtype)   # the byte shape: gguf-py derives ne
             n_typed += 1
         else:
@@ -105,7 +109,7 @@ def write_model(path, qtype: T) -> int:
     return n_typed
 
 
-@pytest.mark.parametrize("qtype", [T.IQ4_NL, T.IQ4_XS, T.MXFP4], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", list(QUANTIZE), ids=lambda t: t.name)
 def test_model_in_table_type_matches_reference_backend(tmp_path, qtype):
     path = tmp_path / f"{qtype.name}.gguf"
     n_typed = write_model(path, qtype)
