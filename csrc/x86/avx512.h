@@ -66,4 +66,9 @@ void vec_dot_rows_iq4_xs_q8_K_avx512(int64_t n, float *s, const void *w, size_t 
 void vec_dot_rows_mxfp4_q8_0_avx512(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                     const float *a_sums);
 
+/* quants_ternary_avx512.c: TQ2_0 */
+void vec_dot_tq2_0_q8_K_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_tq2_0_q8_K_avx512(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                    const float *a_sums);
+
 #endif /* LI_X86_AVX512_H */
