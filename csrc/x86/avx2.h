@@ -94,7 +94,10 @@ void li_exp_avx2(const float *x, float *y, int64_t n);
 void li_silu_mul_avx2(const float *g, const float *u, float *y, int64_t n);
 void li_geglu_f16_avx2(const float *g, const float *u, float *y, int64_t n, const float *table);
 
-/* quants_ternary_avx2.c: TQ2_0 */
+/* quants_ternary_avx2.c: TQ1_0, TQ2_0 */
+void vec_dot_tq1_0_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_tq1_0_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
 void vec_dot_tq2_0_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_rows_tq2_0_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                   const float *a_sums);

@@ -19,10 +19,12 @@ const li_isa_kernels li_kernels_avx2 = {
         [LI_TYPE_F32] = vec_dot_f32_f32_avx2,
         [LI_TYPE_IQ4_NL] = vec_dot_iq4_nl_q8_0_avx2, [LI_TYPE_IQ4_XS] = vec_dot_iq4_xs_q8_K_avx2,
         [LI_TYPE_MXFP4] = vec_dot_mxfp4_q8_0_avx2, [LI_TYPE_TQ2_0] = vec_dot_tq2_0_q8_K_avx2,
+        [LI_TYPE_TQ1_0] = vec_dot_tq1_0_q8_K_avx2,
     },
     .vec_dot_rows = {
         [LI_TYPE_IQ4_NL] = vec_dot_rows_iq4_nl_q8_0_avx2, [LI_TYPE_IQ4_XS] = vec_dot_rows_iq4_xs_q8_K_avx2,
         [LI_TYPE_MXFP4] = vec_dot_rows_mxfp4_q8_0_avx2, [LI_TYPE_TQ2_0] = vec_dot_rows_tq2_0_q8_K_avx2,
+        [LI_TYPE_TQ1_0] = vec_dot_rows_tq1_0_q8_K_avx2,
         [LI_TYPE_Q4_0] = vec_dot_rows_q4_0_q8_0_avx2, [LI_TYPE_Q4_1] = vec_dot_rows_q4_1_q8_1_avx2,
         [LI_TYPE_Q5_0] = vec_dot_rows_q5_0_q8_0_avx2, [LI_TYPE_Q5_1] = vec_dot_rows_q5_1_q8_1_avx2,
         [LI_TYPE_Q8_0] = vec_dot_rows_q8_0_q8_0_avx2, [LI_TYPE_Q4_K] = vec_dot_rows_q4_K_q8_K_avx2,
