@@ -1,7 +1,7 @@
 """Kernel timings (a measurement, not a test): GEMV and GEMM per ISA and thread count,
 against numpy's float32 matmul of the dequantized matrix in the same run.
 
-    python csrc/bench_kernels.py [--isa avx512] [--threads 1 2] [--quick]
+    python csrc/bench_kernels.py [--isa avx512] [--threads 1 2] [--quick] [--types IQ4_XS Q4_K]
     python csrc/bench_kernels.py --stream [--isa avx2] [--threads 2]
 
 --stream: the decode GEMV's weight GB/s on a Llama-3.2-1B ffn matrix (8192 x 2048) that stays in the
@@ -29,9 +29,12 @@ def random_weights(qtype: T, n_out: int, k: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     raw = rng.integers(0, 256, size=(n_out * k // fmt.block_size, fmt.type_size), dtype=np.uint8)
     # small finite fp16 scales where ggml puts them (first field of legacy blocks, last for Q6_K)
-    offsets = {T.Q6_K: (208,), T.Q4_K: (0, 2), T.Q4_1: (0, 2), T.Q8_0: (0,), T.Q4_0: (0,), T.Q5_0: (0,)}
+    offsets = {T.Q6_K: (208,), T.Q4_K: (0, 2), T.Q4_1: (0, 2), T.Q8_0: (0,), T.Q4_0: (0,), T.Q5_0: (0,),
+               T.IQ4_NL: (0,), T.IQ4_XS: (0,), T.TQ1_0: (52,), T.TQ2_0: (64,)}
     for off in offsets.get(qtype, ()):
         raw[:, off : off + 2] = (rng.random(raw.shape[0]) * 0.01).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    if qtype == T.MXFP4:   # e8m0 scale byte: 2^(e - 128) near 0.01
+        raw[:, 0] = rng.integers(118, 124, size=raw.shape[0], dtype=np.uint8)
     return raw.reshape(n_out, -1)
 
 
@@ -50,6 +53,7 @@ def main() -> None:
     ap.add_argument("--isa", nargs="*", default=None)
     ap.add_argument("--threads", nargs="*", type=int, default=[1, 2])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--types", nargs="*", default=None, help="only these weight types, e.g. IQ4_XS Q4_K")
     ap.add_argument("--stream", action="store_true", help="cached vs streamed GEMV GB/s (see above)")
     args = ap.parse_args()
     if args.stream:
@@ -68,9 +72,22 @@ def main() -> None:
         ("GEMM", T.Q5_0, 2048, 640, 512),
         ("GEMM", T.Q6_K, 640, 2048, 512),
         ("GEMM", T.Q4_1, 1536, 576, 64),
+        # the 4-bit and ternary types of downloaded files, on a Llama-3.2-1B ffn_up (8192 x 2048)
+        ("GEMV", T.Q4_0, 8192, 2048, 1),
+        ("GEMV", T.Q4_K, 8192, 2048, 1),
+        ("GEMV", T.IQ4_NL, 8192, 2048, 1),
+        ("GEMV", T.IQ4_XS, 8192, 2048, 1),
+        ("GEMV", T.MXFP4, 8192, 2048, 1),
+        ("GEMV", T.TQ2_0, 8192, 2048, 1),
+        ("GEMV", T.TQ1_0, 8192, 2048, 1),
+        ("GEMM", T.Q4_K, 2048, 2048, 128),
+        ("GEMM", T.IQ4_XS, 2048, 2048, 128),
+        ("GEMM", T.MXFP4, 2048, 2048, 128),
     ]
     if args.quick:
         cases = cases[:2] + cases[5:7]
+    if args.types:
+        cases = [c for c in cases if c[1].name in args.types]
     print(f"isa available: {kernels.supported_isas()}, default threads {kernels.get_threads()}")
     for kind, qtype, n_out, k, m in cases:
         w = random_weights(qtype, n_out, k)

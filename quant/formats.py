@@ -17,6 +17,8 @@ from gguf import GGMLQuantizationType as T
 
 from . import dequant_basic as basic
 from . import dequant_kquants as kq
+from . import dequant_tables as tab
+from . import dequant_ternary as tern
 
 
 class UnsupportedQuantType(ValueError):
@@ -53,6 +55,11 @@ FORMATS: dict[T, QuantFormat] = {
         _format(T.Q4_K, kq.Q4_K_BLOCK_SIZE, kq.Q4_K_TYPE_SIZE, kq.dequantize_row_q4_K),
         _format(T.Q5_K, kq.Q5_K_BLOCK_SIZE, kq.Q5_K_TYPE_SIZE, kq.dequantize_row_q5_K),
         _format(T.Q6_K, kq.Q6_K_BLOCK_SIZE, kq.Q6_K_TYPE_SIZE, kq.dequantize_row_q6_K),
+        _format(T.IQ4_NL, tab.IQ4_NL_BLOCK_SIZE, tab.IQ4_NL_TYPE_SIZE, tab.dequantize_row_iq4_nl),
+        _format(T.IQ4_XS, tab.IQ4_XS_BLOCK_SIZE, tab.IQ4_XS_TYPE_SIZE, tab.dequantize_row_iq4_xs),
+        _format(T.MXFP4, tab.MXFP4_BLOCK_SIZE, tab.MXFP4_TYPE_SIZE, tab.dequantize_row_mxfp4),
+        _format(T.TQ1_0, tern.TQ1_0_BLOCK_SIZE, tern.TQ1_0_TYPE_SIZE, tern.dequantize_row_tq1_0),
+        _format(T.TQ2_0, tern.TQ2_0_BLOCK_SIZE, tern.TQ2_0_TYPE_SIZE, tern.dequantize_row_tq2_0),
     )
 }
 

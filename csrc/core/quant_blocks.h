@@ -33,7 +33,12 @@ enum li_type {
     LI_TYPE_Q5_K = 13,
     LI_TYPE_Q6_K = 14,
     LI_TYPE_Q8_K = 15,
+    LI_TYPE_IQ4_NL = 20,
+    LI_TYPE_IQ4_XS = 23,
     LI_TYPE_BF16 = 30,
+    LI_TYPE_TQ1_0 = 34,
+    LI_TYPE_TQ2_0 = 35,
+    LI_TYPE_MXFP4 = 39,
     LI_TYPE_COUNT = 40        /* size of the tables indexed by type id */
 };
 
@@ -45,6 +50,8 @@ enum li_type {
 #define QK8_1 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
+#define QK4_NL 32
+#define QK_MXFP4 32
 
 /* --- 32-element "legacy" quants ------------------------------------------------------ */
 
@@ -161,5 +168,58 @@ typedef struct {
     int16_t bsums[QK_K / 16];
 } block_q8_K;
 _Static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "wrong q8_K block size");
+
+/* --- non-linear 4-bit quants: a 4-bit index into a table of 16 int8 values -------------- */
+
+/* IQ4_NL: y = d * kvalues_iq4nl[q], q 4-bit with Q4_0's nibble order (qs[j] = q[j] | q[j+16] << 4).
+ * The table (li_kvalues_iq4nl, core/traits.c) is ggml's kvalues_iq4nl. 18 bytes. */
+typedef struct {
+    ggml_half d;
+    uint8_t qs[QK4_NL / 2];
+} block_iq4_nl;
+_Static_assert(sizeof(block_iq4_nl) == 2 + QK4_NL / 2, "wrong iq4_nl block size");
+
+/* IQ4_XS: 8 sub-blocks of 32, each with a 6-bit scale ls = (4 bits of scales_l[s/2], nibble s%2)
+ * | (bits 2s..2s+1 of the little-endian u16 scales_h) << 4; y = (d * (ls - 32)) * kvalues_iq4nl[q],
+ * sub-block s in qs[16s..16s+15] with Q4_0's nibble order. 136 bytes. */
+typedef struct {
+    ggml_half d;
+    uint16_t scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+} block_iq4_xs;
+_Static_assert(sizeof(block_iq4_xs) == 2 + 2 + QK_K / 64 + QK_K / 2, "wrong iq4_xs block size");
+
+/* MXFP4 (OCP microscaling): y = 2^(e - 128) * kvalues_mxfp4[q] -- e2m1 values doubled, hence the
+ * half in the e8m0 scale (ggml_e8m0_to_fp32_half) -- q 4-bit with Q4_0's nibble order. 17 bytes. */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[QK_MXFP4 / 2];
+} block_mxfp4;
+_Static_assert(sizeof(block_mxfp4) == 1 + QK_MXFP4 / 2, "wrong mxfp4 block size");
+
+/* --- ternary quants (BitNet b1.58): y = d * (t - 1), t in {0, 1, 2} ------------------------ */
+
+/* TQ1_0: five trits per byte as a base-3 fixed-point fraction: byte b holds trits t_k (k = 0..4)
+ * as the top digit of b * 3^k (mod 256): t_k = ((uint8_t)(b * 3^k) * 3) >> 8. Element order:
+ * qs[0..31] -> elements 32k + m, qs[32..47] -> 160 + 16k + m, qh[0..3] (four trits each)
+ * -> 240 + 4k + m. 54 bytes. */
+typedef struct {
+    uint8_t qs[(QK_K - 4 * QK_K / 64) / 5];
+    uint8_t qh[QK_K / 64];
+    ggml_half d;
+} block_tq1_0;
+_Static_assert(sizeof(block_tq1_0) == (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64 + 2, "wrong tq1_0 block size");
+
+/* TQ2_0: 2 bits per element, t = (qs[32c + m] >> 2l) & 3 for element 128c + 32l + m. 66 bytes. */
+typedef struct {
+    uint8_t qs[QK_K / 4];
+    ggml_half d;
+} block_tq2_0;
+_Static_assert(sizeof(block_tq2_0) == QK_K / 4 + 2, "wrong tq2_0 block size");
+
+/* The value tables (format data from ggml-common.h), defined in core/traits.c. */
+extern const int8_t li_kvalues_iq4nl[16];
+extern const int8_t li_kvalues_mxfp4[16];
 
 #endif /* LI_QUANT_BLOCKS_H */

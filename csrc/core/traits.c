@@ -17,6 +17,10 @@
                      dequantize_row_##name, vec_dot_##name##_##aname##_generic,        \
                      unpack_##name, FROM_FLOAT},
 
+/* ggml-common.h's kvalues_iq4nl and kvalues_mxfp4 (the e2m1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 doubled) */
+const int8_t li_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t li_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 const li_type_traits li_traits_generic[LI_TYPE_COUNT] = {
     [LI_TYPE_F32] = {"F32", 1, 4, LI_TYPE_F32, 0, 0, 0, 0, dequantize_row_f32,
                      vec_dot_f32_f32_generic, NULL, quantize_row_f32_generic},
@@ -34,6 +38,13 @@ const li_type_traits li_traits_generic[LI_TYPE_COUNT] = {
     QUANT(Q4_K, q4_K, QK_K, Q8_K, q8_K, 32, 0, 15, 1, NULL)
     QUANT(Q5_K, q5_K, QK_K, Q8_K, q8_K, 32, 0, 31, 1, NULL)
     QUANT(Q6_K, q6_K, QK_K, Q8_K, q8_K, 16, 32, 63, 0, NULL)
+    /* table types: u = value + 128 (1..241), as Q8_0's u; ggml pairs IQ4_XS with Q8_K, the others with Q8_0 */
+    QUANT(IQ4_NL, iq4_nl, QK4_NL, Q8_0, q8_0, 32, 128, 241, 0, NULL)
+    QUANT(IQ4_XS, iq4_xs, QK_K, Q8_K, q8_K, 32, 128, 241, 0, NULL)
+    QUANT(MXFP4, mxfp4, QK_MXFP4, Q8_0, q8_0, 32, 128, 140, 0, NULL)
+    /* ternary: u = the trit (TQ2_0's 2 bits may hold 3 in a hostile file), o = 1; one scale per 256 */
+    QUANT(TQ1_0, tq1_0, QK_K, Q8_K, q8_K, 32, 1, 2, 0, NULL)
+    QUANT(TQ2_0, tq2_0, QK_K, Q8_K, q8_K, 32, 1, 3, 0, NULL)
     /* activation-only types: no dot product of their own */
     [LI_TYPE_Q8_1] = {"Q8_1", QK8_1, (int)sizeof(block_q8_1), -1, 0, 0, 0, 0, NULL, NULL, NULL,
                       quantize_row_q8_1_generic},

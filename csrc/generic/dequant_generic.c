@@ -201,3 +201,99 @@ void dequantize_row_q6_K(const void *src, float *y, int64_t n) {
         }
     }
 }
+
+/* --- table types: an index per element into a table of 16 int8 values ------------------ */
+
+void dequantize_row_iq4_nl(const void *src, float *y, int64_t n) {
+    const block_iq4_nl *x = src;
+    for (int64_t i = 0; i < n / QK4_NL; i++, y += QK4_NL) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        for (int j = 0; j < QK4_NL / 2; j++) {
+            y[j] = d * li_kvalues_iq4nl[x[i].qs[j] & 0xF];
+            y[j + QK4_NL / 2] = d * li_kvalues_iq4nl[x[i].qs[j] >> 4];
+        }
+    }
+}
+
+void li_iq4_xs_scales(const block_iq4_xs *x, int8_t out[8]) {
+    for (int s = 0; s < 8; s++) {
+        const int lo = (x->scales_l[s / 2] >> 4 * (s % 2)) & 0xF, hi = (x->scales_h >> 2 * s) & 3;
+        out[s] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
+void dequantize_row_iq4_xs(const void *src, float *y, int64_t n) {
+    const block_iq4_xs *x = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        int8_t ls[8];
+        li_iq4_xs_scales(&x[i], ls);
+        for (int s = 0; s < 8; s++, y += 32) {
+            const float dl = d * ls[s];   /* rounded once, as ggml and gguf-py */
+            const uint8_t *qs = x[i].qs + 16 * s;
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * li_kvalues_iq4nl[qs[j] & 0xF];
+                y[j + 16] = dl * li_kvalues_iq4nl[qs[j] >> 4];
+            }
+        }
+    }
+}
+
+/* 2^(e - 128) as an f32 bit pattern: a subnormal for e < 2 (ggml_e8m0_to_fp32_half) */
+float li_e8m0_to_fp32_half(uint8_t e) {
+    return li_bits_to_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+void dequantize_row_mxfp4(const void *src, float *y, int64_t n) {
+    const block_mxfp4 *x = src;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, y += QK_MXFP4) {
+        const float d = li_e8m0_to_fp32_half(x[i].e);
+        for (int j = 0; j < QK_MXFP4 / 2; j++) {
+            y[j] = d * li_kvalues_mxfp4[x[i].qs[j] & 0xF];
+            y[j + QK_MXFP4 / 2] = d * li_kvalues_mxfp4[x[i].qs[j] >> 4];
+        }
+    }
+}
+
+/* --- ternary types ------------------------------------------------------------------------ */
+
+/* the top base-3 digit of b * 3^k (mod 256): ggml's (q * 3) >> 8 after the uint8 multiply */
+static inline uint8_t trit(uint8_t b, int k) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    return (uint8_t)(((uint16_t)(uint8_t)(b * pow3[k]) * 3) >> 8);
+}
+
+void li_tq1_0_trits(const block_tq1_0 *x, uint8_t t[QK_K]) {
+    for (int k = 0; k < 5; k++)
+        for (int m = 0; m < 32; m++) t[32 * k + m] = trit(x->qs[m], k);
+    for (int k = 0; k < 5; k++)
+        for (int m = 0; m < 16; m++) t[160 + 16 * k + m] = trit(x->qs[32 + m], k);
+    for (int k = 0; k < 4; k++)
+        for (int m = 0; m < 4; m++) t[240 + 4 * k + m] = trit(x->qh[m], k);
+}
+
+void li_tq2_0_trits(const block_tq2_0 *x, uint8_t t[QK_K]) {
+    for (int c = 0; c < 2; c++)
+        for (int l = 0; l < 4; l++)
+            for (int m = 0; m < 32; m++) t[128 * c + 32 * l + m] = (x->qs[32 * c + m] >> 2 * l) & 3;
+}
+
+void dequantize_row_tq1_0(const void *src, float *y, int64_t n) {
+    const block_tq1_0 *x = src;
+    uint8_t t[QK_K];
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        li_tq1_0_trits(&x[i], t);
+        for (int j = 0; j < QK_K; j++) y[j] = d * (float)(t[j] - 1);
+    }
+}
+
+void dequantize_row_tq2_0(const void *src, float *y, int64_t n) {
+    const block_tq2_0 *x = src;
+    uint8_t t[QK_K];
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        li_tq2_0_trits(&x[i], t);
+        for (int j = 0; j < QK_K; j++) y[j] = d * (float)(t[j] - 1);
+    }
+}

@@ -24,6 +24,18 @@ void dequantize_row_q3_K(const void *src, float *y, int64_t n);
 void dequantize_row_q4_K(const void *src, float *y, int64_t n);
 void dequantize_row_q5_K(const void *src, float *y, int64_t n);
 void dequantize_row_q6_K(const void *src, float *y, int64_t n);
+void dequantize_row_iq4_nl(const void *src, float *y, int64_t n);
+void dequantize_row_iq4_xs(const void *src, float *y, int64_t n);
+void dequantize_row_mxfp4(const void *src, float *y, int64_t n);
+void dequantize_row_tq1_0(const void *src, float *y, int64_t n);
+void dequantize_row_tq2_0(const void *src, float *y, int64_t n);
+/* IQ4_XS's 8 sub-block scales (ls - 32) and MXFP4's e8m0 scale (ggml_e8m0_to_fp32_half), shared with
+ * unpack_generic.c */
+void li_iq4_xs_scales(const block_iq4_xs *x, int8_t out[8]);
+float li_e8m0_to_fp32_half(uint8_t e);
+/* the 256 trits of a TQ1_0 / TQ2_0 block, in element order, as 0..2 (0..3 for TQ2_0's spare code) */
+void li_tq1_0_trits(const block_tq1_0 *x, uint8_t t[QK_K]);
+void li_tq2_0_trits(const block_tq2_0 *x, uint8_t t[QK_K]);
 /* the k-quants' packed scales, shared with unpack_generic.c: Q3_K's 16 six-bit scales (minus 32),
  * and ggml's get_scale_min_k4 for Q4_K / Q5_K */
 void li_q3_K_scales(const uint8_t *s, int8_t out[16]);
@@ -40,6 +52,11 @@ void unpack_q3_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
 void unpack_q4_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
 void unpack_q5_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
 void unpack_q6_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq4_nl(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq4_xs(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_mxfp4(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_tq1_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_tq2_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
 
 /* quantize_generic.c: activation rows (ggml's reference rounding) */
 void quantize_row_q8_0_generic(const float *x, void *dst, int64_t n);
@@ -61,6 +78,11 @@ void vec_dot_q3_K_q8_K_generic(int64_t n, float *s, const void *w, const void *a
 void vec_dot_q4_K_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_q5_K_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_q6_K_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq4_nl_q8_0_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq4_xs_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_mxfp4_q8_0_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_tq1_0_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_tq2_0_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_f32_f32_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_f16_f16_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_bf16_bf16_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);

@@ -19,6 +19,11 @@
  *   Q4_K   32  0    15    yes   d*sc, -dmin*min
  *   Q5_K   32  0    31    yes   d*sc, -dmin*min
  *   Q6_K   16  32   63    -     d*sc
+ *   IQ4_NL 32  128  241   -     d          (u = kvalues_iq4nl[q] + 128)
+ *   IQ4_XS 32  128  241   -     d*(ls-32)  (u = kvalues_iq4nl[q] + 128)
+ *   MXFP4  32  128  140   -     2^(e-128)  (u = kvalues_mxfp4[q] + 128)
+ *   TQ1_0  32  1    2     -     d          (u = the trit)
+ *   TQ2_0  32  1    3     -     d          (u = the 2-bit code)
  */
 #include "core/li.h"
 #include "generic/generic.h"
@@ -170,5 +175,65 @@ void unpack_q6_K(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
                 u[l + 96] = (uint8_t)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
             }
         }
+    }
+}
+
+/* table types: u = table value + 128 (o = 128, as Q8_0), dw = the dequantizer's scale */
+static void unpack_table_32(const uint8_t *qs, const int8_t *table, uint8_t *u) {
+    for (int j = 0; j < 16; j++) {
+        u[j] = (uint8_t)(table[qs[j] & 0xF] + 128);
+        u[j + 16] = (uint8_t)(table[qs[j] >> 4] + 128);
+    }
+}
+
+void unpack_iq4_nl(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_iq4_nl *x = src;
+    (void)mw;
+    for (int64_t i = 0; i < n / QK4_NL; i++, u += QK4_NL) {
+        dw[i] = li_fp16_to_fp32(x[i].d);
+        unpack_table_32(x[i].qs, li_kvalues_iq4nl, u);
+    }
+}
+
+void unpack_iq4_xs(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_iq4_xs *x = src;
+    (void)mw;
+    for (int64_t i = 0; i < n / QK_K; i++, dw += 8) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        int8_t ls[8];
+        li_iq4_xs_scales(&x[i], ls);
+        for (int s = 0; s < 8; s++, u += 32) {
+            dw[s] = d * ls[s];
+            unpack_table_32(x[i].qs + 16 * s, li_kvalues_iq4nl, u);
+        }
+    }
+}
+
+void unpack_mxfp4(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_mxfp4 *x = src;
+    (void)mw;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, u += QK_MXFP4) {
+        dw[i] = li_e8m0_to_fp32_half(x[i].e);
+        unpack_table_32(x[i].qs, li_kvalues_mxfp4, u);
+    }
+}
+
+void unpack_tq1_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_tq1_0 *x = src;
+    (void)mw;
+    for (int64_t i = 0; i < n / QK_K; i++, u += QK_K, dw += QK_K / 32) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        for (int g = 0; g < QK_K / 32; g++) dw[g] = d;
+        li_tq1_0_trits(&x[i], u);
+    }
+}
+
+void unpack_tq2_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
+    const block_tq2_0 *x = src;
+    (void)mw;
+    for (int64_t i = 0; i < n / QK_K; i++, u += QK_K, dw += QK_K / 32) {
+        const float d = li_fp16_to_fp32(x[i].d);
+        for (int g = 0; g < QK_K / 32; g++) dw[g] = d;
+        li_tq2_0_trits(&x[i], u);
     }
 }

@@ -42,6 +42,17 @@ void vec_dot_rows_q4_K_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_
 void vec_dot_rows_q6_K_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                  const float *a_sums);
 
+/* quants_tables_avx2.c: the table types (IQ4_NL, IQ4_XS, MXFP4) */
+void vec_dot_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq4_xs_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_mxfp4_q8_0_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                   const float *a_sums);
+void vec_dot_rows_iq4_xs_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                   const float *a_sums);
+void vec_dot_rows_mxfp4_q8_0_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
+
 /* pack_avx2.c: weight rows -> the GEMM panel's integer form, and the panel packer */
 void unpack_q4_0_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
 void unpack_q4_1_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
@@ -82,5 +93,13 @@ void quantize_row_f16_avx2(const float *x, void *dst, int64_t n);
 void li_exp_avx2(const float *x, float *y, int64_t n);
 void li_silu_mul_avx2(const float *g, const float *u, float *y, int64_t n);
 void li_geglu_f16_avx2(const float *g, const float *u, float *y, int64_t n, const float *table);
+
+/* quants_ternary_avx2.c: TQ1_0, TQ2_0 */
+void vec_dot_tq1_0_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_tq1_0_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
+void vec_dot_tq2_0_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_tq2_0_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
 
 #endif /* LI_X86_AVX2_H */

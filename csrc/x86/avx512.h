@@ -55,4 +55,9 @@ void li_dot_rows_f16_avx512(int64_t n, const float *a, int na, int64_t lda, cons
 void li_axpy_rows_f16_avx512(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
                              int64_t ldv, float *out, int64_t ldo);
 
+/* quants_ternary_avx512.c: TQ2_0 */
+void vec_dot_tq2_0_q8_K_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_tq2_0_q8_K_avx512(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                    const float *a_sums);
+
 #endif /* LI_X86_AVX512_H */

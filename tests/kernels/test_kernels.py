@@ -32,7 +32,11 @@ ISAS = kernels.supported_isas() if kernels.available() else []
 F16_FIELDS: dict[T, tuple[int, ...]] = {
     T.F16: (0,), T.Q4_0: (0,), T.Q4_1: (0, 2), T.Q5_0: (0,), T.Q5_1: (0, 2), T.Q8_0: (0,),
     T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,),
+    T.IQ4_NL: (0,), T.IQ4_XS: (0,), T.TQ1_0: (52,), T.TQ2_0: (64,),
 }
+# Byte offsets of e8m0 scales (2^(e - 128)): random bytes would reach 2^126, whose products overflow
+# f32; the matmul tests keep them within the fp16 fields' range of magnitudes (2^-24 .. 2^16).
+E8M0_FIELDS: dict[T, tuple[int, ...]] = {T.MXFP4: (0,)}
 
 
 @pytest.fixture(params=ISAS)
@@ -63,6 +67,8 @@ def random_rows(fmt: QuantFormat, n_rows: int, n_blocks: int, seed: int) -> np.n
         bits = rng.integers(0, 1 << 16, size=n_rows * n_blocks, dtype=np.uint16)
         bits[(bits & 0x7C00) == 0x7C00] &= np.uint16(0xBFFF)  # inf/NaN -> a large finite value
         blocks[:, offset : offset + 2] = bits.view(np.uint8).reshape(-1, 2)
+    for offset in E8M0_FIELDS.get(fmt.ggml_type, ()):
+        blocks[:, offset] = rng.integers(128 - 24, 128 + 17, size=n_rows * n_blocks, dtype=np.uint8)
     return np.ascontiguousarray(blocks.reshape(n_rows, n_blocks * fmt.type_size))
 
 

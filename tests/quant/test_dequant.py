@@ -35,6 +35,10 @@ F16_FIELDS: dict[T, tuple[int, ...]] = {
     T.Q4_K: (0, 2),
     T.Q5_K: (0, 2),
     T.Q6_K: (208,),
+    T.IQ4_NL: (0,),
+    T.IQ4_XS: (0,),
+    T.TQ1_0: (52,),
+    T.TQ2_0: (64,),
 }
 
 FORMAT_PARAMS = [pytest.param(f, id=f.name) for f in FORMATS.values()]
@@ -202,7 +206,7 @@ def test_bad_shape_or_dtype():
 
 @pytest.mark.parametrize(
     "qtype, name",
-    [(T.IQ2_XXS, "IQ2_XXS"), (T.TQ1_0, "TQ1_0"), (T.Q8_K, "Q8_K"), (int(T.IQ4_NL), "IQ4_NL"), (99, "99")],
+    [(T.IQ2_XXS, "IQ2_XXS"), (T.IQ1_M, "IQ1_M"), (T.Q8_K, "Q8_K"), (int(T.IQ3_S), "IQ3_S"), (99, "99")],
 )
 def test_unsupported_type_names_itself(qtype, name):
     for call in (

@@ -1,0 +1,131 @@
+/* quants_tables_avx2.c -- AVX2 dot products of the table types: IQ4_NL and MXFP4 against Q8_0,
+ * IQ4_XS against Q8_K (ggml's pairings).
+ *
+ * An element is a 4-bit index into 16 int8 values (li_kvalues_iq4nl, li_kvalues_mxfp4): one
+ * shuffle_epi8 per 32 elements turns the nibbles into the values, then signed x signed through
+ * maddubs(|x|, q * sign(x)): |x|, |q| <= 127, so a pair sum is at most 2 * 127 * 127 < 2^15 and
+ * the block's integer dot is exact. Per row the arithmetic is the same whether it is called for one
+ * row (vec_dot) or for LI_DOT_ROWS rows at once (vec_dot_rows): the rows only share activation loads.
+ * Results equal the generic ones up to float summation order.
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+
+#include "core/li.h"
+#include "x86/avx2.h"
+
+static inline float hsum_ps(__m256 x) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* the 16 table values in both 128-bit halves (shuffle_epi8 looks up within a half) */
+static inline __m256i table_256(const int8_t *t) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* 16 bytes of nibbles -> the 32 table values in element order (low nibbles, then high) */
+static inline __m256i lookup_32(__m256i table, const uint8_t *qs) {
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                                         _mm256_set1_epi8(0x0F));
+    return _mm256_shuffle_epi8(table, idx);
+}
+
+/* signed x signed bytes -> 16 int16 pair sums, exact (see the top) */
+static inline __m256i pairs_s8(__m256i x, __m256i q) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(q, x));
+}
+
+static inline float scale_iq4_nl(const block_iq4_nl *b) { return _cvtsh_ss(b->d); }
+static inline float scale_mxfp4(const block_mxfp4 *b) {   /* ggml_e8m0_to_fp32_half */
+    return li_bits_to_f32(b->e < 2 ? 0x00200000u << b->e : (uint32_t)(b->e - 1) << 23);
+}
+
+/* IQ4_NL / MXFP4 x Q8_0: s = sum over blocks of (dw * da) * dot(x, q); as[2i] = da (exact) */
+#define TABLE32(W, TABLE)                                                                            \
+    static inline __attribute__((always_inline)) void dot_##W##_nr(int64_t n, float *s, const uint8_t *vw, \
+                                                                   size_t rb, const block_q8_0 *a,   \
+                                                                   const float *as, const int NR) {  \
+        const __m256i table = table_256(TABLE), ones = _mm256_set1_epi16(1);                         \
+        const block_##W *w[LI_DOT_ROWS];                                                             \
+        __m256 acc[LI_DOT_ROWS];                                                                     \
+        for (int r = 0; r < NR; r++) {                                                               \
+            w[r] = (const block_##W *)(vw + r * rb);                                                 \
+            acc[r] = _mm256_setzero_ps();                                                            \
+        }                                                                                            \
+        for (int64_t i = 0; i < n / 32; i++) {                                                       \
+            const __m256i q = _mm256_loadu_si256((const __m256i *)a[i].qs);                         \
+            for (int r = 0; r < NR; r++) {                                                           \
+                const __m256i d = _mm256_madd_epi16(pairs_s8(lookup_32(table, w[r][i].qs), q), ones); \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale_##W(&w[r][i]) * as[2 * i]),           \
+                                         _mm256_cvtepi32_ps(d), acc[r]);                             \
+            }                                                                                        \
+        }                                                                                            \
+        for (int r = 0; r < NR; r++) s[r] = hsum_ps(acc[r]);                                         \
+    }
+
+TABLE32(iq4_nl, li_kvalues_iq4nl)
+TABLE32(mxfp4, li_kvalues_mxfp4)
+
+/* IQ4_XS x Q8_K: per super-block s = (d * da) * sum over the 8 sub-blocks of (ls - 32) * dot(x, q),
+ * the scale applied in the int16 -> int32 step (|ls - 32| <= 32: a lane stays below 2^22) */
+static inline __attribute__((always_inline)) void dot_iq4_xs_nr(int64_t n, float *s, const uint8_t *vw,
+                                                                size_t rb, const block_q8_K *a, const int NR) {
+    const __m256i table = table_256(li_kvalues_iq4nl);
+    const block_iq4_xs *w[LI_DOT_ROWS];
+    __m256 acc[LI_DOT_ROWS];
+    for (int r = 0; r < NR; r++) {
+        w[r] = (const block_iq4_xs *)(vw + r * rb);
+        acc[r] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        for (int r = 0; r < NR; r++) {
+            const block_iq4_xs *b = &w[r][i];
+            __m256i sumi = _mm256_setzero_si256();
+            for (int sb = 0; sb < 8; sb++) {
+                const int ls = (((b->scales_l[sb / 2] >> 4 * (sb % 2)) & 0xF) | ((b->scales_h >> 2 * sb) & 3) << 4) - 32;
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * sb));
+                const __m256i p = pairs_s8(lookup_32(table, b->qs + 16 * sb), q);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16((short)ls)));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b->d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    for (int r = 0; r < NR; r++) s[r] = hsum_ps(acc[r]);
+}
+
+/* the li_vec_dot_fn and li_vec_dot_rows_fn entry points: NR a constant in each call */
+#define ENTRY_POINTS(W, A, CALL)                                                                     \
+    void vec_dot_##W##_##A##_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) { \
+        CALL(n, s, vw, 0, va, as, 1);                                                                \
+    }                                                                                                \
+    void vec_dot_rows_##W##_##A##_avx2(int64_t n, float *s, const void *vw, size_t rb, int nr, const void *va, \
+                                       const float *as) {                                            \
+        switch (nr) {                                                                                \
+        case 1: CALL(n, s, vw, rb, va, as, 1); break;                                                \
+        case 2: CALL(n, s, vw, rb, va, as, 2); break;                                                \
+        case 3: CALL(n, s, vw, rb, va, as, 3); break;                                                \
+        default: CALL(n, s, vw, rb, va, as, 4); break;                                               \
+        }                                                                                            \
+    }
+
+#define CALL_IQ4_NL(n, s, vw, rb, va, as, NR) dot_iq4_nl_nr(n, s, vw, rb, va, as, NR)
+#define CALL_MXFP4(n, s, vw, rb, va, as, NR) dot_mxfp4_nr(n, s, vw, rb, va, as, NR)
+#define CALL_IQ4_XS(n, s, vw, rb, va, as, NR) ((void)(as), dot_iq4_xs_nr(n, s, vw, rb, va, NR))
+ENTRY_POINTS(iq4_nl, q8_0, CALL_IQ4_NL)
+ENTRY_POINTS(mxfp4, q8_0, CALL_MXFP4)
+ENTRY_POINTS(iq4_xs, q8_K, CALL_IQ4_XS)
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#endif /* x86_64 */
