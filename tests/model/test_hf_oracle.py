@@ -230,3 +230,19 @@ def test_experts_are_written_as_llama_cpp_names_them(tiny):
         assert tuple(f.tensors["blk.1.ffn_up_exps.weight"].shape) == (n_expert, n_ff, c.hidden_size)
         assert tuple(f.tensors["blk.1.ffn_down_exps.weight"].shape) == (n_expert, c.hidden_size, n_ff)
         assert "blk.0.ffn_up.weight" not in f.tensors
+
+
+def test_info_shows_experts_and_active_parameters(tiny):
+    name, model, _, _, path = tiny
+    r = CliRunner().invoke(main, ["info", str(path)])
+    assert r.exit_code == 0, r.output
+    n_params = sum(p.numel() for p in model.parameters())
+    if name not in MOE:
+        assert "active per token" not in r.output
+        return
+    c = model.config
+    n_expert = getattr(c, "num_experts", None) or c.num_local_experts
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    active = n_params - experts + experts * c.num_experts_per_tok // n_expert
+    assert f"({n_params / 1e6:.1f}M parameters, {active / 1e6:.1f}M active per token" in r.output
+    assert f"expert_count" in r.output and "expert_used_count" in r.output
