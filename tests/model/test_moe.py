@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localinfer.arch.moe import route
+from localinfer.arch.hparams import HParams
+from localinfer.arch.moe import expert_hparams, route
+from localinfer.gguf_file import GGUFError
 from localinfer.arch.weights import DenseLinear
 
 
@@ -44,6 +46,31 @@ def test_route_rejects_a_k_outside_the_experts(k):
         route(np.zeros((3, 4)), k, True)
 
 
+class _File:
+    """What HParams reads of a GGUF file."""
+
+    def __init__(self, **keys):
+        self.path, self.architecture = "m.gguf", "qwen3moe"
+        self.metadata = {f"qwen3moe.{k}": v for k, v in keys.items()}
+
+
+def test_expert_keys_are_read_with_llama_cpp_defaults():
+    assert expert_hparams(HParams(_File()), 96) == {}  # dense
+    got = expert_hparams(HParams(_File(expert_count=8, expert_used_count=2)), 96)
+    assert got == dict(n_expert=8, n_expert_used=2, expert_weights_norm=True, n_ff_exp=96)
+
+
+@pytest.mark.parametrize("keys, message", [
+    (dict(expert_count=4, expert_used_count=5), "expert_used_count = 5: must be at most expert_count = 4"),
+    (dict(expert_count=4), "missing metadata key 'qwen3moe.expert_used_count'"),
+    (dict(expert_count=4, expert_used_count=2, expert_gating_func=2), "only softmax gating"),
+    (dict(expert_count=4, expert_used_count=2, expert_weights_norm=1), "must be a boolean"),
+])
+def test_bad_expert_keys_are_errors_naming_the_key(keys, message):
+    with pytest.raises(GGUFError, match=message):
+        expert_hparams(HParams(_File(**keys)), 96)
+
+
 # -- dispatch on a converted model ----------------------------------------------------------------
 
 class Recorder:
@@ -66,6 +93,19 @@ def tiny_qwen3moe(tmp_path_factory):
     folder = tmp_path_factory.mktemp("qwen3moe")
     _, tok = make_hf_model("qwen3moe", folder, seed=5)
     return convert_hf(folder, folder / "m.gguf", "q8_0"), tok.encode(SENTENCES[1], add_special_tokens=False).ids
+
+
+def test_dense_layers_between_expert_layers_are_refused(tiny_qwen3moe, tmp_path):
+    import json
+    import shutil
+    from localinfer.quant.convert_hf import ConversionError, convert_hf
+    folder = tiny_qwen3moe[0].parent
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(folder / name, tmp_path / name)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "mlp_only_layers": [1]}))
+    with pytest.raises(ConversionError, match="dense layers between the expert layers"):
+        convert_hf(tmp_path, tmp_path / "m.gguf", "f32")
 
 
 def _load(path, backend):
