@@ -160,3 +160,15 @@ def test_an_unchosen_expert_is_never_read(tiny_qwen3moe, backend):
     moe = m.weights.layers[0].mlp
     moe.down[chosen] = DenseLinear(np.full(moe.down[chosen].shape, np.nan, dtype=np.float32))
     assert np.isnan(m.forward(ids, m.new_cache(64, dtype=np.float32))).all()
+
+
+def test_the_bench_counts_only_the_routed_share_of_the_experts(tiny_qwen3moe):
+    from localinfer.gguf_file import GGUFFile
+    from localinfer.measure.bench import weight_bytes_per_token
+    with GGUFFile(tiny_qwen3moe[0]) as f:
+        n, k = f.metadata["qwen3moe.expert_count"], f.metadata["qwen3moe.expert_used_count"]
+        experts = sum(t.nbytes for name, t in f.tensors.items() if name.endswith("_exps.weight"))
+        emb = f.tensors["token_embd.weight"]
+        total = sum(t.nbytes for t in f.tensors.values())
+        unread = experts * (n - k) // n + emb.nbytes - emb.nbytes // emb.shape[0]  # a token reads one row
+        assert experts and weight_bytes_per_token(f) == total - unread
