@@ -150,7 +150,9 @@ def info(model, as_json, template, memory):
         return
     click.echo(f"file          {d['path']} ({d['file_size'] / 2**20:.1f} MiB, GGUF v{d['gguf_version']})")
     click.echo(f"name          {d['name']}")
-    click.echo(f"architecture  {d['architecture']}  ({d['n_params'] / 1e6:.1f}M parameters, {d['n_tensors']} tensors)")
+    active = f", {d['n_active_params'] / 1e6:.1f}M active per token" if d["n_active_params"] != d["n_params"] else ""
+    click.echo(f"architecture  {d['architecture']}  ({d['n_params'] / 1e6:.1f}M parameters{active}, "
+               f"{d['n_tensors']} tensors)")
     for k, v in d["hyperparameters"].items():
         click.echo(f"  {k:<38} {v}")
     click.echo("tensor types")

@@ -10,7 +10,10 @@ Per architecture (config.json "architectures"):
   rope.scaling.* keys;
 - qwen2 (q/k/v biases), qwen3 (per-head q/k norms): not permuted, NeoX rope at run time;
 - phi3: fused qkv_proj / gate_up_proj kept fused (attn_qkv, ffn_up of 2*n_ff rows), partial
-  rotary as rope.dimension_count, longrope as rope_factors_long/short.weight + rope.scaling.attn_factor.
+  rotary as rope.dimension_count, longrope as rope_factors_long/short.weight + rope.scaling.attn_factor;
+- qwen3moe, and mixtral (GGUF "llama" with experts): each layer's per-expert HF matrices are stacked
+  into llama.cpp's 3-D ffn_{gate,up,down}_exps (n_expert, rows, cols), the router is ffn_gate_inp,
+  and the expert_* keys say how many experts there are and how many each token uses.
 Norms, biases and rope factors stay float32; matrices take `outtype` (q8_0 falls back to f16
 for rows whose length is not a multiple of 32, as llama.cpp does).
 """
@@ -54,6 +57,8 @@ RECIPES = {
     "Qwen2ForCausalLM": Recipe("qwen2"),
     "Qwen3ForCausalLM": Recipe("qwen3"),
     "Phi3ForCausalLM": Recipe("phi3"),
+    "Qwen3MoeForCausalLM": Recipe("qwen3moe"),
+    "MixtralForCausalLM": Recipe("llama", permute_qk=True),  # llama.cpp converts mixtral as llama + experts
 }
 
 # HF tensor name (layer part) -> GGUF name; "{i}" is the layer.
@@ -63,8 +68,13 @@ _LAYER_NAMES = {
     "self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate": "ffn_gate_inp", "block_sparse_moe.gate": "ffn_gate_inp",
     "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
 }
+# per-expert HF matrices (qwen3moe: gate/up/down_proj; mixtral: w1/w3/w2) -> the 3-D GGUF tensor they stack into
+_EXPERT_RE = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight$")
+_EXPERT_NAMES = {"gate_proj": "ffn_gate_exps", "w1": "ffn_gate_exps", "up_proj": "ffn_up_exps", "w3": "ffn_up_exps",
+                 "down_proj": "ffn_down_exps", "w2": "ffn_down_exps"}
 _GLOBAL_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
                  "lm_head.weight": "output.weight"}
 _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+?)(\.weight|\.bias)?$")
@@ -191,6 +201,7 @@ def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, in
         w.add_rope_scaling_orig_ctx_len(c.get("original_max_position_embeddings", c.need("max_position_embeddings")))
         w.add_sliding_window(c.get("sliding_window", 0))
     w.add_rope_dimension_count(n_rot)
+    _expert_hparams(w, c, arch)
     kind = rope.get("rope_type", "default")
     if kind == "linear":
         from gguf import RopeScalingType
@@ -207,10 +218,44 @@ def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, in
     return n_head, n_head_kv, head_dim, n_rot
 
 
+def _expert_hparams(w: GGUFWriter, c: Config, arch: str) -> None:
+    n_expert = c.get("num_experts", c.get("num_local_experts", 0))
+    if not n_expert:
+        return
+    if c.get("decoder_sparse_step", 1) != 1 or c.get("mlp_only_layers", []):
+        raise ConversionError(f"{c.path}: dense layers between the expert layers are not supported by this converter")
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(c.need("num_experts_per_tok"))
+    if arch == "qwen3moe":
+        w.add_expert_feed_forward_length(c.need("moe_intermediate_size"))
+        w.add_expert_weights_norm(bool(c.get("norm_topk_prob", False)))
+
+
+def _stacked_experts(ckpt: Checkpoint, c: Config) -> Iterator[tuple[str, Callable[[], np.ndarray]]]:
+    """(GGUF name, loader) of each layer's 3-D expert tensors: per-expert HF matrices stacked
+    in expert order into (n_expert, rows, cols)."""
+    groups: dict[str, dict[int, str]] = {}
+    for hf_name in ckpt.names():
+        m = _EXPERT_RE.match(hf_name)
+        if m:
+            if m.group(3) not in _EXPERT_NAMES:
+                raise ConversionError(f"tensor {hf_name!r} has no GGUF name in this converter")
+            groups.setdefault(f"blk.{m.group(1)}.{_EXPERT_NAMES[m.group(3)]}.weight", {})[int(m.group(2))] = hf_name
+    n_expert = c.get("num_experts", c.get("num_local_experts", 0))
+    for name, by_expert in groups.items():
+        if sorted(by_expert) != list(range(n_expert)):
+            raise ConversionError(f"{c.path}: {name} needs experts 0..{n_expert - 1}, found {sorted(by_expert)}")
+        yield name, lambda names=[by_expert[e] for e in range(n_expert)]: np.stack(
+            [ckpt.tensor(n).astype(np.float32) for n in names])
+
+
 def _tensors(ckpt: Checkpoint, c: Config, recipe: Recipe, n_head: int, n_head_kv: int
              ) -> Iterator[tuple[str, Callable[[], np.ndarray]]]:
     tied = bool(c.get("tie_word_embeddings", False))
+    yield from _stacked_experts(ckpt, c)
     for hf_name in ckpt.names():
+        if _EXPERT_RE.match(hf_name):
+            continue
         name = gguf_tensor_name(hf_name)
         if name is None or (tied and name == "output.weight"):
             continue
@@ -225,9 +270,10 @@ def _tensors(ckpt: Checkpoint, c: Config, recipe: Recipe, n_head: int, n_head_kv
         yield name, load
 
 
-def _encode(t: np.ndarray, qtype: GGMLQuantizationType) -> tuple[np.ndarray, GGMLQuantizationType]:
-    """A float32 tensor as the bytes of `qtype`; 1-D tensors (norms, biases) stay float32."""
-    if t.ndim < 2 or qtype == GGMLQuantizationType.F32:
+def _encode(t: np.ndarray, qtype: GGMLQuantizationType, name: str = "") -> tuple[np.ndarray, GGMLQuantizationType]:
+    """A float32 tensor as the bytes of `qtype`; 1-D tensors (norms, biases) stay float32, and so
+    does the expert router (as llama.cpp's converter keeps it: a rounded router flips near-tied choices)."""
+    if t.ndim < 2 or qtype == GGMLQuantizationType.F32 or name.endswith("ffn_gate_inp.weight"):
         return t, GGMLQuantizationType.F32
     if qtype == GGMLQuantizationType.F16:
         return t.astype(np.float16), qtype
@@ -267,7 +313,7 @@ def convert_hf(folder: str | Path, out_path: str | Path, outtype: str = "f16", p
         for name, factors in longrope_factors(c, n_rot).items():
             w.add_tensor(name, factors)
     for name, load in _tensors(ckpt, c, recipe, n_head, n_head_kv):
-        data, t = _encode(load(), qtype)
+        data, t = _encode(load(), qtype, name)
         log(f"{name:<32} {t.name:<5} {_logical_shape(data, t)}")
         # f32/f16 arrays carry their type; bf16/q8_0 are bytes whose type must be named
         raw = t not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16)

@@ -50,6 +50,11 @@ ARCHS = {
         sliding_window=None, rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
                                               "short_factor": [1.0, 1.3, 1.9, 2.6], "long_factor": [1.1, 2.5, 4.0, 9.0]}),
         "gpt-2"),
+    # 8 experts, 2 per token: routing differs between tokens, so every expert path is exercised
+    "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(head_dim=32, num_experts=8, num_experts_per_tok=2,
+                                                             moe_intermediate_size=48, norm_topk_prob=True), "qwen2"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2,
+                                                          sliding_window=None), "gpt-2"),
 }
 
 
@@ -71,7 +76,7 @@ def make_tokenizer(pre: str):
 
 def randomize(model, seed: int) -> None:
     """Weights of order 1 (HF initialises with std 0.02, which would hide layout mistakes):
-    matrices ~ N(0, 1/fan_in), norms 1 + N(0, 0.2), biases N(0, 0.5), embeddings N(0, 1)."""
+    matrices ~ N(0, 1/fan_in) (stacked experts (n_expert, out, in) too), norms 1 + N(0, 0.2), biases N(0, 0.5), embeddings N(0, 1)."""
     import torch
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -79,8 +84,8 @@ def randomize(model, seed: int) -> None:
             r = torch.randn(p.shape, generator=g, dtype=p.dtype)
             if "embed_tokens" in name:
                 p.copy_(r)
-            elif p.ndim == 2:
-                p.copy_(r / p.shape[1] ** 0.5)
+            elif p.ndim >= 2:
+                p.copy_(r / p.shape[-1] ** 0.5)
             elif name.endswith("bias"):
                 p.copy_(0.5 * r)
             else:

@@ -10,7 +10,21 @@ HYPERPARAMETERS = ("context_length", "embedding_length", "block_count", "feed_fo
                    "attention.head_count", "attention.head_count_kv", "attention.key_length",
                    "attention.sliding_window", "rope.freq_base", "rope.dimension_count", "rope.scaling.type",
                    "rope.scaling.factor", "rope.scaling.attn_factor", "rope.scaling.original_context_length",
-                   "attention.layer_norm_rms_epsilon", "vocab_size")
+                   "attention.layer_norm_rms_epsilon", "vocab_size", "expert_count", "expert_used_count",
+                   "expert_feed_forward_length", "expert_weights_norm")
+
+
+def active_share(f: GGUFFile, arch: str) -> tuple[int, int]:
+    """(parameters, bytes) a token reads: everything but the experts the router does not choose,
+    i.e. of each 3-D *_exps tensor only expert_used_count / expert_count. The whole model when dense."""
+    n_expert = f.metadata.get(f"{arch}.expert_count") or 0
+    n_used = f.metadata.get(f"{arch}.expert_used_count") or 0
+    params = nbytes = 0
+    for name, t in f.tensors.items():
+        share = n_used / n_expert if n_expert and name.endswith("_exps.weight") else 1.0
+        params += round(t.n_elements * share)
+        nbytes += round(t.nbytes * share)
+    return params, nbytes
 
 
 def describe(f: GGUFFile) -> dict:
@@ -20,6 +34,7 @@ def describe(f: GGUFFile) -> dict:
     for t in f.tensors.values():
         bytes_by_type[t.ggml_type.name] += t.nbytes
     n_params = sum(t.n_elements for t in f.tensors.values())
+    n_active, active_bytes = active_share(f, arch)
     tokens = f.metadata.get("tokenizer.ggml.tokens") or []
     return {
         "path": f.path,
@@ -29,6 +44,8 @@ def describe(f: GGUFFile) -> dict:
         "architecture": arch,
         "file_type": f.metadata.get("general.file_type"),
         "n_params": n_params,
+        "n_active_params": n_active,  # read per token: n_params less the experts not chosen (MoE)
+        "active_bytes": active_bytes,
         "n_tensors": len(f.tensors),
         "tensor_types": dict(types.most_common()),
         "tensor_bytes": dict(bytes_by_type.most_common()),

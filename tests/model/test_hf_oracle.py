@@ -1,4 +1,4 @@
-"""qwen2, qwen3, phi3, mistral and llama (llama3 rope scaling) against Hugging Face transformers:
+"""qwen2, qwen3, qwen3moe, phi3, mistral, mixtral and llama (llama3 rope scaling) against Hugging Face transformers:
 a tiny random model of each is saved as a HF folder, converted by `localinfer convert`, and our
 logits must be transformers' own (f32, tight tolerance). Random weights of order 1 make every
 layout detail matter: a wrong rope type, a skipped Q/K permutation, a missing bias or norm, or
@@ -27,7 +27,8 @@ from localinfer.tokenizer import Tokenizer  # noqa: E402
 
 ATOL = 1e-4  # f32 on both sides; the differences seen are ~2e-6
 GGUF_ARCH = {"llama3": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
-             "phi3_longrope": "phi3"}
+             "phi3_longrope": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama"}
+MOE = {"qwen3moe", "mixtral"}
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))
@@ -89,11 +90,16 @@ def test_quantized_outtypes_on_both_backends(tiny):
     ids = _prompts(tok)[1]
     want = hf_logits(model, ids)
     scale = np.abs(want).max()
-    for outtype, backend, rel in [("f16", "reference", 2e-3), ("bf16", "reference", 1.5e-2),
-                                  ("q8_0", "reference", 5e-2), ("q8_0", "c", 5e-2)]:
+    cases = [("f16", "reference", 2e-3), ("bf16", "reference", 1.5e-2), ("q8_0", "reference", 5e-2), ("q8_0", "c", 5e-2)]
+    if name in MOE:
+        # routing is discontinuous: rounded weights or activations flip a near-tied top-k choice (gaps of
+        # ~0.1% of the top probability occur in these prompts) and the logits jump by 10-40%, in
+        # transformers as here (an f16 KV cache is enough); f32 weights and cache on the C kernels are held to ATOL
+        cases = [("f32", "c", ATOL / scale)]
+    for outtype, backend, rel in cases:
         path = convert_hf(folder, folder / f"model-{outtype}.gguf", outtype)
         m, _ = _load(path, backend)
-        got = m.forward(np.array(ids), m.new_cache(64))
+        got = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32 if name in MOE else np.float16))
         err = np.abs(got - want).max() / scale
         assert err < rel, (outtype, backend, err)
 
@@ -155,7 +161,18 @@ def _swap_gate_and_up(m):
         layer.mlp.w_up.w = np.roll(layer.mlp.w_up.w, layer.mlp.n_ff, axis=0)
 
 
+def _unnormalised_expert_weights(m):
+    for layer in m.weights.layers:
+        layer.mlp.normalize = False
+
+
+def _first_expert_only(m):
+    for layer in m.weights.layers:
+        layer.mlp.n_used = 1
+
+
 @pytest.mark.parametrize("name, damage", [("qwen2", _drop_q_biases), ("qwen3", _drop_q_norms),
+                                          ("qwen3moe", _unnormalised_expert_weights), ("mixtral", _first_expert_only),
                                           ("llama3", _drop_rope_factors), ("phi3", _swap_gate_and_up),
                                           ("phi3_longrope", _drop_rope_factors)])
 def test_each_architecture_detail_matters(tmp_path, name, damage):
@@ -180,6 +197,9 @@ def test_fused_layers_are_the_loop_bit_for_bit(tiny, outtype):
         pytest.skip("C kernels not built")
     name, _, tok, folder, _ = tiny
     m, _ = _load(convert_hf(folder, folder / f"fused-{outtype}.gguf", outtype), "c")
+    if name in MOE:
+        assert m.fused_layers() is None  # routed experts run in the Python loop only
+        return
     assert m.fused_layers() is not None
     ids = _prompts(tok)[0]
     runs = {}
@@ -193,3 +213,36 @@ def test_fused_layers_are_the_loop_bit_for_bit(tiny, outtype):
         runs[fuse] = logits + [cache.k[:, :cache.offset].copy(), cache.v[:, :cache.offset].copy()]
     for got, want in zip(runs[True], runs[False]):
         np.testing.assert_array_equal(got, want)
+
+
+def test_experts_are_written_as_llama_cpp_names_them(tiny):
+    name, model, _, _, path = tiny
+    if name not in MOE:
+        pytest.skip("dense")
+    c = model.config
+    n_expert = getattr(c, "num_experts", None) or c.num_local_experts
+    n_ff = getattr(c, "moe_intermediate_size", c.intermediate_size)
+    arch = GGUF_ARCH[name]
+    with GGUFFile(path) as f:
+        assert f.metadata[f"{arch}.expert_count"] == n_expert
+        assert f.metadata[f"{arch}.expert_used_count"] == c.num_experts_per_tok
+        assert tuple(f.tensors["blk.1.ffn_gate_inp.weight"].shape) == (n_expert, c.hidden_size)
+        assert tuple(f.tensors["blk.1.ffn_up_exps.weight"].shape) == (n_expert, n_ff, c.hidden_size)
+        assert tuple(f.tensors["blk.1.ffn_down_exps.weight"].shape) == (n_expert, c.hidden_size, n_ff)
+        assert "blk.0.ffn_up.weight" not in f.tensors
+
+
+def test_info_shows_experts_and_active_parameters(tiny):
+    name, model, _, _, path = tiny
+    r = CliRunner().invoke(main, ["info", str(path)])
+    assert r.exit_code == 0, r.output
+    n_params = sum(p.numel() for p in model.parameters())
+    if name not in MOE:
+        assert "active per token" not in r.output
+        return
+    c = model.config
+    n_expert = getattr(c, "num_experts", None) or c.num_local_experts
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    active = n_params - experts + experts * c.num_experts_per_tok // n_expert
+    assert f"({n_params / 1e6:.1f}M parameters, {active / 1e6:.1f}M active per token" in r.output
+    assert f"expert_count" in r.output and "expert_used_count" in r.output

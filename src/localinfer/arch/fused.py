@@ -100,6 +100,8 @@ class FusedLayers:
         from .. import kernels
         if not kernels.available():
             return None
+        if getattr(model.config, "n_expert", 0):
+            return None  # routed experts (moe.py) run in the Python loop, over the same C matmuls
         for layer in model.weights.layers:
             a, m = layer.attn, layer.mlp
             linears = [a.wqkv, a.wq, a.wk, a.wv, a.wo, m.w_gate, m.w_up, m.w_down]

@@ -26,6 +26,7 @@ from .blocks import Attention, GatedMLP, attention_block
 from .decoder import DecoderModel
 from .fused import FusedParams
 from .hparams import HParams, show
+from .moe import SparseMoE, expert_hparams
 from .weights import Embedding, Linear, WeightLoader
 
 
@@ -46,6 +47,10 @@ class LlamaConfig:
     rope_scale: float  # linear rope scaling: positions (i.e. frequencies) are multiplied by this
     rope_attn_factor: float  # rotated dimensions of q and k are multiplied by this (longrope's mscale)
     n_ctx_orig: int  # beyond this context, long rope factors replace the short ones
+    n_expert: int = 0  # experts per layer (expert_count); 0: a dense gated MLP (moe.py)
+    n_expert_used: int = 0  # experts each token runs (expert_used_count)
+    n_ff_exp: int = 0  # an expert's hidden width (expert_feed_forward_length, else n_ff)
+    expert_weights_norm: bool = True  # the chosen experts' weights are renormalised to sum to 1
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "LlamaConfig":
@@ -56,15 +61,17 @@ class LlamaConfig:
         scaling = h.text("rope.scaling.type", "none")  # llama3 scaling is a tensor, rope_freqs
         factor = h.real("rope.scaling.factor", 0.0, zero_means_none=True) if scaling == "linear" else 0.0
         n_ctx_train = h.count("context_length", 2048)
+        n_ff = h.count("feed_forward_length")
         return cls(
             n_vocab=h.vocab_size(n_embd), n_embd=n_embd, n_layer=h.block_count(), n_head=n_head,
-            n_head_kv=n_head_kv, head_dim=head_dim, n_ff=h.count("feed_forward_length"), n_ctx_train=n_ctx_train,
+            n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, n_ctx_train=n_ctx_train,
             rms_eps=h.real("attention.layer_norm_rms_epsilon", 1e-5),
             rope_base=h.real("rope.freq_base", 10000.0),
             n_rot=h.rope_dimension_count(head_dim),
             rope_scaling=scaling, rope_scale=1.0 / factor if factor else 1.0,
             rope_attn_factor=h.real("rope.scaling.attn_factor", 1.0),
             n_ctx_orig=h.count("rope.scaling.original_context_length", n_ctx_train),
+            **expert_hparams(h, n_ff),
         )
 
 
@@ -73,7 +80,7 @@ class LlamaLayer:
     attn_norm: np.ndarray  # (n_embd,)
     attn: Attention  # q/k/v (biases optional: qwen2; fused: phi3; per-head norms: qwen3), output
     ffn_norm: np.ndarray  # (n_embd,)
-    mlp: GatedMLP  # gate, up, down (gate ‖ up fused: phi3)
+    mlp: GatedMLP | SparseMoE  # gate, up, down (gate ‖ up fused: phi3); routed experts (qwen3moe, mixtral)
 
 
 @dataclass
@@ -94,7 +101,7 @@ class LlamaWeights:
         layers = [LlamaLayer(attn_norm=w.vector(f"blk.{i}.attn_norm.weight", (c.n_embd,)),
                              attn=Attention.from_gguf(w, f"blk.{i}.", c, qk_norm),
                              ffn_norm=w.vector(f"blk.{i}.ffn_norm.weight", (c.n_embd,)),
-                             mlp=GatedMLP.from_gguf(w, f"blk.{i}.", c))
+                             mlp=(SparseMoE if c.n_expert else GatedMLP).from_gguf(w, f"blk.{i}.", c))
                   for i in range(c.n_layer)]
         output = w.optional_linear("output.weight", (c.n_vocab, c.n_embd))
         return cls(token_embd=w.embedding("token_embd.weight", (c.n_vocab, c.n_embd)), layers=layers,

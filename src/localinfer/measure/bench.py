@@ -21,12 +21,14 @@ import sys
 import time
 
 from ..blas_threads import set_blas_threads
+from ..describe import active_share
 
 
 def weight_bytes_per_token(gguf) -> int:
     """Bytes of the file's weights a decode step reads: every tensor once, except that the
-    token embedding contributes one row (unless it doubles as the output matrix)."""
-    total = sum(t.nbytes for t in gguf.tensors.values())
+    token embedding contributes one row (unless it doubles as the output matrix) and a mixture
+    of experts' expert tensors their expert_used_count / expert_count share (describe.active_share)."""
+    total = active_share(gguf, gguf.metadata.get("general.architecture", ""))[1]
     emb = gguf.tensors.get("token_embd.weight")
     if emb is not None and "output.weight" in gguf.tensors:
         total -= emb.nbytes - emb.nbytes // emb.shape[0]
