@@ -18,19 +18,13 @@
 
 #include "core/li.h"
 #include "x86/avx2.h"
+#include "x86/reduce_avx2.h"
 
 /* the tile shapes (x86/avx2.h says why 4 x 3) */
 #define NW LI_AVX2_Q_NW
 #define NA LI_AVX2_Q_NA
 #define F_NW LI_AVX2_F_NW
 #define F_NA LI_AVX2_F_NA
-
-static inline float hsum_ps(__m256 x) {
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
 
 /* One 8-lane half of a super-group for the whole tile. `flush`: steps summed in s16
  * before widening (0: Q8_0's signed path). Offsets are within a row; rows are

@@ -19,13 +19,7 @@
 
 #include "core/li.h"
 #include "x86/avx2.h"
-
-static inline float hsum_ps(__m256 x) {
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
+#include "x86/reduce_avx2.h"
 
 static inline int hsum_epi32(__m256i x) {
     __m128i r = _mm_add_epi32(_mm256_extracti128_si256(x, 1), _mm256_castsi256_si128(x));

@@ -19,13 +19,7 @@
 
 #include "core/li.h"
 #include "x86/avx2.h"
-
-static inline float hsum_ps(__m256 x) {
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
+#include "x86/reduce_avx2.h"
 
 /* the 16 table values in both 128-bit halves (shuffle_epi8 looks up within a half) */
 static inline __m256i table_256(const int8_t *t) {

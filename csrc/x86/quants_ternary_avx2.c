@@ -20,13 +20,7 @@
 
 #include "core/li.h"
 #include "x86/avx2.h"
-
-static inline float hsum_ps(__m256 x) {
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
+#include "x86/reduce_avx2.h"
 
 static inline int32_t sum_bsums(const block_q8_K *a) {
     int32_t s = 0;
