@@ -66,4 +66,5 @@ def e8m0_to_fp32_half(e: np.ndarray) -> np.ndarray:
 
 def dequantize_row_mxfp4(blocks: np.ndarray) -> np.ndarray:
     d = e8m0_to_fp32_half(blocks[:, :1])
-    return d * KVALUES_MXFP4[_unpack_nibbles(blocks[:, 1:])].astype(np.float32)
+    with np.errstate(over="ignore"):  # the largest exponents overflow f32 to inf, as in ggml: data, not a fault
+        return d * KVALUES_MXFP4[_unpack_nibbles(blocks[:, 1:])].astype(np.float32)
