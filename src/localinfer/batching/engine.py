@@ -134,17 +134,21 @@ class Engine:
         if self._replay(request):
             return request
         with self._wake:
-            if self._closed:
-                raise EngineClosedError("the engine is shut down")
-            # free slots take queued requests at the next step: only requests beyond them wait
-            free = sum(not s.busy for s in self.slots)
-            if self.max_queue is not None and len(self._queue) >= self.max_queue + free:
-                self.metrics.count("rejected")
-                raise QueueFullError(f"all {len(self.slots)} slots are busy and {len(self._queue)} "
-                                     f"requests are waiting: try again later")
+            self._check_room()
             self._queue.append(request)
             self._wake.notify()
         return request
+
+    def _check_room(self) -> None:
+        """Under self._wake: refuses a new request when the engine is closed or its queue is full."""
+        if self._closed:
+            raise EngineClosedError("the engine is shut down")
+        # free slots take queued requests at the next step: only requests beyond them wait
+        free = sum(not s.busy for s in self.slots)
+        if self.max_queue is not None and len(self._queue) >= self.max_queue + free:
+            self.metrics.count("rejected")
+            raise QueueFullError(f"all {len(self.slots)} slots are busy and {len(self._queue)} "
+                                 f"requests are waiting: try again later")
 
     def submit_group(self, requests: list[Request]) -> list[Request]:
         """Queues the choices of one prompt (batching/fork.py): admitted together, the prompt
@@ -162,13 +166,7 @@ class Engine:
                 raise ValueError(f"max_tokens must be >= 0, got {r.max_tokens}")
             r.on_cancel = self._notify
         with self._wake:
-            if self._closed:
-                raise EngineClosedError("the engine is shut down")
-            free = sum(not s.busy for s in self.slots)
-            if self.max_queue is not None and len(self._queue) >= self.max_queue + free:
-                self.metrics.count("rejected")
-                raise QueueFullError(f"all {len(self.slots)} slots are busy and {len(self._queue)} "
-                                     f"requests are waiting: try again later")
+            self._check_room()
             self._followers[first.id] = list(requests[1:])
             self._queue.append(first)
             self._wake.notify()
