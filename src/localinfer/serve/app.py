@@ -5,6 +5,7 @@ import threading
 
 from ..batching.engine import Engine
 from .http import Server, ServerConfig
+from .registry import EngineOptions, start_engine
 
 
 def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 8080, parallel: int = 4,
@@ -14,13 +15,8 @@ def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 808
     """A bound (not yet serving) server. ctx_size: tokens of each slot's context (prompt + answer),
     the model's n_ctx when None. prefix_cache_dir: a folder backing the prefix cache across restarts.
     config: ServerConfig fields (api_key, max_body, io_timeout ...)."""
-    n_ctx = int(ctx_size or model.n_ctx)
-    engine = Engine(model.serialized, model.tokenizer, n_slots=parallel, n_ctx=n_ctx, max_queue=max_queue,
-                    kv_dtype=model.kv_dtype, prefill_chunk=prefill_chunk,
-                    prefix_cache_bytes=int(prefix_cache_mib) << 20, prefix_cache_dir=prefix_cache_dir,
-                    prefix_cache_dir_bytes=int(prefix_cache_dir_mib) << 20,
-                    model_identity=model.compute_identity if prefix_cache_dir is not None else None,
-                    speculative=model.speculative, draft_runtime=model._draft_runtime())
+    engine = start_engine(model, EngineOptions(parallel, ctx_size, max_queue, prefix_cache_mib, prefill_chunk,
+                                               prefix_cache_dir, prefix_cache_dir_mib))
     try:
         return Server((host, port), model, engine, ServerConfig(model_name=model_name, **config))
     except BaseException:

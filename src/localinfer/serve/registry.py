@@ -1,0 +1,103 @@
+"""Which models a server answers for, and the (model, engine) pair a request runs on.
+
+A route names the model its request asks for (None: the server's default) and holds a lease on it
+while it runs: `async with registry.lease(name, keep_alive) as served: ...`. A registry that loads
+models on demand (pool.py) loads one on its first lease and may unload it once no lease holds it
+and its keep-alive has passed; StaticRegistry serves one model loaded up front and never unloads it
+(`localinfer serve MODEL`). Listing (`entries`) is what /v1/models, Ollama's /api/tags and /api/ps
+show.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from ..batching.engine import Engine
+
+
+class UnknownModelError(LookupError):
+    """The request names a model this server does not have (a 404 naming `model`)."""
+
+    def __init__(self, name: str, available: list[str]):
+        self.name, self.available = name, available
+        super().__init__(f"the model '{name[:100]}' does not exist: this server serves "
+                         + ", ".join(f"'{a}'" for a in available))
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How each served model's batching engine is set up (the `serve` options that are per model)."""
+    parallel: int = 4  # slots
+    ctx_size: int | None = None  # tokens of each slot's context; the model's n_ctx when None
+    max_queue: int = 64
+    prefix_cache_mib: int = 256
+    prefill_chunk: int = 512
+    prefix_cache_dir: str | None = None
+    prefix_cache_dir_mib: int = 4096
+
+
+def start_engine(model, options: EngineOptions) -> Engine:
+    """A running Engine over a loaded Model."""
+    n_ctx = int(options.ctx_size or model.n_ctx)
+    return Engine(model.serialized, model.tokenizer, n_slots=options.parallel, n_ctx=n_ctx,
+                  max_queue=options.max_queue, kv_dtype=model.kv_dtype, prefill_chunk=options.prefill_chunk,
+                  prefix_cache_bytes=int(options.prefix_cache_mib) << 20,
+                  prefix_cache_dir=options.prefix_cache_dir,
+                  prefix_cache_dir_bytes=int(options.prefix_cache_dir_mib) << 20,
+                  model_identity=model.compute_identity if options.prefix_cache_dir is not None else None,
+                  speculative=model.speculative, draft_runtime=model._draft_runtime())
+
+
+@dataclass
+class Served:
+    """A loaded model and the engine that batches its requests."""
+    name: str
+    model: object  # localinfer.Model
+    engine: Engine
+    size_bytes: int = 0  # the GGUF file's size: what a memory budget counts
+    loaded_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model a server can answer with, loaded or not."""
+    name: str
+    path: str | None
+    size_bytes: int
+    loaded: bool
+    expires_at: float | None = None  # unix time an idle loaded model is unloaded; None: never (or not loaded)
+
+
+class StaticRegistry:
+    """One model, loaded before the server starts, kept until it closes."""
+
+    def __init__(self, served: Served, path: str | None = None):
+        self.served, self.path = served, path
+        self.default_name = served.name
+
+    def resolve(self, name: str | None) -> str:
+        """The served name a request's `model` field means ("default" and None: the default)."""
+        if name is None or name in ("default", self.served.name):
+            return self.served.name
+        raise UnknownModelError(name, [self.served.name])
+
+    @contextlib.asynccontextmanager
+    async def lease(self, name: str | None, keep_alive: float | None = None) -> AsyncIterator[Served]:
+        self.resolve(name)
+        yield self.served
+
+    def entries(self) -> list[ModelEntry]:
+        return [ModelEntry(self.served.name, self.path, self.served.size_bytes, True)]
+
+    def loaded(self) -> list[Served]:
+        return [self.served]
+
+    async def unload(self, name: str) -> bool:
+        """Unloading the one model of a static server is refused (False): nothing could answer then."""
+        self.resolve(name)
+        return False
+
+    def close(self) -> None:
+        self.served.engine.close()
