@@ -11,9 +11,10 @@ Per architecture (config.json "architectures"):
 - qwen2 (q/k/v biases), qwen3 (per-head q/k norms): not permuted, NeoX rope at run time;
 - phi3: fused qkv_proj / gate_up_proj kept fused (attn_qkv, ffn_up of 2*n_ff rows), partial
   rotary as rope.dimension_count, longrope as rope_factors_long/short.weight + rope.scaling.attn_factor;
-- qwen3moe, and mixtral (GGUF "llama" with experts): each layer's per-expert HF matrices are stacked
+- qwen3moe, qwen2moe, and mixtral (GGUF "llama" with experts): each layer's per-expert HF matrices are stacked
   into llama.cpp's 3-D ffn_{gate,up,down}_exps (n_expert, rows, cols), the router is ffn_gate_inp,
-  and the expert_* keys say how many experts there are and how many each token uses.
+  and the expert_* keys say how many experts there are and how many each token uses; qwen2moe's
+  shared expert becomes ffn_{gate,up,down}_shexp and its gate the (n_embd,) ffn_gate_inp_shexp.
 Norms, biases and rope factors stay float32; matrices take `outtype` (q8_0 falls back to f16
 for rows whose length is not a multiple of 32, as llama.cpp does).
 """
@@ -58,6 +59,7 @@ RECIPES = {
     "Qwen3ForCausalLM": Recipe("qwen3"),
     "Phi3ForCausalLM": Recipe("phi3"),
     "Qwen3MoeForCausalLM": Recipe("qwen3moe"),
+    "Qwen2MoeForCausalLM": Recipe("qwen2moe"),
     "MixtralForCausalLM": Recipe("llama", permute_qk=True),  # llama.cpp converts mixtral as llama + experts
 }
 
@@ -70,6 +72,8 @@ _LAYER_NAMES = {
     "post_attention_layernorm.weight": "ffn_norm.weight",
     "mlp.gate": "ffn_gate_inp", "block_sparse_moe.gate": "ffn_gate_inp",
     "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
+    "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
 }
 # per-expert HF matrices (qwen3moe: gate/up/down_proj; mixtral: w1/w3/w2) -> the 3-D GGUF tensor they stack into
 _EXPERT_RE = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight$")
@@ -226,8 +230,11 @@ def _expert_hparams(w: GGUFWriter, c: Config, arch: str) -> None:
         raise ConversionError(f"{c.path}: dense layers between the expert layers are not supported by this converter")
     w.add_expert_count(n_expert)
     w.add_expert_used_count(c.need("num_experts_per_tok"))
-    if arch == "qwen3moe":
+    if "moe_intermediate_size" in c.d:  # else the experts are intermediate_size wide (mixtral)
         w.add_expert_feed_forward_length(c.need("moe_intermediate_size"))
+    if "shared_expert_intermediate_size" in c.d:
+        w.add_expert_shared_feed_forward_length(c.need("shared_expert_intermediate_size"))
+    if "norm_topk_prob" in c.d:  # mixtral has none and always renormalises, as llama.cpp does for llama
         w.add_expert_weights_norm(bool(c.get("norm_topk_prob", False)))
 
 
@@ -266,6 +273,8 @@ def _tensors(ckpt: Checkpoint, c: Config, recipe: Recipe, n_head: int, n_head_kv
                 t = permute_rows(t, n_head)
             elif recipe.permute_qk and re.search(r"\.attn_k\.(weight|bias)$", name):
                 t = permute_rows(t, n_head_kv)
+            elif name.endswith("ffn_gate_inp_shexp.weight"):
+                t = t.reshape(-1)  # HF's (1, n_embd) linear -> llama.cpp's {n_embd} vector
             return t
         yield name, load
 

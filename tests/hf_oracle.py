@@ -53,6 +53,9 @@ ARCHS = {
     # 8 experts, 2 per token: routing differs between tokens, so every expert path is exercised
     "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(head_dim=32, num_experts=8, num_experts_per_tok=2,
                                                              moe_intermediate_size=48, norm_topk_prob=True), "qwen2"),
+    # a shared expert (intermediate 80) beside the routed ones; norm_topk_prob false, as the real models
+    "qwen2moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+                                                             shared_expert_intermediate_size=80, norm_topk_prob=False), "qwen2"),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2,
                                                           sliding_window=None), "gpt-2"),
 }
