@@ -11,7 +11,7 @@ Per architecture (config.json "architectures"):
 - qwen2 (q/k/v biases), qwen3 (per-head q/k norms): not permuted, NeoX rope at run time;
 - phi3: fused qkv_proj / gate_up_proj kept fused (attn_qkv, ffn_up of 2*n_ff rows), partial
   rotary as rope.dimension_count, longrope as rope_factors_long/short.weight + rope.scaling.attn_factor;
-- qwen3moe, qwen2moe, and mixtral (GGUF "llama" with experts): each layer's per-expert HF matrices are stacked
+- qwen3moe, qwen2moe, olmoe (q/k norms over the whole projection), and mixtral (GGUF "llama" with experts): each layer's per-expert HF matrices are stacked
   into llama.cpp's 3-D ffn_{gate,up,down}_exps (n_expert, rows, cols), the router is ffn_gate_inp,
   and the expert_* keys say how many experts there are and how many each token uses; qwen2moe's
   shared expert becomes ffn_{gate,up,down}_shexp and its gate the (n_embd,) ffn_gate_inp_shexp.
@@ -60,6 +60,7 @@ RECIPES = {
     "Phi3ForCausalLM": Recipe("phi3"),
     "Qwen3MoeForCausalLM": Recipe("qwen3moe"),
     "Qwen2MoeForCausalLM": Recipe("qwen2moe"),
+    "OlmoeForCausalLM": Recipe("olmoe"),
     "MixtralForCausalLM": Recipe("llama", permute_qk=True),  # llama.cpp converts mixtral as llama + experts
 }
 
@@ -228,6 +229,8 @@ def _expert_hparams(w: GGUFWriter, c: Config, arch: str) -> None:
         return
     if c.get("decoder_sparse_step", 1) != 1 or c.get("mlp_only_layers", []):
         raise ConversionError(f"{c.path}: dense layers between the expert layers are not supported by this converter")
+    if c.get("clip_qkv") is not None:
+        raise ConversionError(f"{c.path}: clip_qkv (olmoe's clamped q/k/v) is not supported by this converter")
     w.add_expert_count(n_expert)
     w.add_expert_used_count(c.need("num_experts_per_tok"))
     if "moe_intermediate_size" in c.d:  # else the experts are intermediate_size wide (mixtral)

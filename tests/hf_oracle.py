@@ -56,6 +56,8 @@ ARCHS = {
     # a shared expert (intermediate 80) beside the routed ones; norm_topk_prob false, as the real models
     "qwen2moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
                                                              shared_expert_intermediate_size=80, norm_topk_prob=False), "qwen2"),
+    # q/k norms over the whole projections; experts intermediate_size wide; chosen weights not renormalised
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(num_experts=8, num_experts_per_tok=2, norm_topk_prob=False), "gpt-2"),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2,
                                                           sliding_window=None), "gpt-2"),
 }

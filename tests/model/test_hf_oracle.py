@@ -1,4 +1,4 @@
-"""qwen2, qwen3, qwen2moe, qwen3moe, phi3, mistral, mixtral and llama (llama3 rope scaling) against Hugging Face transformers:
+"""qwen2, qwen3, qwen2moe, qwen3moe, olmoe, phi3, mistral, mixtral and llama (llama3 rope scaling) against Hugging Face transformers:
 a tiny random model of each is saved as a HF folder, converted by `localinfer convert`, and our
 logits must be transformers' own (f32, tight tolerance). Random weights of order 1 make every
 layout detail matter: a wrong rope type, a skipped Q/K permutation, a missing bias or norm, or
@@ -27,8 +27,9 @@ from localinfer.tokenizer import Tokenizer  # noqa: E402
 
 ATOL = 1e-4  # f32 on both sides; the differences seen are ~2e-6
 GGUF_ARCH = {"llama3": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
-             "phi3_longrope": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama", "qwen2moe": "qwen2moe"}
-MOE = {"qwen3moe", "mixtral", "qwen2moe"}
+             "phi3_longrope": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama", "qwen2moe": "qwen2moe",
+             "olmoe": "olmoe"}
+MOE = {"qwen3moe", "mixtral", "qwen2moe", "olmoe"}
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))
@@ -171,6 +172,18 @@ def _no_shared_expert(m):
         layer.mlp = layer.mlp.routed
 
 
+def _renormalised_expert_weights(m):
+    for layer in m.weights.layers:
+        layer.mlp.normalize = True
+
+
+def _per_head_qk_norms(m):
+    """qwen3's per-head norms with olmoe's weights: the first head's slice of each whole-projection norm."""
+    for layer in m.weights.layers:
+        layer.attn.q_norm = layer.attn.q_norm[:m.config.head_dim].copy()
+        layer.attn.k_norm = layer.attn.k_norm[:m.config.head_dim].copy()
+
+
 def _first_expert_only(m):
     for layer in m.weights.layers:
         layer.mlp.n_used = 1
@@ -179,6 +192,7 @@ def _first_expert_only(m):
 @pytest.mark.parametrize("name, damage", [("qwen2", _drop_q_biases), ("qwen3", _drop_q_norms),
                                           ("qwen3moe", _unnormalised_expert_weights), ("mixtral", _first_expert_only),
                                           ("qwen2moe", _no_shared_expert),
+                                          ("olmoe", _renormalised_expert_weights), ("olmoe", _per_head_qk_norms),
                                           ("llama3", _drop_rope_factors), ("phi3", _swap_gate_and_up),
                                           ("phi3_longrope", _drop_rope_factors)])
 def test_each_architecture_detail_matters(tmp_path, name, damage):

@@ -129,7 +129,9 @@ def tiny_qwen3moe(tmp_path_factory):
     return convert_hf(folder, folder / "m.gguf", "q8_0"), tok.encode(SENTENCES[1], add_special_tokens=False).ids
 
 
-def test_dense_layers_between_expert_layers_are_refused(tiny_qwen3moe, tmp_path):
+@pytest.mark.parametrize("extra, message", [({"mlp_only_layers": [1]}, "dense layers between the expert layers"),
+                                            ({"clip_qkv": 8.0}, "clip_qkv")])
+def test_unsupported_moe_checkpoints_are_refused(tiny_qwen3moe, tmp_path, extra, message):
     import json
     import shutil
     from localinfer.quant.convert_hf import ConversionError, convert_hf
@@ -137,8 +139,8 @@ def test_dense_layers_between_expert_layers_are_refused(tiny_qwen3moe, tmp_path)
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(folder / name, tmp_path / name)
     config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**config, "mlp_only_layers": [1]}))
-    with pytest.raises(ConversionError, match="dense layers between the expert layers"):
+    (tmp_path / "config.json").write_text(json.dumps({**config, **extra}))
+    with pytest.raises(ConversionError, match=message):
         convert_hf(tmp_path, tmp_path / "m.gguf", "f32")
 
 
