@@ -70,7 +70,10 @@ def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, neox:
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray, scale: float,
               kv_dtype=np.float16, sliding_window: int | None = None, softcap: float | None = None,
-              key_start: int = 0, kv_types=None) -> np.ndarray:
+              key_start: int = 0, kv_types=None, sinks: np.ndarray | None = None) -> np.ndarray:
+    if sinks is not None:  # gpt-oss's attention sinks: the C attention has no sink column, numpy runs them
+        return reference.attention(q, k, v, q_positions, scale, kv_dtype, sliding_window, softcap, key_start,
+                                   kv_types, sinks)
     if kv_types is not None and kv_types.quantized:  # q8_0 / q4_0 rows, read in place by C
         return kernels.attention_kv(_f32(q), k, CACHE_TYPES[kv_types.k], v, CACHE_TYPES[kv_types.v],
                                     np.ascontiguousarray(q_positions, dtype=np.int64), scale,

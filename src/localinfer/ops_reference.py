@@ -62,7 +62,8 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray,
               scale: float, kv_dtype=np.float16, sliding_window: int | None = None,
-              softcap: float | None = None, key_start: int = 0, kv_types=None) -> np.ndarray:
+              softcap: float | None = None, key_start: int = 0, kv_types=None,
+              sinks: np.ndarray | None = None) -> np.ndarray:
     """Causal multi-head attention with grouped K/V heads.
 
     q: (n, n_head, head_dim) at absolute positions q_positions (n,);
@@ -70,6 +71,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     returns only the most recent keys). Returns (n, n_head, head_dim).
     With `sliding_window` w, a query at position p sees keys p-w+1..p (llama.cpp's
     LLAMA_SWA_TYPE_STANDARD: masked when p - key_pos >= w).
+    `sinks` (n_head,): gpt-oss's attention sinks, a learned logit per head that joins the softmax's
+    denominator and attends to nothing: probs = exp(s_j) / (sum_j exp(s_j) + exp(sink)).
 
     llama.cpp (flash attention off, f16 KV cache) multiplies f16 K with Q rounded to f16, and
     the softmax weights rounded to f16 with f16 V; rounding to `kv_dtype` here reproduces that.
@@ -98,7 +101,14 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     if sliding_window is not None:
         mask |= key_pos[None, :] <= q_positions[:, None] - sliding_window
     scores = np.where(mask, np.float32(-np.inf), scores)
-    probs = softmax(scores)
+    if sinks is None:
+        probs = softmax(scores)
+    else:  # the sink is one more column of the softmax, dropped afterwards
+        sink = np.asarray(sinks, np.float32).reshape(n_head_kv, group, 1, 1)
+        m = np.maximum(scores.max(axis=-1, keepdims=True), sink)
+        e = np.exp(scores - m)
+        denom = np.sum(e, axis=-1, keepdims=True, dtype=np.float64) + np.exp(sink - m)
+        probs = e / denom.astype(np.float32)
     if kv_dtype is not None:
         probs = probs.astype(kv_dtype).astype(np.float32)
     out = np.matmul(probs, v32.transpose(1, 0, 2)[:, None])  # (n_head_kv, group, n, head_dim)

@@ -1,0 +1,168 @@
+"""gpt-oss's pieces against their definitions (the whole model against transformers is in
+test_hf_oracle.py): the clamped SwiGLU, YaRN frequencies against transformers' own function,
+attention sinks on both backends, and experts stored as MXFP4, as released files hold them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from localinfer import ops_reference
+from localinfer.arch.gptoss import swiglu_oai, yarn_inv_freq
+
+
+def test_swiglu_oai_clamps_gate_above_and_up_both_ways():
+    gate = np.array([-9.0, -1.0, 0.0, 2.0, 7.0, 30.0], np.float32)
+    up = np.array([-30.0, -8.0, 0.5, 3.0, 7.5, 1.0], np.float32)
+    g = np.minimum(gate.astype(np.float64), 7.0)
+    u = np.clip(up.astype(np.float64), -7.0, 7.0)
+    want = g / (1 + np.exp(-1.702 * g)) * (u + 1)
+    np.testing.assert_allclose(swiglu_oai(gate, up), want, rtol=1e-6, atol=1e-6)
+    assert swiglu_oai(gate, up).dtype == np.float32
+
+
+@pytest.mark.parametrize("truncate", [True, False])
+@pytest.mark.parametrize("head_dim, factor, orig", [(32, 4.0, 64), (64, 32.0, 4096)])
+def test_yarn_frequencies_are_transformers(truncate, head_dim, factor, orig):
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    rope = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": factor, "original_max_position_embeddings": orig,
+            "beta_fast": 32.0, "beta_slow": 1.0, "truncate": truncate}
+    config = transformers.GptOssConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim,
+                                       max_position_embeddings=int(orig * factor), rope_parameters=rope)
+    want, attention_factor = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
+    got = yarn_inv_freq(head_dim, 150000.0, factor, orig, 32.0, 1.0, truncate)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)  # transformers computes in float32
+    assert attention_factor == pytest.approx(0.1 * np.log(factor) + 1)
+
+
+def _sink_attention_by_definition(q, k, v, scale, sinks, window=None):
+    """One query at a time, one head at a time: softmax over the visible keys plus a sink logit."""
+    n, n_head, d = q.shape
+    group = n_head // k.shape[1]
+    out = np.zeros(q.shape)
+    for t in range(n):
+        lo = 0 if window is None else max(0, t - window + 1)
+        for h in range(n_head):
+            s = k[lo:t + 1, h // group].astype(np.float64) @ q[t, h] * scale
+            e = np.exp(np.append(s, sinks[h]) - max(s.max(), sinks[h]))
+            out[t, h] = (e[:-1] / e.sum()) @ v[lo:t + 1, h // group]
+    return out
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_attention_sinks_join_the_softmax_denominator(window):
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((9, h, 8)).astype(np.float32) for h in (4, 2, 2))
+    sinks = rng.standard_normal(4).astype(np.float32) * 2
+    pos = np.arange(9)
+    got = ops_reference.attention(q, k, v, pos, 0.35, kv_dtype=None, sliding_window=window, sinks=sinks)
+    np.testing.assert_allclose(got, _sink_attention_by_definition(q, k, v, 0.35, sinks, window), rtol=1e-5, atol=1e-6)
+    # a sink of -inf takes no share: the plain attention
+    plain = ops_reference.attention(q, k, v, pos, 0.35, kv_dtype=None, sliding_window=window)
+    no_sink = ops_reference.attention(q, k, v, pos, 0.35, kv_dtype=None, sliding_window=window,
+                                      sinks=np.full(4, -np.inf, np.float32))
+    np.testing.assert_allclose(no_sink, plain, rtol=1e-6, atol=1e-7)
+    assert np.abs(got - plain).max() > 1e-2  # and a real sink moves the result
+
+
+def test_the_c_backend_runs_sinks_too():
+    from localinfer import kernels, ops
+    if not kernels.available():
+        pytest.skip("C kernels not built")
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((5, 4, 16)).astype(np.float32)
+    k, v = (rng.standard_normal((5, 2, 16)).astype(np.float16) for _ in range(2))
+    sinks = rng.standard_normal(4).astype(np.float32)
+    got = ops.attention(q, k, v, np.arange(5), 0.25, sinks=sinks)
+    np.testing.assert_array_equal(got, ops_reference.attention(q, k, v, np.arange(5), 0.25, sinks=sinks))
+
+
+# -- experts stored as MXFP4 -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_gptoss(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+    from hf_oracle import SENTENCES, make_hf_model
+    from localinfer.quant import convert_hf as convert_module
+    folder = tmp_path_factory.mktemp("gptoss")
+    _, tok = make_hf_model("gptoss", folder, seed=3)
+    f32 = convert_module.convert_hf(folder, folder / "f32.gguf", "f32")
+    encode = convert_module._encode
+
+    def mxfp4_experts(t, qtype, name=""):  # what released gpt-oss files hold; the converter writes outtype
+        if name.endswith("_exps.weight"):
+            return quantize(t, GGMLQuantizationType.MXFP4), GGMLQuantizationType.MXFP4
+        return encode(t, qtype, name)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(convert_module, "_encode", mxfp4_experts)
+    try:
+        mxfp4 = convert_module.convert_hf(folder, folder / "mxfp4.gguf", "f32")
+    finally:
+        mp.undo()
+    return f32, mxfp4, tok.encode(SENTENCES[1], add_special_tokens=False).ids
+
+
+def _load(path, backend="reference"):
+    from localinfer.arch import build_model
+    from localinfer.gguf_file import GGUFFile
+    with GGUFFile(path) as f:
+        return build_model(f, backend)
+
+
+def test_mxfp4_experts_are_read_as_their_dequantized_values(tiny_gptoss):
+    """The MXFP4 file on the reference backend is the f32 model with its experts replaced by the
+    MXFP4 file's dequantized values (gguf-py's dequantizer, independent of ours)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+    from localinfer.arch.weights import DenseLinear
+    from localinfer.gguf_file import GGUFFile
+    f32, mxfp4, ids = tiny_gptoss
+    m = _load(f32)
+    with GGUFFile(mxfp4) as f:
+        for i, layer in enumerate(m.weights.layers):
+            for kind in ("gate", "up", "down"):
+                info = f.tensors[f"blk.{i}.ffn_{kind}_exps.weight"]
+                assert info.ggml_type == GGMLQuantizationType.MXFP4
+                w = dequantize(np.asarray(f.tensor_data(info.name)), GGMLQuantizationType.MXFP4)
+                mats = getattr(layer.mlp, kind)
+                mats[:] = [DenseLinear(w[e], mats[e].bias) for e in range(len(mats))]
+    want = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))
+    q = _load(mxfp4)
+    got = q.forward(np.array(ids), q.new_cache(64, dtype=np.float32))
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)  # f32 on both sides, as the oracle test
+
+
+def test_mxfp4_experts_run_on_the_c_kernels(tiny_gptoss):
+    """On the C backend each MXFP4 expert is a kernel matmul over its slice of the mmap (with its
+    bias), within q8_0 activation rounding of the reference expert."""
+    from localinfer import kernels
+    from localinfer.arch.weights import KernelLinear
+    if not kernels.available():
+        pytest.skip("C kernels not built")
+    _, mxfp4, _ = tiny_gptoss
+    ref, c = _load(mxfp4), _load(mxfp4, "c")
+    x = np.random.default_rng(9).standard_normal((3, c.config.n_embd)).astype(np.float32)
+    for layer_ref, layer_c in zip(ref.weights.layers, c.weights.layers):
+        for e in range(c.config.n_expert):
+            lin = layer_c.mlp.gate[e]
+            assert isinstance(lin, KernelLinear) and lin.bias is not None
+            want = layer_ref.mlp.gate[e](x)
+            # activations rounded to q8_0: |error| <~ |x|_inf/254 * sum|w| per row, far below this bound
+            np.testing.assert_allclose(lin(x), want, atol=0.05 * np.abs(want).max(), rtol=0)
+
+
+def test_a_gpt_oss_file_without_experts_is_an_error(tiny_gptoss, tmp_path):
+    from localinfer.gguf_file import GGUFError
+    from localinfer.arch.gptoss import GptOssConfig, GptOssModel
+    from localinfer.gguf_file import GGUFFile
+    f32, _, _ = tiny_gptoss
+    with GGUFFile(f32) as f:
+        config = GptOssConfig.from_gguf(f)
+        assert config.is_swa == (True, False) and config.sliding_window == 4 and config.yarn[-1] is False
+        import dataclasses
+        with pytest.raises(GGUFError, match="expert_count"):
+            GptOssModel.check_config(f, dataclasses.replace(config, n_expert=0))
