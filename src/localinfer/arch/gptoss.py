@@ -3,8 +3,8 @@ src/models/openai-moe.cpp, transformers' GptOssForCausalLM): llama's pre-norm la
 
 - attention sinks: a learned logit per head (attn_sinks, (n_head,)) that joins each softmax's
   denominator and attends to nothing (ops.attention's `sinks`). The C attention has no sink
-  column, so on the C backend every gpt-oss attention runs the numpy one (ops.attention
-  falls back); the matmuls stay in C;
+  column: on the C backend its result is scaled by the share the keys keep (numpy q.K^T and
+  logsumexp, ops_reference.attention_sink_share);
 - sliding-window (attention.sliding_window, 128) and full attention alternating, the even
   layers sliding (llama.cpp's load_swa_pattern(ml, 2); transformers' layer_types); their
   K/V live in a ring (InterleavedKVCache, as gemma3's);
