@@ -29,7 +29,6 @@ from .blocks import GatedMLP
 from .weights import Linear, WeightLoader
 
 
-
 class Gating(NamedTuple):
     """How router logits become expert weights: `func` ("softmax" or "sigmoid") over all
     n_expert logits before the top-k, or, with `after_top_k`, over the k chosen logits only."""
@@ -40,14 +39,14 @@ class Gating(NamedTuple):
 SOFTMAX = Gating("softmax")
 SIGMOID = Gating("sigmoid")
 SOFTMAX_AFTER_TOP_K = Gating("softmax", after_top_k=True)
-# {arch}.expert_gating_func values (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_*: SOFTMAX, SIGMOID,
-# SOFTMAX_WEIGHT); 1 is kept as a name because files and tests use it
-GATING_SOFTMAX = 1
-GATINGS = {GATING_SOFTMAX: SOFTMAX, 2: SIGMOID, 3: SOFTMAX_AFTER_TOP_K}
+# {arch}.expert_gating_func values: llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_{SOFTMAX, SIGMOID, SOFTMAX_WEIGHT}
+GATING_SOFTMAX, GATING_SIGMOID, GATING_SOFTMAX_WEIGHT = 1, 2, 3
+GATINGS = {GATING_SOFTMAX: SOFTMAX, GATING_SIGMOID: SIGMOID, GATING_SOFTMAX_WEIGHT: SOFTMAX_AFTER_TOP_K}
 # Where the file has no expert_gating_func / expert_weights_norm, llama.cpp's graph for the
 # architecture decides (src/models/*.cpp): these three never renormalise, gpt-oss gates after the top-k.
 # Every other architecture: softmax, renormalised (qwen3moe, llama/mixtral).
-ARCH_GATING = {"qwen2moe": (GATING_SOFTMAX, False), "olmoe": (GATING_SOFTMAX, False), "gpt-oss": (3, False)}
+ARCH_GATING = {"qwen2moe": (GATING_SOFTMAX, False), "olmoe": (GATING_SOFTMAX, False),
+               "gpt-oss": (GATING_SOFTMAX_WEIGHT, False)}
 
 
 def expert_hparams(h, n_ff: int) -> dict:
