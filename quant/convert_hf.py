@@ -11,10 +11,10 @@ Per architecture (config.json "architectures"):
 - qwen2 (q/k/v biases), qwen3 (per-head q/k norms): not permuted, NeoX rope at run time;
 - phi3: fused qkv_proj / gate_up_proj kept fused (attn_qkv, ffn_up of 2*n_ff rows), partial
   rotary as rope.dimension_count, longrope as rope_factors_long/short.weight + rope.scaling.attn_factor;
-- gpt-oss: attention sinks (attn_sinks), post_attention_norm, the router as ffn_gate_inp (+ bias),
-  the transposed, interleaved gate_up_proj split into ffn_gate_exps / ffn_up_exps (+ biases),
-  YaRN as rope.scaling.* keys. Experts are written in `outtype` (f32/f16/bf16/q8_0), not in
-  the MXFP4 the released checkpoints hold;
+- gpt-oss (convert_gptoss.py): attention sinks (attn_sinks), post_attention_norm, the router as
+  ffn_gate_inp (+ bias), gate_up_proj split into ffn_gate_exps / ffn_up_exps (+ biases), YaRN as
+  rope.scaling.* keys. MXFP4 experts (released checkpoints' *_blocks / *_scales) stay MXFP4,
+  repacked; unquantized ones are written in `outtype`;
 - qwen3moe, qwen2moe, olmoe (q/k norms over the whole projection), and mixtral (GGUF "llama" with experts): each layer's per-expert HF matrices are stacked
   into llama.cpp's 3-D ffn_{gate,up,down}_exps (n_expert, rows, cols), the router is ffn_gate_inp,
   and the expert_* keys say how many experts there are and how many each token uses; qwen2moe's
@@ -28,7 +28,6 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -49,6 +48,13 @@ OUTTYPES = {
 
 class ConversionError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A tensor already in its GGUF encoding (gpt-oss's MXFP4 experts), written as it is."""
+    data: np.ndarray  # the type's bytes, (..., row_bytes) uint8
+    qtype: GGMLQuantizationType
 
 
 @dataclass(frozen=True)
@@ -88,8 +94,6 @@ _LAYER_NAMES = {
 _EXPERT_RE = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight$")
 _EXPERT_NAMES = {"gate_proj": "ffn_gate_exps", "w1": "ffn_gate_exps", "up_proj": "ffn_up_exps", "w3": "ffn_up_exps",
                  "down_proj": "ffn_down_exps", "w2": "ffn_down_exps"}
-# gpt-oss's experts, one 3-D tensor per kind, transposed (n_expert, n_in, n_out), gate and up interleaved
-_FUSED_EXPERT_RE = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias)?$")
 _GLOBAL_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
                  "lm_head.weight": "output.weight"}
 _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+?)(\.weight|\.bias)?$")
@@ -217,7 +221,8 @@ def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, in
         w.add_sliding_window(c.get("sliding_window", 0))
     w.add_rope_dimension_count(n_rot)
     if arch == "gpt-oss":
-        _gpt_oss_hparams(w, c)
+        from .convert_gptoss import gpt_oss_hparams
+        gpt_oss_hparams(w, c)
     _expert_hparams(w, c, arch)
     kind = rope.get("rope_type", "default")
     if kind == "linear":
@@ -227,7 +232,8 @@ def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, in
     elif kind == "llama3" and arch == "llama":
         pass  # written as the rope_freqs.weight tensor
     elif kind == "yarn" and arch == "gpt-oss":
-        _yarn_hparams(w, c, arch, rope)
+        from .convert_gptoss import yarn_hparams
+        yarn_hparams(w, c, arch, rope)
     elif kind in ("longrope", "su") and arch == "phi3":
         from gguf import RopeScalingType
         w.add_rope_scaling_type(RopeScalingType.LONGROPE)
@@ -235,37 +241,6 @@ def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, in
     elif kind != "default":
         raise ConversionError(f"{c.path}: rope scaling {kind!r} for {arch} is not supported by this converter")
     return n_head, n_head_kv, head_dim, n_rot
-
-
-def _yarn_hparams(w: GGUFWriter, c: Config, arch: str, rope: dict) -> None:
-    """YaRN as transformers computes it; `truncate` (rounding the ramp's ends, which llama.cpp
-    always does and gpt-oss's config turns off) goes in a key of ours, rope.scaling.yarn_truncate."""
-    from gguf import RopeScalingType
-    if rope.get("mscale") or rope.get("mscale_all_dim"):
-        raise ConversionError(f"{c.path}: YaRN mscale / mscale_all_dim are not supported by this converter")
-    orig = rope.get("original_max_position_embeddings")
-    if orig is None:
-        raise ConversionError(f"{c.path}: YaRN needs original_max_position_embeddings")
-    w.add_rope_scaling_type(RopeScalingType.YARN)
-    w.add_rope_scaling_factor(float(rope.get("factor") or c.need("max_position_embeddings") / orig))
-    w.add_rope_scaling_orig_ctx_len(int(orig))
-    w.add_rope_scaling_yarn_beta_fast(float(rope.get("beta_fast") or 32.0))
-    w.add_rope_scaling_yarn_beta_slow(float(rope.get("beta_slow") or 1.0))
-    w.add_bool(f"{arch}.rope.scaling.yarn_truncate", bool(rope.get("truncate", True)))
-    if rope.get("attention_factor") is not None:
-        w.add_rope_scaling_attn_factors(float(rope["attention_factor"]))
-
-
-def _gpt_oss_hparams(w: GGUFWriter, c: Config) -> None:
-    """The sliding window and what llama.cpp hard-codes for gpt-oss, checked against the config."""
-    n_layer = c.need("num_hidden_layers")
-    alternating = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layer)]
-    if c.get("layer_types", alternating) != alternating:
-        raise ConversionError(f"{c.path}: gpt-oss layer_types other than sliding/full alternating are not supported")
-    if (c.get("swiglu_limit", 7.0), c.get("swiglu_alpha", 1.702)) != (7.0, 1.702):
-        raise ConversionError(f"{c.path}: swiglu_limit / swiglu_alpha other than 7.0 / 1.702 are not supported")
-    w.add_sliding_window(c.need("sliding_window"))
-    w.add_expert_feed_forward_length(c.need("intermediate_size"))  # every expert is intermediate_size wide
 
 
 def _expert_hparams(w: GGUFWriter, c: Config, arch: str) -> None:
@@ -304,37 +279,15 @@ def _stacked_experts(ckpt: Checkpoint, c: Config) -> Iterator[tuple[str, Callabl
             [ckpt.tensor(n).astype(np.float32) for n in names])
 
 
-def _fused_experts(ckpt: Checkpoint) -> Iterator[tuple[str, Callable[[], np.ndarray]]]:
-    """gpt-oss: gate_up_proj (n_expert, n_embd, 2*n_ff), columns gate, up, gate, up, ... (transformers'
-    GptOssExperts: gate_up[..., ::2], gate_up[..., 1::2]) -> ffn_gate_exps / ffn_up_exps (n_expert,
-    n_ff, n_embd); down_proj (n_expert, n_ff, n_embd) -> ffn_down_exps (n_expert, n_embd, n_ff); the
-    biases (n_expert, 2*n_ff) / (n_expert, n_embd) split the same way, as llama.cpp's converter does."""
-    for hf_name in ckpt.names():
-        m = _FUSED_EXPERT_RE.match(hf_name)
-        if not m:
-            continue
-        p, bias = f"blk.{m.group(1)}.", bool(m.group(3))
-        suffix = ".bias" if bias else ".weight"
-
-        def load(hf_name=hf_name, part=None, bias=bias):
-            t = ckpt.tensor(hf_name).astype(np.float32)
-            if part is not None:
-                t = t[..., part::2]
-            return t if bias else np.ascontiguousarray(t.swapaxes(1, 2))
-        if m.group(2) == "down_proj":
-            yield p + "ffn_down_exps" + suffix, load
-        else:
-            yield p + "ffn_gate_exps" + suffix, partial(load, part=0)
-            yield p + "ffn_up_exps" + suffix, partial(load, part=1)
-
-
 def _tensors(ckpt: Checkpoint, c: Config, recipe: Recipe, n_head: int, n_head_kv: int
              ) -> Iterator[tuple[str, Callable[[], np.ndarray]]]:
     tied = bool(c.get("tie_word_embeddings", False))
     yield from _stacked_experts(ckpt, c)
-    yield from _fused_experts(ckpt)
+    if recipe.gguf_arch == "gpt-oss":
+        from .convert_gptoss import FUSED_EXPERT_RE, fused_experts
+        yield from fused_experts(ckpt)
     for hf_name in ckpt.names():
-        if _EXPERT_RE.match(hf_name) or _FUSED_EXPERT_RE.match(hf_name):
+        if _EXPERT_RE.match(hf_name) or (recipe.gguf_arch == "gpt-oss" and FUSED_EXPERT_RE.match(hf_name)):
             continue
         name = gguf_tensor_name(hf_name)
         if name is not None and name.endswith(".ffn_norm.weight"):
@@ -399,7 +352,8 @@ def convert_hf(folder: str | Path, out_path: str | Path, outtype: str = "f16", p
         for name, factors in longrope_factors(c, n_rot).items():
             w.add_tensor(name, factors)
     for name, load in _tensors(ckpt, c, recipe, n_head, n_head_kv):
-        data, t = _encode(load(), qtype, name)
+        tensor = load()
+        data, t = (tensor.data, tensor.qtype) if isinstance(tensor, Encoded) else _encode(tensor, qtype, name)
         log(f"{name:<32} {t.name:<5} {_logical_shape(data, t)}")
         # f32/f16 arrays carry their type; bf16/q8_0 are bytes whose type must be named
         raw = t not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16)

@@ -177,3 +177,56 @@ def test_a_gpt_oss_file_without_experts_is_an_error(tiny_gptoss, tmp_path):
         import dataclasses
         with pytest.raises(GGUFError, match="expert_count"):
             GptOssModel.check_config(f, dataclasses.replace(config, n_expert=0))
+
+
+# -- a released-style checkpoint: experts as OpenAI's MXFP4 blocks and scales -----------------------
+
+def _openai_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """w (n_expert, n_out, n_in) float32 -> OpenAI's (blocks (n_expert, n_out, n_in/32, 16), scales
+    (n_expert, n_out, n_in/32)): gguf-py's MXFP4 codes re-laid as the checkpoints hold them, value
+    2i in the low nibble of byte i and 2i+1 in the high one."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+    q = quantize(w, GGMLQuantizationType.MXFP4).reshape(*w.shape[:2], -1, 17)
+    scales, qs = q[..., 0], q[..., 1:]
+    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # ggml: qs[j] holds values j and j + 16
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8), scales.copy()
+
+
+def test_an_mxfp4_checkpoint_converts_to_mxfp4_experts_that_match_transformers(tmp_path):
+    """The experts stay MXFP4 (repacked, not re-rounded); transformers dequantizes the same blocks
+    with its own MXFP4 code (convert_moe_packed_tensors) and its forward pass is the oracle."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import shutil
+    from gguf import GGMLQuantizationType
+    from safetensors.numpy import save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    from hf_oracle import SENTENCES, hf_logits, make_hf_model
+    from localinfer.gguf_file import GGUFFile
+    from localinfer.quant.convert_hf import convert_hf
+    model, tok = make_hf_model("gptoss", tmp_path / "bf", seed=11)
+    tensors = {}
+    for name, p in model.state_dict().items():
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            blocks, scales = _openai_mxfp4(p.numpy().swapaxes(1, 2))  # rows = outputs, as released files
+            tensors[name + "_blocks"], tensors[name + "_scales"] = blocks, scales
+            with torch.no_grad():  # the oracle runs on what the blocks hold
+                p.copy_(convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales),
+                                                   dtype=torch.float32))
+        else:
+            tensors[name] = p.numpy()
+    folder = tmp_path / "mxfp4"
+    folder.mkdir()
+    save_file(tensors, str(folder / "model.safetensors"))
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tmp_path / "bf" / f, folder / f)
+    path = convert_hf(folder, folder / "m.gguf", "f32")
+    with GGUFFile(path) as f:
+        assert f.tensors["blk.0.ffn_up_exps.weight"].ggml_type == GGMLQuantizationType.MXFP4
+        assert f.tensors["blk.1.ffn_down_exps.weight"].ggml_type == GGMLQuantizationType.MXFP4
+        assert f.tensors["blk.0.ffn_up_exps.bias"].ggml_type == GGMLQuantizationType.F32
+    ids = tok.encode(SENTENCES[2], add_special_tokens=False).ids
+    m = _load(path)
+    got = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))
+    np.testing.assert_allclose(got, hf_logits(model, ids), atol=1e-4, rtol=0)

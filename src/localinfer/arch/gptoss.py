@@ -14,7 +14,8 @@ src/models/openai-moe.cpp, transformers' GptOssForCausalLM): llama's pre-norm la
 - NeoX rope with YaRN scaling, computed as transformers does (yarn_inv_freq).
 
 The experts of released files are MXFP4; WeightLoader.experts reads them like any type (the C
-kernels' MXFP4 matmul, or dequantized on the reference backend).
+kernels' MXFP4 matmul, or dequantized on the reference backend), and the converter keeps them
+MXFP4 (quant/convert_gptoss.py).
 """
 from __future__ import annotations
 
