@@ -230,3 +230,30 @@ def test_an_mxfp4_checkpoint_converts_to_mxfp4_experts_that_match_transformers(t
     m = _load(path)
     got = m.forward(np.array(ids), m.new_cache(64, dtype=np.float32))
     np.testing.assert_allclose(got, hf_logits(model, ids), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"swiglu_limit": 10.0}, "swiglu_limit / swiglu_alpha"),
+    ({"layer_types": ["full_attention", "full_attention"]}, "layer_types"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "original_max_position_embeddings"),
+])
+def test_gpt_oss_checkpoints_this_converter_cannot_write_are_refused(tiny_gptoss, tmp_path, change, message):
+    import json
+    import shutil
+    from localinfer.quant.convert_hf import ConversionError, convert_hf
+    folder = tiny_gptoss[0].parent
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(folder / name, tmp_path / name)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(ConversionError, match=message):
+        convert_hf(tmp_path, tmp_path / "m.gguf", "f32")
+
+
+def test_a_yarn_truncate_that_is_not_a_boolean_is_an_error_naming_it(tiny_gptoss):
+    from localinfer.arch.gptoss import GptOssConfig
+    from localinfer.gguf_file import GGUFError, GGUFFile
+    with GGUFFile(tiny_gptoss[0]) as f:
+        f.metadata["gpt-oss.rope.scaling.yarn_truncate"] = 1
+        with pytest.raises(GGUFError, match="gpt-oss.rope.scaling.yarn_truncate = 1: must be a boolean"):
+            GptOssConfig.from_gguf(f)
