@@ -15,7 +15,8 @@ import click
 def convert(hf_dir, out, outtype, pre, verbose):
     """Convert HF_DIR (config.json, *.safetensors, tokenizer.json) to the GGUF file OUT.
 
-    Architectures: llama (and llama3 rope scaling), mistral, qwen2, qwen3, phi3."""
+    Architectures: llama (and llama3 rope scaling), mistral, qwen2, qwen3, phi3; with experts:
+    mixtral, qwen2moe, qwen3moe, olmoe, gpt-oss (MXFP4 experts stay MXFP4)."""
     from localinfer.quant.convert_hf import convert_hf
     try:
         path = convert_hf(hf_dir, out, outtype, pre=pre, log=click.echo if verbose else (lambda s: None))

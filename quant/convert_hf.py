@@ -11,9 +11,14 @@ Per architecture (config.json "architectures"):
 - qwen2 (q/k/v biases), qwen3 (per-head q/k norms): not permuted, NeoX rope at run time;
 - phi3: fused qkv_proj / gate_up_proj kept fused (attn_qkv, ffn_up of 2*n_ff rows), partial
   rotary as rope.dimension_count, longrope as rope_factors_long/short.weight + rope.scaling.attn_factor;
-- qwen3moe, and mixtral (GGUF "llama" with experts): each layer's per-expert HF matrices are stacked
+- gpt-oss (convert_gptoss.py): attention sinks (attn_sinks), post_attention_norm, the router as
+  ffn_gate_inp (+ bias), gate_up_proj split into ffn_gate_exps / ffn_up_exps (+ biases), YaRN as
+  rope.scaling.* keys. MXFP4 experts (released checkpoints' *_blocks / *_scales) stay MXFP4,
+  repacked; unquantized ones are written in `outtype`;
+- qwen3moe, qwen2moe, olmoe (q/k norms over the whole projection), and mixtral (GGUF "llama" with experts): each layer's per-expert HF matrices are stacked
   into llama.cpp's 3-D ffn_{gate,up,down}_exps (n_expert, rows, cols), the router is ffn_gate_inp,
-  and the expert_* keys say how many experts there are and how many each token uses.
+  and the expert_* keys say how many experts there are and how many each token uses; qwen2moe's
+  shared expert becomes ffn_{gate,up,down}_shexp and its gate the (n_embd,) ffn_gate_inp_shexp.
 Norms, biases and rope factors stay float32; matrices take `outtype` (q8_0 falls back to f16
 for rows whose length is not a multiple of 32, as llama.cpp does).
 """
@@ -46,9 +51,17 @@ class ConversionError(ValueError):
 
 
 @dataclass(frozen=True)
+class Encoded:
+    """A tensor already in its GGUF encoding (gpt-oss's MXFP4 experts), written as it is."""
+    data: np.ndarray  # the type's bytes, (..., row_bytes) uint8
+    qtype: GGMLQuantizationType
+
+
+@dataclass(frozen=True)
 class Recipe:
     gguf_arch: str
     permute_qk: bool = False  # llama: HF rotate_half layout -> GGUF adjacent pairs
+    ffn_norm: str = "ffn_norm"  # GGUF name of HF's post_attention_layernorm (gpt-oss: post_attention_norm)
 
 
 RECIPES = {
@@ -58,6 +71,9 @@ RECIPES = {
     "Qwen3ForCausalLM": Recipe("qwen3"),
     "Phi3ForCausalLM": Recipe("phi3"),
     "Qwen3MoeForCausalLM": Recipe("qwen3moe"),
+    "Qwen2MoeForCausalLM": Recipe("qwen2moe"),
+    "OlmoeForCausalLM": Recipe("olmoe"),
+    "GptOssForCausalLM": Recipe("gpt-oss", ffn_norm="post_attention_norm"),
     "MixtralForCausalLM": Recipe("llama", permute_qk=True),  # llama.cpp converts mixtral as llama + experts
 }
 
@@ -68,8 +84,11 @@ _LAYER_NAMES = {
     "self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
-    "mlp.gate": "ffn_gate_inp", "block_sparse_moe.gate": "ffn_gate_inp",
+    "mlp.gate": "ffn_gate_inp", "block_sparse_moe.gate": "ffn_gate_inp", "mlp.router": "ffn_gate_inp",
+    "self_attn.sinks": "attn_sinks.weight",
     "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
+    "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
 }
 # per-expert HF matrices (qwen3moe: gate/up/down_proj; mixtral: w1/w3/w2) -> the 3-D GGUF tensor they stack into
 _EXPERT_RE = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight$")
@@ -201,6 +220,9 @@ def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, in
         w.add_rope_scaling_orig_ctx_len(c.get("original_max_position_embeddings", c.need("max_position_embeddings")))
         w.add_sliding_window(c.get("sliding_window", 0))
     w.add_rope_dimension_count(n_rot)
+    if arch == "gpt-oss":
+        from .convert_gptoss import gpt_oss_hparams
+        gpt_oss_hparams(w, c)
     _expert_hparams(w, c, arch)
     kind = rope.get("rope_type", "default")
     if kind == "linear":
@@ -209,6 +231,9 @@ def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, in
         w.add_rope_scaling_factor(float(rope["factor"]))
     elif kind == "llama3" and arch == "llama":
         pass  # written as the rope_freqs.weight tensor
+    elif kind == "yarn" and arch == "gpt-oss":
+        from .convert_gptoss import yarn_hparams
+        yarn_hparams(w, c, arch, rope)
     elif kind in ("longrope", "su") and arch == "phi3":
         from gguf import RopeScalingType
         w.add_rope_scaling_type(RopeScalingType.LONGROPE)
@@ -224,10 +249,15 @@ def _expert_hparams(w: GGUFWriter, c: Config, arch: str) -> None:
         return
     if c.get("decoder_sparse_step", 1) != 1 or c.get("mlp_only_layers", []):
         raise ConversionError(f"{c.path}: dense layers between the expert layers are not supported by this converter")
+    if c.get("clip_qkv") is not None:
+        raise ConversionError(f"{c.path}: clip_qkv (olmoe's clamped q/k/v) is not supported by this converter")
     w.add_expert_count(n_expert)
     w.add_expert_used_count(c.need("num_experts_per_tok"))
-    if arch == "qwen3moe":
+    if "moe_intermediate_size" in c.d:  # else the experts are intermediate_size wide (mixtral)
         w.add_expert_feed_forward_length(c.need("moe_intermediate_size"))
+    if "shared_expert_intermediate_size" in c.d:
+        w.add_expert_shared_feed_forward_length(c.need("shared_expert_intermediate_size"))
+    if "norm_topk_prob" in c.d:  # mixtral has none and always renormalises, as llama.cpp does for llama
         w.add_expert_weights_norm(bool(c.get("norm_topk_prob", False)))
 
 
@@ -253,10 +283,15 @@ def _tensors(ckpt: Checkpoint, c: Config, recipe: Recipe, n_head: int, n_head_kv
              ) -> Iterator[tuple[str, Callable[[], np.ndarray]]]:
     tied = bool(c.get("tie_word_embeddings", False))
     yield from _stacked_experts(ckpt, c)
+    if recipe.gguf_arch == "gpt-oss":
+        from .convert_gptoss import FUSED_EXPERT_RE, fused_experts
+        yield from fused_experts(ckpt)
     for hf_name in ckpt.names():
-        if _EXPERT_RE.match(hf_name):
+        if _EXPERT_RE.match(hf_name) or (recipe.gguf_arch == "gpt-oss" and FUSED_EXPERT_RE.match(hf_name)):
             continue
         name = gguf_tensor_name(hf_name)
+        if name is not None and name.endswith(".ffn_norm.weight"):
+            name = name.replace(".ffn_norm.", f".{recipe.ffn_norm}.")
         if name is None or (tied and name == "output.weight"):
             continue
 
@@ -266,14 +301,18 @@ def _tensors(ckpt: Checkpoint, c: Config, recipe: Recipe, n_head: int, n_head_kv
                 t = permute_rows(t, n_head)
             elif recipe.permute_qk and re.search(r"\.attn_k\.(weight|bias)$", name):
                 t = permute_rows(t, n_head_kv)
+            elif name.endswith("ffn_gate_inp_shexp.weight"):
+                t = t.reshape(-1)  # HF's (1, n_embd) linear -> llama.cpp's {n_embd} vector
             return t
         yield name, load
 
 
 def _encode(t: np.ndarray, qtype: GGMLQuantizationType, name: str = "") -> tuple[np.ndarray, GGMLQuantizationType]:
     """A float32 tensor as the bytes of `qtype`; 1-D tensors (norms, biases) stay float32, and so
-    does the expert router (as llama.cpp's converter keeps it: a rounded router flips near-tied choices)."""
-    if t.ndim < 2 or qtype == GGMLQuantizationType.F32 or name.endswith("ffn_gate_inp.weight"):
+    does the expert router (as llama.cpp's converter keeps it: a rounded router flips near-tied choices),
+    and so do biases, which are 2-D for experts (gpt-oss: (n_expert, n_out))."""
+    if (t.ndim < 2 or qtype == GGMLQuantizationType.F32 or name.endswith("ffn_gate_inp.weight")
+            or name.endswith(".bias")):
         return t, GGMLQuantizationType.F32
     if qtype == GGMLQuantizationType.F16:
         return t.astype(np.float16), qtype
@@ -313,7 +352,8 @@ def convert_hf(folder: str | Path, out_path: str | Path, outtype: str = "f16", p
         for name, factors in longrope_factors(c, n_rot).items():
             w.add_tensor(name, factors)
     for name, load in _tensors(ckpt, c, recipe, n_head, n_head_kv):
-        data, t = _encode(load(), qtype, name)
+        tensor = load()
+        data, t = (tensor.data, tensor.qtype) if isinstance(tensor, Encoded) else _encode(tensor, qtype, name)
         log(f"{name:<32} {t.name:<5} {_logical_shape(data, t)}")
         # f32/f16 arrays carry their type; bf16/q8_0 are bytes whose type must be named
         raw = t not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16)

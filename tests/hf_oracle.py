@@ -53,6 +53,17 @@ ARCHS = {
     # 8 experts, 2 per token: routing differs between tokens, so every expert path is exercised
     "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(head_dim=32, num_experts=8, num_experts_per_tok=2,
                                                              moe_intermediate_size=48, norm_topk_prob=True), "qwen2"),
+    # a shared expert (intermediate 80) beside the routed ones; norm_topk_prob false, as the real models
+    "qwen2moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+                                                             shared_expert_intermediate_size=80, norm_topk_prob=False), "qwen2"),
+    # q/k norms over the whole projections; experts intermediate_size wide; chosen weights not renormalised
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(num_experts=8, num_experts_per_tok=2, norm_topk_prob=False), "gpt-2"),
+    # sinks, window 4 on layer 0 (prompts are longer), biases everywhere, softmax after the top-k, clamped
+    # SwiGLU; YaRN with the ramp inside the rotated dimensions, unrounded (truncate false, as gpt-oss's config)
+    "gptoss": ("GptOssConfig", "GptOssForCausalLM", dict(
+        num_local_experts=8, num_experts_per_tok=2, head_dim=32, sliding_window=4,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}), "gpt-2"),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2,
                                                           sliding_window=None), "gpt-2"),
 }

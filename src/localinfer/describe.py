@@ -11,17 +11,19 @@ HYPERPARAMETERS = ("context_length", "embedding_length", "block_count", "feed_fo
                    "attention.sliding_window", "rope.freq_base", "rope.dimension_count", "rope.scaling.type",
                    "rope.scaling.factor", "rope.scaling.attn_factor", "rope.scaling.original_context_length",
                    "attention.layer_norm_rms_epsilon", "vocab_size", "expert_count", "expert_used_count",
-                   "expert_feed_forward_length", "expert_weights_norm")
+                   "expert_feed_forward_length", "expert_shared_feed_forward_length", "expert_gating_func",
+                   "expert_weights_norm")
 
 
 def active_share(f: GGUFFile, arch: str) -> tuple[int, int]:
     """(parameters, bytes) a token reads: everything but the experts the router does not choose,
-    i.e. of each 3-D *_exps tensor only expert_used_count / expert_count. The whole model when dense."""
+    i.e. of each *_exps tensor (3-D weights, 2-D biases: gpt-oss) only expert_used_count / expert_count;
+    shared experts (*_shexp) run for every token. The whole model when dense."""
     n_expert = f.metadata.get(f"{arch}.expert_count") or 0
     n_used = f.metadata.get(f"{arch}.expert_used_count") or 0
     params = nbytes = 0
     for name, t in f.tensors.items():
-        share = n_used / n_expert if n_expert and name.endswith("_exps.weight") else 1.0
+        share = n_used / n_expert if n_expert and name.endswith(("_exps.weight", "_exps.bias")) else 1.0
         params += round(t.n_elements * share)
         nbytes += round(t.nbytes * share)
     return params, nbytes

@@ -62,7 +62,8 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray,
               scale: float, kv_dtype=np.float16, sliding_window: int | None = None,
-              softcap: float | None = None, key_start: int = 0, kv_types=None) -> np.ndarray:
+              softcap: float | None = None, key_start: int = 0, kv_types=None,
+              sinks: np.ndarray | None = None) -> np.ndarray:
     """Causal multi-head attention with grouped K/V heads.
 
     q: (n, n_head, head_dim) at absolute positions q_positions (n,);
@@ -70,6 +71,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     returns only the most recent keys). Returns (n, n_head, head_dim).
     With `sliding_window` w, a query at position p sees keys p-w+1..p (llama.cpp's
     LLAMA_SWA_TYPE_STANDARD: masked when p - key_pos >= w).
+    `sinks` (n_head,): gpt-oss's attention sinks, a learned logit per head that joins the softmax's
+    denominator and attends to nothing: probs = exp(s_j) / (sum_j exp(s_j) + exp(sink)).
 
     llama.cpp (flash attention off, f16 KV cache) multiplies f16 K with Q rounded to f16, and
     the softmax weights rounded to f16 with f16 V; rounding to `kv_dtype` here reproduces that.
@@ -98,11 +101,52 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     if sliding_window is not None:
         mask |= key_pos[None, :] <= q_positions[:, None] - sliding_window
     scores = np.where(mask, np.float32(-np.inf), scores)
-    probs = softmax(scores)
+    if sinks is None:
+        probs = softmax(scores)
+    else:  # the sink is one more column of the softmax, dropped afterwards
+        sink = np.asarray(sinks, np.float32).reshape(n_head_kv, group, 1, 1)
+        m = np.maximum(scores.max(axis=-1, keepdims=True), sink)
+        e = np.exp(scores - m)
+        denom = np.sum(e, axis=-1, keepdims=True, dtype=np.float64) + np.exp(sink - m)
+        probs = e / denom.astype(np.float32)
     if kv_dtype is not None:
         probs = probs.astype(kv_dtype).astype(np.float32)
     out = np.matmul(probs, v32.transpose(1, 0, 2)[:, None])  # (n_head_kv, group, n, head_dim)
     return out.transpose(2, 0, 1, 3).reshape(n, n_head, head_dim)
+
+
+def attention_sink_share(q: np.ndarray, k: np.ndarray, q_positions: np.ndarray, scale: float, sinks: np.ndarray,
+                         sliding_window: int | None = None, softcap: float | None = None, key_start: int = 0,
+                         kv_dtype=np.float16, rows: int = 64) -> np.ndarray:
+    """(n, n_head) float32: the share of each softmax the keys keep when a sink logit per head joins
+    it, sum_j exp(s_j) / (sum_j exp(s_j) + exp(sink)) = sigmoid(logsumexp(s) - sink); attention with
+    sinks is attention without them times this share. q, k, masks and rounding as `attention`
+    (f16 K); `rows` queries at a time bound the scores to (n_head, rows, n_kv)."""
+    n, n_head, head_dim = q.shape
+    n_kv, n_head_kv = k.shape[:2]
+    group = n_head // n_head_kv
+    if kv_dtype is not None:
+        q = q.astype(kv_dtype).astype(np.float32)
+    q = q.reshape(n, n_head_kv, group, head_dim)
+    key_pos = key_start + np.arange(n_kv)
+    lse = np.empty((n, n_head_kv, group), np.float32)
+    for h in range(n_head_kv):  # 2-D products, which numpy hands to BLAS
+        kh = np.ascontiguousarray(k[:, h], dtype=np.float32)  # (n_kv, head_dim)
+        for r in range(0, n, rows):
+            pos = q_positions[r:r + rows]
+            qh = np.ascontiguousarray(q[r:r + rows, h]).reshape(-1, head_dim)  # (rows*group, head_dim)
+            scores = (qh @ kh.T).reshape(len(pos), group, n_kv) * np.float32(scale)
+            if softcap is not None:
+                scores = np.tanh(scores / softcap) * softcap
+            mask = key_pos[None, :] > pos[:, None]
+            if sliding_window is not None:
+                mask |= key_pos[None, :] <= pos[:, None] - sliding_window
+            scores = np.where(mask[:, None, :], np.float32(-np.inf), scores)
+            m = scores.max(axis=-1, keepdims=True)
+            m = np.where(np.isfinite(m), m, np.float32(0))
+            lse[r:r + rows, h] = np.log(np.exp(scores - m).sum(axis=-1)) + m[..., 0]  # -inf: no visible key
+    lse = lse.reshape(n, n_head)
+    return (1 / (1 + np.exp(np.asarray(sinks, np.float32)[None, :] - lse))).astype(np.float32)
 
 
 def silu(x: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""qwen2, qwen3, qwen3moe, phi3, mistral, mixtral and llama (llama3 rope scaling) against Hugging Face transformers:
+"""qwen2, qwen3, qwen2moe, qwen3moe, olmoe, phi3, mistral, mixtral and llama (llama3 rope scaling) against Hugging Face transformers:
 a tiny random model of each is saved as a HF folder, converted by `localinfer convert`, and our
 logits must be transformers' own (f32, tight tolerance). Random weights of order 1 make every
 layout detail matter: a wrong rope type, a skipped Q/K permutation, a missing bias or norm, or
@@ -27,8 +27,9 @@ from localinfer.tokenizer import Tokenizer  # noqa: E402
 
 ATOL = 1e-4  # f32 on both sides; the differences seen are ~2e-6
 GGUF_ARCH = {"llama3": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
-             "phi3_longrope": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama"}
-MOE = {"qwen3moe", "mixtral"}
+             "phi3_longrope": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama", "qwen2moe": "qwen2moe",
+             "olmoe": "olmoe", "gptoss": "gpt-oss"}
+MOE = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "gptoss"}
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))
@@ -51,7 +52,7 @@ def _prompts(tok):
 def test_logits_match_transformers(tiny):
     name, model, tok, _, path = tiny
     m, _ = _load(path)
-    assert type(m).__name__.lower().startswith(GGUF_ARCH[name])
+    assert type(m).__name__.lower().startswith(GGUF_ARCH[name].replace("-", ""))
     a, b = _prompts(tok)[:2]
     want_a, want_b = hf_logits(model, a), hf_logits(model, b)
     # a prefill in two chunks (the second at cache offset 9) ...
@@ -166,6 +167,46 @@ def _unnormalised_expert_weights(m):
         layer.mlp.normalize = False
 
 
+def _no_shared_expert(m):
+    for layer in m.weights.layers:
+        layer.mlp = layer.mlp.routed
+
+
+def _renormalised_expert_weights(m):
+    for layer in m.weights.layers:
+        layer.mlp.normalize = True
+
+
+def _per_head_qk_norms(m):
+    """qwen3's per-head norms with olmoe's weights: the first head's slice of each whole-projection norm."""
+    for layer in m.weights.layers:
+        layer.attn.q_norm = layer.attn.q_norm[:m.config.head_dim].copy()
+        layer.attn.k_norm = layer.attn.k_norm[:m.config.head_dim].copy()
+
+
+def _no_attention_sinks(m):
+    for layer in m.weights.layers:
+        layer.sinks = np.full_like(layer.sinks, -np.inf)  # exp(-inf) = 0: the plain softmax
+
+
+def _no_sliding_window(m):
+    import dataclasses
+    m.config = dataclasses.replace(m.config, is_swa=(False,) * m.config.n_layer)
+
+
+def _yarn_truncated(m):
+    """llama.cpp's YaRN (ramp ends rounded) where transformers' config says truncate: false."""
+    from localinfer.arch.gptoss import yarn_inv_freq
+    c = m.config
+    m.inv_freq = yarn_inv_freq(c.n_rot, c.rope_base, *c.yarn[:4], truncate=True)
+
+
+def _softmax_before_top_k(m):
+    from localinfer.arch.moe import SOFTMAX
+    for layer in m.weights.layers:
+        layer.mlp.gating = SOFTMAX
+
+
 def _first_expert_only(m):
     for layer in m.weights.layers:
         layer.mlp.n_used = 1
@@ -173,6 +214,10 @@ def _first_expert_only(m):
 
 @pytest.mark.parametrize("name, damage", [("qwen2", _drop_q_biases), ("qwen3", _drop_q_norms),
                                           ("qwen3moe", _unnormalised_expert_weights), ("mixtral", _first_expert_only),
+                                          ("qwen2moe", _no_shared_expert),
+                                          ("olmoe", _renormalised_expert_weights), ("olmoe", _per_head_qk_norms),
+                                          ("gptoss", _no_attention_sinks), ("gptoss", _no_sliding_window),
+                                          ("gptoss", _yarn_truncated), ("gptoss", _softmax_before_top_k),
                                           ("llama3", _drop_rope_factors), ("phi3", _swap_gate_and_up),
                                           ("phi3_longrope", _drop_rope_factors)])
 def test_each_architecture_detail_matters(tmp_path, name, damage):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from localinfer.arch.hparams import HParams
-from localinfer.arch.moe import expert_hparams, route
+from localinfer.arch.moe import SIGMOID, SOFTMAX, SOFTMAX_AFTER_TOP_K, Gating, expert_hparams, route
 from localinfer.gguf_file import GGUFError
 from localinfer.arch.weights import DenseLinear
 
@@ -32,6 +32,40 @@ def test_route_picks_the_k_most_probable_experts(k, normalize):
         np.testing.assert_allclose(w, want, rtol=1e-5)  # float32 softmax: a few ulp of each probability
     if normalize:
         np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_route_with_sigmoid_scores_each_expert_alone(normalize):
+    logits = np.random.default_rng(3).standard_normal((19, 6)).astype(np.float32) * 3
+    experts, weights = route(logits, 2, normalize, SIGMOID)
+    for row, chosen, w in zip(logits.astype(np.float64), experts, weights):
+        s = 1 / (1 + np.exp(-row))
+        assert set(chosen) == set(np.argsort(-s)[:2])
+        np.testing.assert_allclose(w, s[chosen] / s[chosen].sum() if normalize else s[chosen], rtol=1e-5)
+
+
+def test_route_after_top_k_is_a_softmax_over_the_chosen_logits():
+    """gpt-oss: top-k of the raw logits, then softmax over those k (they sum to 1 unnormalised)."""
+    logits = np.random.default_rng(4).standard_normal((23, 8)).astype(np.float32) * 3
+    experts, weights = route(logits, 3, False, SOFTMAX_AFTER_TOP_K)
+    for row, chosen, w in zip(logits.astype(np.float64), experts, weights):
+        assert set(chosen) == set(np.argsort(-row)[:3])
+        np.testing.assert_allclose(w, _softmax(row[chosen]), rtol=1e-5)
+    # and it differs from softmax-then-top-k without renormalising, which does not sum to 1
+    assert not np.allclose(route(logits, 3, False, SOFTMAX)[1], weights)
+    with pytest.raises(ValueError, match="gating function"):
+        route(logits, 3, False, Gating("relu"))
+
+
+@pytest.mark.parametrize("arch, gating, norm", [("qwen3moe", SOFTMAX, True), ("qwen2moe", SOFTMAX, False),
+                                                ("olmoe", SOFTMAX, False), ("gpt-oss", SOFTMAX_AFTER_TOP_K, False)])
+def test_the_gating_defaults_are_llama_cpps_per_architecture(arch, gating, norm):
+    f = _File(expert_count=4, expert_used_count=2)
+    f.architecture, f.metadata = arch, {k.replace("qwen3moe.", arch + "."): v for k, v in f.metadata.items()}
+    got = expert_hparams(HParams(f), 96)
+    assert got.get("expert_gating", SOFTMAX) == gating and got["expert_weights_norm"] is norm
+    f.metadata[arch + ".expert_gating_func"] = 2  # the file's key wins
+    assert expert_hparams(HParams(f), 96)["expert_gating"] == SIGMOID
 
 
 def test_route_breaks_ties_toward_the_lower_index():
@@ -63,7 +97,7 @@ def test_expert_keys_are_read_with_llama_cpp_defaults():
 @pytest.mark.parametrize("keys, message", [
     (dict(expert_count=4, expert_used_count=5), "expert_used_count = 5: must be at most expert_count = 4"),
     (dict(expert_count=4), "missing metadata key 'qwen3moe.expert_used_count'"),
-    (dict(expert_count=4, expert_used_count=2, expert_gating_func=2), "only softmax gating"),
+    (dict(expert_count=4, expert_used_count=2, expert_gating_func=4), "must be 1 \\(softmax\\), 2 \\(sigmoid\\) or 3"),
     (dict(expert_count=4, expert_used_count=2, expert_weights_norm=1), "must be a boolean"),
 ])
 def test_bad_expert_keys_are_errors_naming_the_key(keys, message):
@@ -95,7 +129,9 @@ def tiny_qwen3moe(tmp_path_factory):
     return convert_hf(folder, folder / "m.gguf", "q8_0"), tok.encode(SENTENCES[1], add_special_tokens=False).ids
 
 
-def test_dense_layers_between_expert_layers_are_refused(tiny_qwen3moe, tmp_path):
+@pytest.mark.parametrize("extra, message", [({"mlp_only_layers": [1]}, "dense layers between the expert layers"),
+                                            ({"clip_qkv": 8.0}, "clip_qkv")])
+def test_unsupported_moe_checkpoints_are_refused(tiny_qwen3moe, tmp_path, extra, message):
     import json
     import shutil
     from localinfer.quant.convert_hf import ConversionError, convert_hf
@@ -103,8 +139,8 @@ def test_dense_layers_between_expert_layers_are_refused(tiny_qwen3moe, tmp_path)
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(folder / name, tmp_path / name)
     config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**config, "mlp_only_layers": [1]}))
-    with pytest.raises(ConversionError, match="dense layers between the expert layers"):
+    (tmp_path / "config.json").write_text(json.dumps({**config, **extra}))
+    with pytest.raises(ConversionError, match=message):
         convert_hf(tmp_path, tmp_path / "m.gguf", "f32")
 
 

@@ -1,4 +1,4 @@
-"""The model architectures, one module each (llama, qwen2, qwen3, qwen3moe, phi3, gemma3) over shared transformer
+"""The model architectures, one module each (llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gpt-oss, phi3, gemma3) over shared transformer
 blocks, the DecoderModel wrapper and the fused C layer call; this registry maps `general.architecture`
 to the model class, with an alias table. Adding one: docs/architectures.md.
 """
@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from ..gguf_file import GGUFFile
 from .gemma3 import Gemma3Model
+from .gptoss import GptOssModel
 from .llama import LlamaModel
+from .olmoe import OlmoeModel
 from .phi3 import Phi3Model
 from .qwen2 import Qwen2Model
+from .qwen2moe import Qwen2MoeModel
 from .qwen3 import Qwen3Model
 from .qwen3moe import Qwen3MoeModel
 
@@ -17,7 +20,10 @@ ARCHITECTURES = {
     "gemma3": Gemma3Model,
     "qwen2": Qwen2Model,
     "qwen3": Qwen3Model,
+    "qwen2moe": Qwen2MoeModel,
     "qwen3moe": Qwen3MoeModel,
+    "olmoe": OlmoeModel,
+    "gpt-oss": GptOssModel,
     "phi3": Phi3Model,
 }
 ALIASES = {

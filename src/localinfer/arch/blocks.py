@@ -5,7 +5,8 @@ normal RoPE, fused or separate weights, the activation); the arithmetic is alway
 
 Weight layouts follow llama.cpp's GGUF tensor names (src/llama-arch.cpp):
 - attention: attn_q/attn_k/attn_v/attn_output (+ optional .bias: qwen2, llama attention_bias), or one fused attn_qkv whose rows
-  are q ‖ k ‖ v (phi3); attn_q_norm/attn_k_norm are (head_dim,) norms of each head (qwen3, gemma3).
+  are q ‖ k ‖ v (phi3); attn_q_norm/attn_k_norm are (head_dim,) norms of each head (qwen3, gemma3),
+  or (n_head*head_dim,) / (n_head_kv*head_dim,) norms over the whole projection (olmoe).
 - MLP: ffn_gate, ffn_up, ffn_down (+ optional .bias, llama mlp_bias); or no ffn_gate and an ffn_up of 2*n_ff rows, gate ‖ up (phi3,
   ggml_swiglu on the halves of one matmul).
 """
@@ -27,8 +28,8 @@ class Attention:
     wv: Linear | None  # (n_head_kv*head_dim, n_embd)
     wqkv: Linear | None  # ((n_head + 2*n_head_kv)*head_dim, n_embd), rows q ‖ k ‖ v
     wo: Linear  # (n_embd, n_head*head_dim), bias optional
-    q_norm: np.ndarray | None  # (head_dim,) RMSNorm of each query head
-    k_norm: np.ndarray | None  # (head_dim,) RMSNorm of each key head
+    q_norm: np.ndarray | None  # (head_dim,) RMSNorm of each query head, or (n_head*head_dim,) of all of them
+    k_norm: np.ndarray | None  # (head_dim,) RMSNorm of each key head, or (n_head_kv*head_dim,)
 
     @classmethod
     def from_gguf(cls, w: WeightLoader, p: str, c, qk_norm: bool = False) -> "Attention":
@@ -47,9 +48,13 @@ class Attention:
             wk = w.linear(p + "attn_k.weight", (kv_dim, c.n_embd), bias=p + "attn_k.bias")
             wv = w.linear(p + "attn_v.weight", (kv_dim, c.n_embd), bias=p + "attn_v.bias")
         norm = w.vector if qk_norm else w.optional_vector
+
+        def norm_shape(name: str, whole: int) -> tuple[int]:  # the file's shape says which norm it is
+            info = w.f.tensors.get(name)
+            return (whole,) if info is not None and tuple(info.shape) == (whole,) else (c.head_dim,)
+        q_name, k_name = p + "attn_q_norm.weight", p + "attn_k_norm.weight"
         return cls(wq=wq, wk=wk, wv=wv, wqkv=wqkv, wo=w.linear(p + "attn_output.weight", (c.n_embd, q_dim), bias=p + "attn_output.bias"),
-                   q_norm=norm(p + "attn_q_norm.weight", (c.head_dim,)),
-                   k_norm=norm(p + "attn_k_norm.weight", (c.head_dim,)))
+                   q_norm=norm(q_name, norm_shape(q_name, q_dim)), k_norm=norm(k_name, norm_shape(k_name, kv_dim)))
 
     def project(self, h: np.ndarray, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """h: (n, n_embd) -> q (n, n_head, head_dim), k and v (n, n_head_kv, head_dim)."""
@@ -76,9 +81,9 @@ def attention_block(ops, batch: Batch, layer: int, attn: Attention, h: np.ndarra
     its cos and sin; longrope); `attention` is ops.attention with the scale/window bound in."""
     q, k, v = attn.project(h, c)
     if attn.q_norm is not None:
-        q = ops.rms_norm(q, attn.q_norm, c.rms_eps)
+        q = _rms_norm_heads(ops, q, attn.q_norm, c.rms_eps)
     if attn.k_norm is not None:
-        k = ops.rms_norm(k, attn.k_norm, c.rms_eps)
+        k = _rms_norm_heads(ops, k, attn.k_norm, c.rms_eps)
     q = ops.apply_rope(q, batch.positions, inv_freq, neox)
     k = ops.apply_rope(k, batch.positions, inv_freq, neox)
     if rope_mscale != 1.0:
@@ -89,6 +94,14 @@ def attention_block(ops, batch: Batch, layer: int, attn: Attention, h: np.ndarra
         q = q * np.float32(q_scale)
     a = batch.attend(layer, q, k, v, attention)  # (n, n_head, head_dim)
     return attn.wo(a.reshape(h.shape[0], -1))
+
+
+def _rms_norm_heads(ops, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """x (n, heads, head_dim): RMSNorm of each head with a (head_dim,) weight, or of each row's
+    heads together with a (heads*head_dim,) one (olmoe normalises the whole projection)."""
+    if weight.shape[0] == x.shape[-1]:
+        return ops.rms_norm(x, weight, eps)
+    return ops.rms_norm(x.reshape(x.shape[0], -1), weight, eps).reshape(x.shape)
 
 
 @dataclass

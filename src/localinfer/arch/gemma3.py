@@ -93,9 +93,10 @@ class Gemma3Config:
         )
 
 
-def _swa_layers(h: HParams, n_layer: int, window: int | None) -> tuple[bool, ...]:
+def _swa_layers(h: HParams, n_layer: int, window: int | None, default_period: int = SWA_PATTERN_DEFAULT) -> tuple[bool, ...]:
     """Which layers use the sliding window: an explicit per-layer array, or a period n where
-    layer i is global when i % n == n - 1 (llama_hparams::set_swa_pattern; 0: all sliding)."""
+    layer i is global when i % n == n - 1 (llama_hparams::set_swa_pattern; 0: all sliding);
+    without the key, the architecture's period (gemma3 6, gpt-oss 2)."""
     if window is None:
         return (False,) * n_layer
     key = "attention.sliding_window_pattern"
@@ -104,7 +105,7 @@ def _swa_layers(h: HParams, n_layer: int, window: int | None) -> tuple[bool, ...
         if len(pattern) != n_layer:
             raise h.error(key, pattern, f"has {len(pattern)} entries for {n_layer} layers")
         return tuple(bool(p) for p in pattern)
-    pattern = h.count(key, SWA_PATTERN_DEFAULT, minimum=0)
+    pattern = h.count(key, default_period, minimum=0)
     return tuple(pattern == 0 or i % pattern < pattern - 1 for i in range(n_layer))
 
 

@@ -26,7 +26,7 @@ from .blocks import Attention, GatedMLP, attention_block
 from .decoder import DecoderModel
 from .fused import FusedParams
 from .hparams import HParams, show
-from .moe import SparseMoE, expert_hparams
+from .moe import SOFTMAX, Gating, SharedExpertMoE, SparseMoE, expert_hparams, moe_ffn
 from .weights import Embedding, Linear, WeightLoader
 
 
@@ -51,6 +51,8 @@ class LlamaConfig:
     n_expert_used: int = 0  # experts each token runs (expert_used_count)
     n_ff_exp: int = 0  # an expert's hidden width (expert_feed_forward_length, else n_ff)
     expert_weights_norm: bool = True  # the chosen experts' weights are renormalised to sum to 1
+    expert_gating: Gating = SOFTMAX  # router logits -> weights (expert_gating_func; moe.Gating)
+    n_ff_shexp: int = 0  # the shared expert's hidden width (expert_shared_feed_forward_length; 0: n_ff)
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "LlamaConfig":
@@ -80,7 +82,7 @@ class LlamaLayer:
     attn_norm: np.ndarray  # (n_embd,)
     attn: Attention  # q/k/v (biases optional: qwen2; fused: phi3; per-head norms: qwen3), output
     ffn_norm: np.ndarray  # (n_embd,)
-    mlp: GatedMLP | SparseMoE  # gate, up, down (gate ‖ up fused: phi3); routed experts (qwen3moe, mixtral)
+    mlp: GatedMLP | SparseMoE | SharedExpertMoE  # gate, up, down (gate ‖ up fused: phi3); routed experts (qwen3moe, mixtral), + a shared one (qwen2moe)
 
 
 @dataclass
@@ -101,7 +103,7 @@ class LlamaWeights:
         layers = [LlamaLayer(attn_norm=w.vector(f"blk.{i}.attn_norm.weight", (c.n_embd,)),
                              attn=Attention.from_gguf(w, f"blk.{i}.", c, qk_norm),
                              ffn_norm=w.vector(f"blk.{i}.ffn_norm.weight", (c.n_embd,)),
-                             mlp=(SparseMoE if c.n_expert else GatedMLP).from_gguf(w, f"blk.{i}.", c))
+                             mlp=(moe_ffn if c.n_expert else GatedMLP.from_gguf)(w, f"blk.{i}.", c))
                   for i in range(c.n_layer)]
         output = w.optional_linear("output.weight", (c.n_vocab, c.n_embd))
         return cls(token_embd=w.embedding("token_embd.weight", (c.n_vocab, c.n_embd)), layers=layers,

@@ -110,20 +110,23 @@ class WeightLoader:
         self.copied_bytes += 0 if np.may_share_memory(dense.w, raw) else dense.w.nbytes
         return dense
 
-    def experts(self, name: str, shape: tuple[int, int, int]) -> list:
-        """The 3-D expert tensor `name` (n_expert, n_out, n_in) as one linear layer per expert.
+    def experts(self, name: str, shape: tuple[int, int, int], bias: str | None = None) -> list:
+        """The 3-D expert tensor `name` (n_expert, n_out, n_in) as one linear layer per expert,
+        each with its row of the (n_expert, n_out) tensor `bias` when the file has it (gpt-oss).
         Each expert's rows are a contiguous slice of the tensor, so on the C backend every
         layer is a view of the mmap and a forward pass reads only the experts it calls."""
         info = self._info(name, shape)
         raw = self.f.tensor_data(name)  # (n_expert, n_out, row_bytes), or floats for F32/F16
+        b = self.optional_vector(bias, shape[:2]) if bias else None  # (n_expert, n_out)
+        bias_of = [None if b is None else b[e] for e in range(shape[0])]
         if self.backend == "c":
             from .. import kernels
             from ..quant import UnsupportedQuantType
             try:
-                return [KernelLinear(kernels.prepare(raw[e], info.ggml_type)) for e in range(shape[0])]
+                return [KernelLinear(kernels.prepare(raw[e], info.ggml_type), bias_of[e]) for e in range(shape[0])]
             except UnsupportedQuantType:
-                pass  # a type the C core lacks: these experts run on the reference path
-        dense = [DenseLinear(dequantize(raw[e], info.ggml_type, shape[1:])) for e in range(shape[0])]
+                pass  # a type the C core lacks (MXFP4 here): these experts run on the reference path
+        dense = [DenseLinear(dequantize(raw[e], info.ggml_type, shape[1:]), bias_of[e]) for e in range(shape[0])]
         self.copied_bytes += sum(0 if np.may_share_memory(d.w, raw) else d.w.nbytes for d in dense)
         return dense
 
