@@ -1,0 +1,199 @@
+/* quants_grids_avx2.c -- AVX2 dot products of the grid i-quants against Q8_K (ggml's pairing):
+ * IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M.
+ *
+ * Per 32 elements: the grid points are gathered from core/iq_grids.h (8 bytes a point for IQ2 and
+ * IQ1, 4 for IQ3) into one register; the signs, as +1 / -1 bytes (li_keven_signs_iq2xs, or explicit
+ * sign bits compared against a bit mask), move onto the activations with sign_epi8; maddubs then
+ * multiplies the unsigned grid values (<= 62) by the signed activations (|q| <= 127): a pair sum is
+ * at most 2 * 62 * 127 < 2^15, exact. IQ1's elements 8 * grid +- 1 (|v| <= 9) are signed, so they go
+ * through maddubs(|v|, q * sign(v)). The int16 pairs are widened by madd with the integer part of
+ * the sub-block scale (2 ls + 1, one per 16 or 32 elements), summed in int32 over the super-block
+ * (at most 8 * 2 * 2^15 * 31 < 2^23: exact as f32), and scaled once by d * da * 2^-k, the scale's
+ * power-of-two part (IQ2: 1/8, IQ3_XXS: 1/4, IQ3_S: 1, IQ1: 1/8). The integers are those of
+ * generic/grids_generic.c's decoders, so the results equal the generic ones up to float summation
+ * order. vec_dot_rows does the same per row, the rows sharing the activation loads.
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+
+#include "core/iq_grids.h"
+#include "core/li.h"
+#include "x86/avx2.h"
+#include "x86/reduce_avx2.h"
+
+static inline uint64_t u64_at(const void *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline uint32_t u32_at(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline uint16_t u16_at(const void *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+/* four 8-byte rows of a table, rows k0..k3 in element order */
+#define ROWS4(t, k0, k1, k2, k3) \
+    _mm256_set_epi64x((long long)u64_at((t)[k3]), (long long)u64_at((t)[k2]), (long long)u64_at((t)[k1]), \
+                      (long long)u64_at((t)[k0]))
+
+/* 32 explicit sign bits (bit k: element k negative) -> +1 / -1 bytes */
+static inline __m256i signs_from_bits(uint32_t bits) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread), mask);
+    return _mm256_or_si256(_mm256_cmpeq_epi8(b, mask), _mm256_set1_epi8(1));
+}
+
+/* unsigned grid bytes x signs x activations -> 16 int16 pair sums, exact (see the top) */
+static inline __m256i pairs_grid(__m256i grid, __m256i signs, __m256i q) {
+    return _mm256_maddubs_epi16(grid, _mm256_sign_epi8(q, signs));
+}
+/* signed bytes (|v| <= 9) x activations */
+static inline __m256i pairs_s8(__m256i v, __m256i q) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
+}
+/* int16 pairs (elements 0..15 in the low half, 16..31 in the high) times their scale -> int32 x 8 */
+static inline __m256i scaled(__m256i p, int s_lo, int s_hi) {
+    return _mm256_madd_epi16(p, _mm256_set_m128i(_mm_set1_epi16((short)s_hi), _mm_set1_epi16((short)s_lo)));
+}
+
+/* --- one 32-element sub-block ib of a block, against its 32 activations q --------------------- */
+
+static inline __m256i sub_iq2_xxs(const block_iq2_xxs *x, int ib, __m256i q) {
+    const uint8_t *a = (const uint8_t *)(x->qs + 4 * ib);
+    const uint32_t b = u32_at(x->qs + 4 * ib + 2);
+    const __m256i grid = ROWS4(li_iq2xxs_grid, a[0], a[1], a[2], a[3]);
+    const __m256i sg = ROWS4(li_keven_signs_iq2xs, b & 127, (b >> 7) & 127, (b >> 14) & 127, (b >> 21) & 127);
+    const int ls = 2 * (int)(b >> 28) + 1;
+    return scaled(pairs_grid(grid, sg, q), ls, ls);
+}
+
+static inline __m256i sub_iq2_xs(const block_iq2_xs *x, int ib, __m256i q) {
+    const uint16_t *qs = x->qs + 4 * ib;
+    const __m256i grid = ROWS4(li_iq2xs_grid, qs[0] & 511, qs[1] & 511, qs[2] & 511, qs[3] & 511);
+    const __m256i sg = ROWS4(li_keven_signs_iq2xs, qs[0] >> 9, qs[1] >> 9, qs[2] >> 9, qs[3] >> 9);
+    const int sc = x->scales[ib];
+    return scaled(pairs_grid(grid, sg, q), 2 * (sc & 0xF) + 1, 2 * (sc >> 4) + 1);
+}
+
+static inline __m256i sub_iq2_s(const block_iq2_s *x, int ib, __m256i q) {
+    const uint8_t *qs = x->qs + 4 * ib;
+    const int qh = x->qh[ib];
+    const __m256i grid = ROWS4(li_iq2s_grid, qs[0] | (qh << 8 & 0x300), qs[1] | (qh << 6 & 0x300),
+                               qs[2] | (qh << 4 & 0x300), qs[3] | (qh << 2 & 0x300));
+    const int sc = x->scales[ib];
+    return scaled(pairs_grid(grid, signs_from_bits(u32_at(x->qs + QK_K / 8 + 4 * ib)), q), 2 * (sc & 0xF) + 1,
+                  2 * (sc >> 4) + 1);
+}
+
+static inline __m256i sub_iq3_xxs(const block_iq3_xxs *x, int ib, __m256i q) {
+    const uint8_t *g = x->qs + 8 * ib;
+    const uint32_t b = u32_at(x->qs + QK_K / 4 + 4 * ib);
+    const __m256i grid = _mm256_set_epi32((int)u32_at(li_iq3xxs_grid[g[7]]), (int)u32_at(li_iq3xxs_grid[g[6]]),
+                                          (int)u32_at(li_iq3xxs_grid[g[5]]), (int)u32_at(li_iq3xxs_grid[g[4]]),
+                                          (int)u32_at(li_iq3xxs_grid[g[3]]), (int)u32_at(li_iq3xxs_grid[g[2]]),
+                                          (int)u32_at(li_iq3xxs_grid[g[1]]), (int)u32_at(li_iq3xxs_grid[g[0]]));
+    const __m256i sg = ROWS4(li_keven_signs_iq2xs, b & 127, (b >> 7) & 127, (b >> 14) & 127, (b >> 21) & 127);
+    const int ls = 2 * (int)(b >> 28) + 1;
+    return scaled(pairs_grid(grid, sg, q), ls, ls);
+}
+
+static inline __m256i sub_iq3_s(const block_iq3_s *x, int ib, __m256i q) {
+    const uint8_t *g = x->qs + 8 * ib;
+    const int qh = x->qh[ib];
+#define G3(k) (int)u32_at(li_iq3s_grid[g[k] | ((qh << (8 - (k))) & 0x100)])
+    const __m256i grid = _mm256_set_epi32(G3(7), G3(6), G3(5), G3(4), G3(3), G3(2), G3(1), G3(0));
+#undef G3
+    const int ls = 2 * ((x->scales[ib / 2] >> 4 * (ib % 2)) & 0xF) + 1;
+    return scaled(pairs_grid(grid, signs_from_bits(u32_at(x->signs + 4 * ib)), q), ls, ls);
+}
+
+/* IQ1: v = 8 * grid + delta, grid bytes -1 / 0 / 1 and delta +1 / -1 bytes */
+static inline __m256i iq1_values(__m256i grid, __m256i delta) {
+    return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), delta);
+}
+
+static inline __m256i sub_iq1_s(const block_iq1_s *x, int ib, __m256i q) {
+    const uint8_t *qs = x->qs + 4 * ib;
+    const int qh = x->qh[ib];
+    const __m256i grid = ROWS4(li_iq1s_grid, qs[0] | (qh << 8 & 0x700), qs[1] | (qh << 5 & 0x700),
+                               qs[2] | (qh << 2 & 0x700), qs[3] | (qh >> 1 & 0x700));
+    const __m256i v = iq1_values(grid, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1));
+    const int ls = 2 * ((qh >> 12) & 7) + 1;
+    return scaled(pairs_s8(v, q), ls, ls);
+}
+
+static inline __m256i sub_iq1_m(const block_iq1_m *x, int ib, __m256i q) {
+    const uint8_t *qs = x->qs + 4 * ib;
+    const int h0 = x->qh[2 * ib], h1 = x->qh[2 * ib + 1];
+    const __m256i grid = ROWS4(li_iq1s_grid, qs[0] | (h0 << 8 & 0x700), qs[1] | (h0 << 4 & 0x700),
+                               qs[2] | (h1 << 8 & 0x700), qs[3] | (h1 << 4 & 0x700));
+    const __m256i delta = _mm256_set_epi64x(h1 & 0x80 ? -1 : 0x0101010101010101LL, h1 & 0x08 ? -1 : 0x0101010101010101LL,
+                                            h0 & 0x80 ? -1 : 0x0101010101010101LL, h0 & 0x08 ? -1 : 0x0101010101010101LL);
+    const int sc = u16_at(x->scales + 2 * (ib / 2)) >> 6 * (ib % 2);
+    return scaled(pairs_s8(iq1_values(grid, delta), q), 2 * (sc & 7) + 1, 2 * ((sc >> 3) & 7) + 1);
+}
+
+static inline float d_iq2_xxs(const block_iq2_xxs *x) { return _cvtsh_ss(x->d) * 0.125f; }
+static inline float d_iq2_xs(const block_iq2_xs *x) { return _cvtsh_ss(x->d) * 0.125f; }
+static inline float d_iq2_s(const block_iq2_s *x) { return _cvtsh_ss(x->d) * 0.125f; }
+static inline float d_iq3_xxs(const block_iq3_xxs *x) { return _cvtsh_ss(x->d) * 0.25f; }
+static inline float d_iq3_s(const block_iq3_s *x) { return _cvtsh_ss(x->d); }
+static inline float d_iq1_s(const block_iq1_s *x) { return _cvtsh_ss(x->d) * 0.125f; }
+static inline float d_iq1_m(const block_iq1_m *x) {
+    const uint64_t sc = u64_at(x->scales);   /* the top nibble of each u16, the first the lowest */
+    const uint16_t bits = (uint16_t)(((sc >> 12) & 0xF) | ((sc >> 24) & 0xF0) | ((sc >> 36) & 0xF00) | ((sc >> 48) & 0xF000));
+    return _cvtsh_ss(bits) * 0.125f;
+}
+
+/* s[r] = sum over super-blocks of (d_r * 2^-k * da) * sum over sub-blocks of the scaled integer dots */
+#define GRID_DOT(W)                                                                                 \
+    static inline __attribute__((always_inline)) void dot_##W##_nr(int64_t n, float *s, const uint8_t *vw, \
+                                                                   size_t rb, const block_q8_K *a, const int NR) { \
+        const block_##W *w[LI_DOT_ROWS];                                                            \
+        __m256 acc[LI_DOT_ROWS];                                                                    \
+        for (int r = 0; r < NR; r++) {                                                              \
+            w[r] = (const block_##W *)(vw + r * rb);                                                \
+            acc[r] = _mm256_setzero_ps();                                                           \
+        }                                                                                           \
+        for (int64_t i = 0; i < n / QK_K; i++) {                                                    \
+            __m256i sumi[LI_DOT_ROWS];                                                              \
+            for (int r = 0; r < NR; r++) sumi[r] = _mm256_setzero_si256();                          \
+            for (int ib = 0; ib < QK_K / 32; ib++) {                                                \
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * ib));         \
+                for (int r = 0; r < NR; r++) sumi[r] = _mm256_add_epi32(sumi[r], sub_##W(&w[r][i], ib, q)); \
+            }                                                                                       \
+            for (int r = 0; r < NR; r++)                                                            \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d_##W(&w[r][i]) * a[i].d), _mm256_cvtepi32_ps(sumi[r]), \
+                                         acc[r]);                                                   \
+        }                                                                                           \
+        for (int r = 0; r < NR; r++) s[r] = hsum_ps(acc[r]);                                        \
+    }                                                                                               \
+    void vec_dot_##W##_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) { \
+        (void)as;                                                                                   \
+        dot_##W##_nr(n, s, vw, 0, va, 1);                                                           \
+    }                                                                                               \
+    void vec_dot_rows_##W##_q8_K_avx2(int64_t n, float *s, const void *vw, size_t rb, int nr, const void *va, \
+                                      const float *as) {                                            \
+        (void)as;                                                                                   \
+        switch (nr) {                                                                               \
+        case 1: dot_##W##_nr(n, s, vw, rb, va, 1); break;                                           \
+        case 2: dot_##W##_nr(n, s, vw, rb, va, 2); break;                                           \
+        case 3: dot_##W##_nr(n, s, vw, rb, va, 3); break;                                           \
+        default: dot_##W##_nr(n, s, vw, rb, va, 4); break;                                          \
+        }                                                                                           \
+    }
+
+GRID_DOT(iq2_xxs)
+GRID_DOT(iq2_xs)
+GRID_DOT(iq2_s)
+GRID_DOT(iq3_xxs)
+GRID_DOT(iq3_s)
+GRID_DOT(iq1_s)
+GRID_DOT(iq1_m)
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#endif /* x86_64 */
