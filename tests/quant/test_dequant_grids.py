@@ -129,3 +129,51 @@ def test_c_tables_are_gguf_py_tables():
     assert list(dg.GRID_IQ2_XXS[1]) == [0x2b, 8, 8, 8, 8, 8, 8, 8]   # iq2xxs_grid[1] = 0x080808080808082b
     assert list(dg.GRID_IQ3_XXS[1]) == [0x14, 4, 4, 4]               # iq3xxs_grid[1] = 0x04040414
     assert list(dg.KSIGNS[:4]) == [0, 129, 130, 3]
+
+
+@pytest.mark.parametrize("qtype", GRID_TYPES, ids=IDS)
+def test_truncated_tensor_is_a_clear_error(tmp_path, qtype):
+    from gguf import GGUFWriter
+
+    from localinfer.gguf_file import GGUFError, GGUFFile
+
+    raw = _blocks(qtype, 8, seed=1)[8 - 2 :].reshape(2, -1)   # two rows of one finite block each
+    w = GGUFWriter(str(tmp_path / "t.gguf"), "llama")
+    w.add_tensor("w.weight", raw, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    data = (tmp_path / "t.gguf").read_bytes()
+    f = GGUFFile(tmp_path / "t.gguf")
+    t = f.tensors["w.weight"]
+    assert (t.ggml_type, t.shape) == (qtype, (2, 256))
+    (tmp_path / "cut.gguf").write_bytes(data[: t.offset + t.nbytes - 3])   # its last 3 bytes missing
+    with pytest.raises(GGUFError, match="truncated"):
+        GGUFFile(tmp_path / "cut.gguf")
+    if kernels.available():   # a row that is not whole blocks, handed to the C matmul directly
+        with pytest.raises(ValueError, match=f"whole blocks of {FORMATS[qtype].type_size} bytes"):
+            kernels.prepare(np.ascontiguousarray(raw[:, :-1]), qtype)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
+@pytest.mark.parametrize("qtype", GRID_TYPES, ids=IDS)
+@pytest.mark.parametrize("m", [1, 8], ids=["gemv", "gemm"])
+def test_matmul_with_nan_and_inf_scales(qtype, m):
+    """a block whose d is inf or NaN makes its row's outputs non-finite, as the float product of the
+    dequantized matrix does; the other rows stay what they were (every ISA)"""
+    raw = _blocks(qtype, 16 * 2, seed=7)[len(SPECIAL_D) :]   # 24 blocks, finite d
+    raw[[0, 5]] = _blocks(qtype, len(SPECIAL_D), seed=8)[[2, 4]]   # an inf d, a NaN d
+    w = np.ascontiguousarray(raw.reshape(12, -1))               # 12 rows of 2 blocks
+    x = np.random.default_rng(0).standard_normal((m, 512)).astype(np.float32)
+    finite = np.ones(12, bool)
+    finite[[0, 2]] = False                                     # blocks 0 and 5 sit in rows 0 and 2
+    for isa in kernels.supported_isas():
+        with kernels._isa(isa):
+            y = kernels.matmul(w, qtype, x)
+        assert not np.isfinite(y[:, ~finite]).any(), isa
+        assert np.isfinite(y[:, finite]).all(), isa
+        with np.errstate(invalid="ignore"):
+            ref = x.astype(np.float64) @ dequantize(w[finite], qtype, (int(finite.sum()), 512)).T.astype(np.float64)
+        # only the activations' 8-bit rounding (Q8_K, half a step of amax / 127) separates the two
+        np.testing.assert_allclose(y[:, finite], ref, rtol=0.02, atol=0.02 * np.abs(ref).max(), err_msg=isa)
