@@ -46,6 +46,10 @@ const li_isa_kernels li_kernels_avx2 = {
     .unpack = {
         [LI_TYPE_Q4_0] = unpack_q4_0_avx2, [LI_TYPE_Q4_1] = unpack_q4_1_avx2, [LI_TYPE_Q5_0] = unpack_q5_0_avx2,
         [LI_TYPE_Q8_0] = unpack_q8_0_avx2, [LI_TYPE_Q4_K] = unpack_q4_K_avx2, [LI_TYPE_Q6_K] = unpack_q6_K_avx2,
+        [LI_TYPE_IQ2_XXS] = unpack_iq2_xxs_avx2, [LI_TYPE_IQ2_XS] = unpack_iq2_xs_avx2,
+        [LI_TYPE_IQ2_S] = unpack_iq2_s_avx2, [LI_TYPE_IQ3_XXS] = unpack_iq3_xxs_avx2,
+        [LI_TYPE_IQ3_S] = unpack_iq3_s_avx2, [LI_TYPE_IQ1_S] = unpack_iq1_s_avx2,
+        [LI_TYPE_IQ1_M] = unpack_iq1_m_avx2,
     },
     .pack_w = li_panel_pack_w_avx2,
     .gemm_q = li_gemm_q_avx2, .q_nw = LI_AVX2_Q_NW, .q_na = LI_AVX2_Q_NA,

@@ -51,95 +51,89 @@ static inline __m256i signs_from_bits(uint32_t bits) {
     return _mm256_or_si256(_mm256_cmpeq_epi8(b, mask), _mm256_set1_epi8(1));
 }
 
-/* unsigned grid bytes x signs x activations -> 16 int16 pair sums, exact (see the top) */
-static inline __m256i pairs_grid(__m256i grid, __m256i signs, __m256i q) {
-    return _mm256_maddubs_epi16(grid, _mm256_sign_epi8(q, signs));
-}
-/* signed bytes (|v| <= 9) x activations */
-static inline __m256i pairs_s8(__m256i v, __m256i q) {
-    return _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q, v));
-}
-/* int16 pairs (elements 0..15 in the low half, 16..31 in the high) times their scale -> int32 x 8 */
-static inline __m256i scaled(__m256i p, int s_lo, int s_hi) {
-    return _mm256_madd_epi16(p, _mm256_set_m128i(_mm_set1_epi16((short)s_hi), _mm_set1_epi16((short)s_lo)));
-}
+/* One 32-element sub-block: |element| bytes (grid values, unsigned), a byte vector with each
+ * element's sign (+1 / -1, or the element itself), and the integer scales 2 ls + 1 of elements
+ * 0..15 and 16..31. The dots multiply mag by the signed activations; the unpackers store
+ * sign(mag, sgn) + o. */
+typedef struct {
+    __m256i mag, sgn;
+    int s_lo, s_hi;
+} sub32;
 
-/* --- one 32-element sub-block ib of a block, against its 32 activations q --------------------- */
-
-static inline __m256i sub_iq2_xxs(const block_iq2_xxs *x, int ib, __m256i q) {
+static inline sub32 parts_iq2_xxs(const block_iq2_xxs *x, int ib) {
     const uint8_t *a = (const uint8_t *)(x->qs + 4 * ib);
     const uint32_t b = u32_at(x->qs + 4 * ib + 2);
-    const __m256i grid = ROWS4(li_iq2xxs_grid, a[0], a[1], a[2], a[3]);
-    const __m256i sg = ROWS4(li_keven_signs_iq2xs, b & 127, (b >> 7) & 127, (b >> 14) & 127, (b >> 21) & 127);
     const int ls = 2 * (int)(b >> 28) + 1;
-    return scaled(pairs_grid(grid, sg, q), ls, ls);
+    return (sub32){ROWS4(li_iq2xxs_grid, a[0], a[1], a[2], a[3]),
+                   ROWS4(li_keven_signs_iq2xs, b & 127, (b >> 7) & 127, (b >> 14) & 127, (b >> 21) & 127), ls, ls};
 }
 
-static inline __m256i sub_iq2_xs(const block_iq2_xs *x, int ib, __m256i q) {
-    const uint16_t *qs = x->qs + 4 * ib;
-    const __m128i q16 = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)qs));
-    const __m256i grid = GATHER4(li_iq2xs_grid, _mm_and_si128(q16, _mm_set1_epi32(511)));
-    const __m256i sg = GATHER4(li_keven_signs_iq2xs, _mm_srli_epi32(q16, 9));
+static inline sub32 parts_iq2_xs(const block_iq2_xs *x, int ib) {
+    const __m128i q16 = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 4 * ib)));
     const int sc = x->scales[ib];
-    return scaled(pairs_grid(grid, sg, q), 2 * (sc & 0xF) + 1, 2 * (sc >> 4) + 1);
+    return (sub32){GATHER4(li_iq2xs_grid, _mm_and_si128(q16, _mm_set1_epi32(511))),
+                   GATHER4(li_keven_signs_iq2xs, _mm_srli_epi32(q16, 9)), 2 * (sc & 0xF) + 1, 2 * (sc >> 4) + 1};
 }
 
-static inline __m256i sub_iq2_s(const block_iq2_s *x, int ib, __m256i q) {
+static inline sub32 parts_iq2_s(const block_iq2_s *x, int ib) {
     const uint8_t *qs = x->qs + 4 * ib;
-    const int qh = x->qh[ib];
-    const __m256i grid = ROWS4(li_iq2s_grid, qs[0] | (qh << 8 & 0x300), qs[1] | (qh << 6 & 0x300),
-                               qs[2] | (qh << 4 & 0x300), qs[3] | (qh << 2 & 0x300));
-    const int sc = x->scales[ib];
-    return scaled(pairs_grid(grid, signs_from_bits(u32_at(x->qs + QK_K / 8 + 4 * ib)), q), 2 * (sc & 0xF) + 1,
-                  2 * (sc >> 4) + 1);
+    const int qh = x->qh[ib], sc = x->scales[ib];
+    return (sub32){ROWS4(li_iq2s_grid, qs[0] | (qh << 8 & 0x300), qs[1] | (qh << 6 & 0x300),
+                         qs[2] | (qh << 4 & 0x300), qs[3] | (qh << 2 & 0x300)),
+                   signs_from_bits(u32_at(x->qs + QK_K / 8 + 4 * ib)), 2 * (sc & 0xF) + 1, 2 * (sc >> 4) + 1};
 }
 
-static inline __m256i sub_iq3_xxs(const block_iq3_xxs *x, int ib, __m256i q) {
-    const uint8_t *g = x->qs + 8 * ib;
+static inline sub32 parts_iq3_xxs(const block_iq3_xxs *x, int ib) {
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * ib)));
     const uint32_t b = u32_at(x->qs + QK_K / 4 + 4 * ib);
-    const __m256i grid = _mm256_i32gather_epi32((const int *)li_iq3xxs_grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)g)), 4);
-    const __m256i sg = ROWS4(li_keven_signs_iq2xs, b & 127, (b >> 7) & 127, (b >> 14) & 127, (b >> 21) & 127);
     const int ls = 2 * (int)(b >> 28) + 1;
-    return scaled(pairs_grid(grid, sg, q), ls, ls);
+    return (sub32){_mm256_i32gather_epi32((const int *)li_iq3xxs_grid, idx, 4),
+                   ROWS4(li_keven_signs_iq2xs, b & 127, (b >> 7) & 127, (b >> 14) & 127, (b >> 21) & 127), ls, ls};
 }
 
-static inline __m256i sub_iq3_s(const block_iq3_s *x, int ib, __m256i q) {
-    const uint8_t *g = x->qs + 8 * ib;
-    const int qh = x->qh[ib];
-    const __m256i hbit = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(qh), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+static inline sub32 parts_iq3_s(const block_iq3_s *x, int ib) {
+    const __m256i hbit = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x->qh[ib]), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
                                           _mm256_set1_epi32(1));
-    const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)g)), _mm256_slli_epi32(hbit, 8));
-    const __m256i grid = _mm256_i32gather_epi32((const int *)li_iq3s_grid, idx, 4);
+    const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * ib))),
+                                        _mm256_slli_epi32(hbit, 8));
     const int ls = 2 * ((x->scales[ib / 2] >> 4 * (ib % 2)) & 0xF) + 1;
-    return scaled(pairs_grid(grid, signs_from_bits(u32_at(x->signs + 4 * ib)), q), ls, ls);
+    return (sub32){_mm256_i32gather_epi32((const int *)li_iq3s_grid, idx, 4), signs_from_bits(u32_at(x->signs + 4 * ib)),
+                   ls, ls};
 }
 
-/* IQ1: v = 8 * grid + delta, grid bytes -1 / 0 / 1 and delta +1 / -1 bytes */
-static inline __m256i iq1_values(__m256i grid, __m256i delta) {
-    return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), delta);
+/* IQ1: v = 8 * grid + delta (grid bytes -1 / 0 / 1, delta bytes +1 / -1): never 0, so |v| and v */
+static inline sub32 iq1_parts(__m256i grid, __m256i delta, int s_lo, int s_hi) {
+    const __m256i v = _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), delta);
+    return (sub32){_mm256_sign_epi8(v, v), v, s_lo, s_hi};
 }
 
-static inline __m256i sub_iq1_s(const block_iq1_s *x, int ib, __m256i q) {
+static inline sub32 parts_iq1_s(const block_iq1_s *x, int ib) {
     const uint8_t *qs = x->qs + 4 * ib;
-    const int qh = x->qh[ib];
-    const __m256i grid = ROWS4(li_iq1s_grid, qs[0] | (qh << 8 & 0x700), qs[1] | (qh << 5 & 0x700),
-                               qs[2] | (qh << 2 & 0x700), qs[3] | (qh >> 1 & 0x700));
-    const __m256i v = iq1_values(grid, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1));
-    const int ls = 2 * ((qh >> 12) & 7) + 1;
-    return scaled(pairs_s8(v, q), ls, ls);
+    const int qh = x->qh[ib], ls = 2 * ((qh >> 12) & 7) + 1;
+    return iq1_parts(ROWS4(li_iq1s_grid, qs[0] | (qh << 8 & 0x700), qs[1] | (qh << 5 & 0x700),
+                           qs[2] | (qh << 2 & 0x700), qs[3] | (qh >> 1 & 0x700)),
+                     _mm256_set1_epi8(qh & 0x8000 ? -1 : 1), ls, ls);
 }
 
-static inline __m256i sub_iq1_m(const block_iq1_m *x, int ib, __m256i q) {
+static inline sub32 parts_iq1_m(const block_iq1_m *x, int ib) {
     const uint8_t *qs = x->qs + 4 * ib;
     const int h0 = x->qh[2 * ib], h1 = x->qh[2 * ib + 1];
-    const __m256i grid = ROWS4(li_iq1s_grid, qs[0] | (h0 << 8 & 0x700), qs[1] | (h0 << 4 & 0x700),
-                               qs[2] | (h1 << 8 & 0x700), qs[3] | (h1 << 4 & 0x700));
-    const __m256i delta = _mm256_set_epi64x(h1 & 0x80 ? -1 : 0x0101010101010101LL, h1 & 0x08 ? -1 : 0x0101010101010101LL,
-                                            h0 & 0x80 ? -1 : 0x0101010101010101LL, h0 & 0x08 ? -1 : 0x0101010101010101LL);
+    const long long plus = 0x0101010101010101LL;
+    const __m256i delta = _mm256_set_epi64x(h1 & 0x80 ? -1 : plus, h1 & 0x08 ? -1 : plus,
+                                            h0 & 0x80 ? -1 : plus, h0 & 0x08 ? -1 : plus);
     const int sc = u16_at(x->scales + 2 * (ib / 2)) >> 6 * (ib % 2);
-    return scaled(pairs_s8(iq1_values(grid, delta), q), 2 * (sc & 7) + 1, 2 * ((sc >> 3) & 7) + 1);
+    return iq1_parts(ROWS4(li_iq1s_grid, qs[0] | (h0 << 8 & 0x700), qs[1] | (h0 << 4 & 0x700),
+                           qs[2] | (h1 << 8 & 0x700), qs[3] | (h1 << 4 & 0x700)),
+                     delta, 2 * (sc & 7) + 1, 2 * ((sc >> 3) & 7) + 1);
 }
 
+/* sub-block x activations: 16 exact int16 pair sums (see the top) widened with their scales -> int32 x 8 */
+static inline __m256i dot32(sub32 p, __m256i q) {
+    const __m256i pairs = _mm256_maddubs_epi16(p.mag, _mm256_sign_epi8(q, p.sgn));
+    return _mm256_madd_epi16(pairs, _mm256_set_m128i(_mm_set1_epi16((short)p.s_hi), _mm_set1_epi16((short)p.s_lo)));
+}
+
+/* d * 2^-k, the scales' power-of-two part (exact: d is an fp16, so d / 8 is a normal f32) */
 static inline float d_iq2_xxs(const block_iq2_xxs *x) { return _cvtsh_ss(x->d) * 0.125f; }
 static inline float d_iq2_xs(const block_iq2_xs *x) { return _cvtsh_ss(x->d) * 0.125f; }
 static inline float d_iq2_s(const block_iq2_s *x) { return _cvtsh_ss(x->d) * 0.125f; }
@@ -167,7 +161,7 @@ static inline float d_iq1_m(const block_iq1_m *x) {
             for (int r = 0; r < NR; r++) sumi[r] = _mm256_setzero_si256();                          \
             for (int ib = 0; ib < QK_K / 32; ib++) {                                                \
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * ib));         \
-                for (int r = 0; r < NR; r++) sumi[r] = _mm256_add_epi32(sumi[r], sub_##W(&w[r][i], ib, q)); \
+                for (int r = 0; r < NR; r++) sumi[r] = _mm256_add_epi32(sumi[r], dot32(parts_##W(&w[r][i], ib), q)); \
             }                                                                                       \
             for (int r = 0; r < NR; r++)                                                            \
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d_##W(&w[r][i]) * a[i].d), _mm256_cvtepi32_ps(sumi[r]), \
@@ -197,6 +191,37 @@ GRID_DOT(iq3_xxs)
 GRID_DOT(iq3_s)
 GRID_DOT(iq1_s)
 GRID_DOT(iq1_m)
+
+/* The GEMM panel's integer form (generic/grids_generic.c: u = v + o, dw per group of G), the same
+ * bytes and scales as the generic unpackers: (d * 2^-k) * (2 ls + 1) is d * (0.5 + ls) * 2^(1-k)
+ * rounded once either way, the power-of-two factors being exact. */
+#define GRID_UNPACK(W, G, O)                                                                       \
+    void unpack_##W##_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {          \
+        const block_##W *x = src;                                                                  \
+        const __m256i o = _mm256_set1_epi8((char)(O));                                             \
+        (void)mw;                                                                                  \
+        for (int64_t i = 0; i < n / QK_K; i++, u += QK_K, dw += QK_K / (G)) {                      \
+            const float d = d_##W(&x[i]);                                                          \
+            for (int ib = 0; ib < QK_K / 32; ib++) {                                               \
+                const sub32 p = parts_##W(&x[i], ib);                                              \
+                _mm256_storeu_si256((__m256i *)(u + 32 * ib), _mm256_add_epi8(_mm256_sign_epi8(p.mag, p.sgn), o)); \
+                if ((G) == 32) {                                                                   \
+                    dw[ib] = d * (float)p.s_lo;                                                    \
+                } else {                                                                           \
+                    dw[2 * ib] = d * (float)p.s_lo;                                                \
+                    dw[2 * ib + 1] = d * (float)p.s_hi;                                            \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+GRID_UNPACK(iq2_xxs, 32, 128)
+GRID_UNPACK(iq2_xs, 16, 128)
+GRID_UNPACK(iq2_s, 16, 128)
+GRID_UNPACK(iq3_xxs, 32, 128)
+GRID_UNPACK(iq3_s, 32, 128)
+GRID_UNPACK(iq1_s, 32, 9)
+GRID_UNPACK(iq1_m, 16, 9)
 
 #if defined(__clang__)
 #pragma clang attribute pop
