@@ -117,10 +117,12 @@ static inline sub32 parts_iq1_s(const block_iq1_s *x, int ib) {
 
 static inline sub32 parts_iq1_m(const block_iq1_m *x, int ib) {
     const uint8_t *qs = x->qs + 4 * ib;
-    const int h0 = x->qh[2 * ib], h1 = x->qh[2 * ib + 1];
-    const long long plus = 0x0101010101010101LL;
-    const __m256i delta = _mm256_set_epi64x(h1 & 0x80 ? -1 : plus, h1 & 0x08 ? -1 : plus,
-                                            h0 & 0x80 ? -1 : plus, h0 & 0x08 ? -1 : plus);
+    const int h = u16_at(x->qh + 2 * ib), h0 = h & 0xFF, h1 = h >> 8;
+    /* delta's sign bits 3, 7, 11, 15 of h, one per 8 elements: a qword of -1 where clear, 0 where set,
+     * then -1 - 2 * that: +1 / -1 bytes */
+    const __m256i clear = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(h), _mm256_setr_epi64x(0x8, 0x80, 0x800, 0x8000)),
+                                             _mm256_setzero_si256());
+    const __m256i delta = _mm256_sub_epi8(_mm256_set1_epi8(-1), _mm256_add_epi8(clear, clear));
     const int sc = u16_at(x->scales + 2 * (ib / 2)) >> 6 * (ib % 2);
     return iq1_parts(ROWS4(li_iq1s_grid, qs[0] | (h0 << 8 & 0x700), qs[1] | (h0 << 4 & 0x700),
                            qs[2] | (h1 << 8 & 0x700), qs[3] | (h1 << 4 & 0x700)),
