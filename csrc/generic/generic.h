@@ -61,6 +61,13 @@ void unpack_tq2_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
 /* grids_generic.c: the grid i-quants. li_decode_<type>(block, v, dw): the elements as integers v and
  * the f32 scale of each group (G = 32, or 16 for IQ2_XS, IQ2_S, IQ1_M), y = dw[e / G] * v[e] bit for
  * bit; the SIMD dots and the tests share the decoders. */
+/* their panel offsets o: u = v + o lies in 0..2o, o the largest |v| (IQ2 grids reach 43, IQ3_XXS's 62,
+ * IQ3_S's 15, IQ1's 8 * 1 + 1), so that AVX2's GEMM may add maddubs results in int16 for
+ * 32767 / (254 * 2o) steps before widening instead of taking the signed path of o = 128 */
+#define LI_O_IQ2 43
+#define LI_O_IQ3_XXS 62
+#define LI_O_IQ3_S 15
+#define LI_O_IQ1 9
 typedef void (*li_grid_decode_fn)(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);
 void li_decode_iq2_xxs(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);
 void li_decode_iq2_xs(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);

@@ -8,9 +8,9 @@
  *   equals db * (sign * grid) exactly (negation commutes with rounding; a NaN db stays db's NaN);
  * - IQ1_*: v = 8 * (grid + delta) = 8 grid +- 1 and dw = dl / 8; dl * (grid + delta) equals
  *   (dl / 8) * v exactly, as dl / 8 >= 2^-27 is a normal f32 (dl = d * (2 ls + 1), d an fp16).
- * The panel's integer form is then u = v + o with o = 128 (o = 9 for IQ1: u <= 18 keeps AVX2's
- * int16 sums), as the traits rows in core/traits.c say; the generic dots go through it
- * (vec_dot_generic.c).
+ * The panel's integer form is then u = v + o with o the type's largest |v| (LI_O_IQ2 ..., in
+ * generic/generic.h, which the traits rows in core/traits.c take too); the generic dots go through
+ * it (vec_dot_generic.c).
  */
 #include "core/iq_grids.h"
 #include "core/li.h"
@@ -152,10 +152,10 @@ static void unpack_grid(li_grid_decode_fn decode, int type_size, int group, int 
         unpack_grid(li_decode_##name, (int)sizeof(block_##name), G, O, src, n, u, dw);              \
     }
 
-GRID_TYPE(iq2_xxs, 32, 128)
-GRID_TYPE(iq2_xs, 16, 128)
-GRID_TYPE(iq2_s, 16, 128)
-GRID_TYPE(iq3_xxs, 32, 128)
-GRID_TYPE(iq3_s, 32, 128)
-GRID_TYPE(iq1_s, 32, 9)
-GRID_TYPE(iq1_m, 16, 9)
+GRID_TYPE(iq2_xxs, 32, LI_O_IQ2)
+GRID_TYPE(iq2_xs, 16, LI_O_IQ2)
+GRID_TYPE(iq2_s, 16, LI_O_IQ2)
+GRID_TYPE(iq3_xxs, 32, LI_O_IQ3_XXS)
+GRID_TYPE(iq3_s, 32, LI_O_IQ3_S)
+GRID_TYPE(iq1_s, 32, LI_O_IQ1)
+GRID_TYPE(iq1_m, 16, LI_O_IQ1)

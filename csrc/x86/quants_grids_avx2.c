@@ -27,6 +27,7 @@
 
 #include "core/iq_grids.h"
 #include "core/li.h"
+#include "generic/generic.h"
 #include "x86/avx2.h"
 #include "x86/reduce_avx2.h"
 
@@ -217,13 +218,13 @@ GRID_DOT(iq1_m)
         }                                                                                          \
     }
 
-GRID_UNPACK(iq2_xxs, 32, 128)
-GRID_UNPACK(iq2_xs, 16, 128)
-GRID_UNPACK(iq2_s, 16, 128)
-GRID_UNPACK(iq3_xxs, 32, 128)
-GRID_UNPACK(iq3_s, 32, 128)
-GRID_UNPACK(iq1_s, 32, 9)
-GRID_UNPACK(iq1_m, 16, 9)
+GRID_UNPACK(iq2_xxs, 32, LI_O_IQ2)
+GRID_UNPACK(iq2_xs, 16, LI_O_IQ2)
+GRID_UNPACK(iq2_s, 16, LI_O_IQ2)
+GRID_UNPACK(iq3_xxs, 32, LI_O_IQ3_XXS)
+GRID_UNPACK(iq3_s, 32, LI_O_IQ3_S)
+GRID_UNPACK(iq1_s, 32, LI_O_IQ1)
+GRID_UNPACK(iq1_m, 16, LI_O_IQ1)
 
 #if defined(__clang__)
 #pragma clang attribute pop
