@@ -30,9 +30,12 @@ def random_weights(qtype: T, n_out: int, k: int, seed: int = 0) -> np.ndarray:
     raw = rng.integers(0, 256, size=(n_out * k // fmt.block_size, fmt.type_size), dtype=np.uint8)
     # small finite fp16 scales where ggml puts them (first field of legacy blocks, last for Q6_K)
     offsets = {T.Q6_K: (208,), T.Q4_K: (0, 2), T.Q4_1: (0, 2), T.Q8_0: (0,), T.Q4_0: (0,), T.Q5_0: (0,),
-               T.IQ4_NL: (0,), T.IQ4_XS: (0,), T.TQ1_0: (52,), T.TQ2_0: (64,)}
+               T.IQ4_NL: (0,), T.IQ4_XS: (0,), T.TQ1_0: (52,), T.TQ2_0: (64,), T.IQ2_XXS: (0,), T.IQ2_XS: (0,),
+               T.IQ2_S: (0,), T.IQ3_XXS: (0,), T.IQ3_S: (0,), T.IQ1_S: (0,)}
     for off in offsets.get(qtype, ()):
         raw[:, off : off + 2] = (rng.random(raw.shape[0]) * 0.01).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    if qtype == T.IQ1_M:   # d is the top nibble of each scale u16: 0x2000-ish (about 0.008) for every block
+        raw[:, 49::2][:, :4] = (raw[:, 49::2][:, :4] & 0x0F) | np.array([0x00, 0x00, 0x00, 0x20], dtype=np.uint8)
     if qtype == T.MXFP4:   # e8m0 scale byte: 2^(e - 128) near 0.01
         raw[:, 0] = rng.integers(118, 124, size=raw.shape[0], dtype=np.uint8)
     return raw.reshape(n_out, -1)
@@ -80,9 +83,20 @@ def main() -> None:
         ("GEMV", T.MXFP4, 8192, 2048, 1),
         ("GEMV", T.TQ2_0, 8192, 2048, 1),
         ("GEMV", T.TQ1_0, 8192, 2048, 1),
+        # the grid i-quants (1.5-3.4 bits), same shape
+        ("GEMV", T.IQ2_XXS, 8192, 2048, 1),
+        ("GEMV", T.IQ3_XXS, 8192, 2048, 1),
+        ("GEMV", T.IQ2_XS, 8192, 2048, 1),
+        ("GEMV", T.IQ3_S, 8192, 2048, 1),
+        ("GEMV", T.IQ2_S, 8192, 2048, 1),
+        ("GEMV", T.IQ1_S, 8192, 2048, 1),
+        ("GEMV", T.IQ1_M, 8192, 2048, 1),
         ("GEMM", T.Q4_K, 2048, 2048, 128),
         ("GEMM", T.IQ4_XS, 2048, 2048, 128),
         ("GEMM", T.MXFP4, 2048, 2048, 128),
+        ("GEMM", T.IQ2_XXS, 2048, 2048, 128),
+        ("GEMM", T.IQ2_XS, 2048, 2048, 128),
+        ("GEMM", T.IQ1_M, 2048, 2048, 128),
     ]
     if args.quick:
         cases = cases[:2] + cases[5:7]

@@ -31,6 +31,8 @@ VEC_DOT_TYPE: dict[T, T] = {
     T.Q4_1: T.Q8_1, T.Q5_1: T.Q8_1,
     T.Q2_K: T.Q8_K, T.Q3_K: T.Q8_K, T.Q4_K: T.Q8_K, T.Q5_K: T.Q8_K, T.Q6_K: T.Q8_K,
     T.IQ4_NL: T.Q8_0, T.IQ4_XS: T.Q8_K, T.MXFP4: T.Q8_0, T.TQ1_0: T.Q8_K, T.TQ2_0: T.Q8_K,
+    T.IQ2_XXS: T.Q8_K, T.IQ2_XS: T.Q8_K, T.IQ2_S: T.Q8_K, T.IQ3_XXS: T.Q8_K, T.IQ3_S: T.Q8_K,
+    T.IQ1_S: T.Q8_K, T.IQ1_M: T.Q8_K,
 }
 
 # (block size, bytes per block)

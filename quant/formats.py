@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from . import dequant_basic as basic
+from . import dequant_grids as grid
 from . import dequant_kquants as kq
 from . import dequant_tables as tab
 from . import dequant_ternary as tern
@@ -60,6 +61,13 @@ FORMATS: dict[T, QuantFormat] = {
         _format(T.MXFP4, tab.MXFP4_BLOCK_SIZE, tab.MXFP4_TYPE_SIZE, tab.dequantize_row_mxfp4),
         _format(T.TQ1_0, tern.TQ1_0_BLOCK_SIZE, tern.TQ1_0_TYPE_SIZE, tern.dequantize_row_tq1_0),
         _format(T.TQ2_0, tern.TQ2_0_BLOCK_SIZE, tern.TQ2_0_TYPE_SIZE, tern.dequantize_row_tq2_0),
+        _format(T.IQ2_XXS, grid.QK_K, grid.IQ2_XXS_TYPE_SIZE, grid.dequantize_row_iq2_xxs),
+        _format(T.IQ2_XS, grid.QK_K, grid.IQ2_XS_TYPE_SIZE, grid.dequantize_row_iq2_xs),
+        _format(T.IQ2_S, grid.QK_K, grid.IQ2_S_TYPE_SIZE, grid.dequantize_row_iq2_s),
+        _format(T.IQ3_XXS, grid.QK_K, grid.IQ3_XXS_TYPE_SIZE, grid.dequantize_row_iq3_xxs),
+        _format(T.IQ3_S, grid.QK_K, grid.IQ3_S_TYPE_SIZE, grid.dequantize_row_iq3_s),
+        _format(T.IQ1_S, grid.QK_K, grid.IQ1_S_TYPE_SIZE, grid.dequantize_row_iq1_s),
+        _format(T.IQ1_M, grid.QK_K, grid.IQ1_M_TYPE_SIZE, grid.dequantize_row_iq1_m),
     )
 }
 

@@ -33,8 +33,15 @@ enum li_type {
     LI_TYPE_Q5_K = 13,
     LI_TYPE_Q6_K = 14,
     LI_TYPE_Q8_K = 15,
+    LI_TYPE_IQ2_XXS = 16,
+    LI_TYPE_IQ2_XS = 17,
+    LI_TYPE_IQ3_XXS = 18,
+    LI_TYPE_IQ1_S = 19,
     LI_TYPE_IQ4_NL = 20,
+    LI_TYPE_IQ3_S = 21,
+    LI_TYPE_IQ2_S = 22,
     LI_TYPE_IQ4_XS = 23,
+    LI_TYPE_IQ1_M = 29,
     LI_TYPE_BF16 = 30,
     LI_TYPE_TQ1_0 = 34,
     LI_TYPE_TQ2_0 = 35,
@@ -217,6 +224,81 @@ typedef struct {
     ggml_half d;
 } block_tq2_0;
 _Static_assert(sizeof(block_tq2_0) == QK_K / 4 + 2, "wrong tq2_0 block size");
+
+/* --- grid i-quants: groups of 8 (or 4) elements are points of a fixed lattice -------------
+ * The grids and sign table are core/iq_grids.h (generated from gguf-py's copies). Each element is
+ * sub-block scale * grid value * sign (IQ1: scale * (grid value + delta)); the layouts below are
+ * ggml-common.h's, and quant/dequant_grids.py spells out the same ones for numpy. */
+
+/* IQ2_XXS: per 32 elements two u32 (qs[4i..4i+3]): a = four 8-bit indices into li_iq2xxs_grid,
+ * b = four 7-bit sign codes (li_ksigns_iq2xs) in bits 7k.. and a 4-bit scale ls in bits 28..31;
+ * y = (d * (0.5 + ls) * 0.25) * grid * sign. 66 bytes. */
+typedef struct {
+    ggml_half d;
+    uint16_t qs[QK_K / 8];
+} block_iq2_xxs;
+_Static_assert(sizeof(block_iq2_xxs) == 2 + QK_K / 8 * 2, "wrong iq2_xxs block size");
+
+/* IQ2_XS: qs[g] = 9-bit index into li_iq2xs_grid | 7-bit sign code << 9 for elements 8g..8g+7; a
+ * 4-bit scale per 16 elements (scales[i] low nibble: elements 32i.., high: 32i + 16..); y as
+ * IQ2_XXS. 74 bytes. */
+typedef struct {
+    ggml_half d;
+    uint16_t qs[QK_K / 8];
+    uint8_t scales[QK_K / 32];
+} block_iq2_xs;
+_Static_assert(sizeof(block_iq2_xs) == 2 + QK_K / 8 * 2 + QK_K / 32, "wrong iq2_xs block size");
+
+/* IQ2_S: 10-bit indices into li_iq2s_grid, qs[g] | ((qh[g/4] >> 2(g%4)) & 3) << 8; qs[32..63] are
+ * explicit sign bits (byte g for elements 8g..8g+7); scales as IQ2_XS. 82 bytes. */
+typedef struct {
+    ggml_half d;
+    uint8_t qs[QK_K / 4];
+    uint8_t qh[QK_K / 32];
+    uint8_t scales[QK_K / 32];
+} block_iq2_s;
+_Static_assert(sizeof(block_iq2_s) == 2 + QK_K / 4 + QK_K / 16, "wrong iq2_s block size");
+
+/* IQ3_XXS: qs[0..63] are 8-bit indices into the 4-element li_iq3xxs_grid; qs[64 + 4i..] a u32 per
+ * 32 elements laid out as IQ2_XXS's b; y = (d * (0.5 + ls) * 0.5) * grid * sign. 98 bytes. */
+typedef struct {
+    ggml_half d;
+    uint8_t qs[3 * QK_K / 8];
+} block_iq3_xxs;
+_Static_assert(sizeof(block_iq3_xxs) == 2 + 3 * QK_K / 8, "wrong iq3_xxs block size");
+
+/* IQ3_S: 9-bit indices into the 4-element li_iq3s_grid, qs[g] | (qh[g/8] >> g%8 & 1) << 8 for
+ * elements 4g..4g+3; explicit sign bits; a 4-bit scale per 32 (scales[i/2] nibble i%2);
+ * y = (d * (1 + 2 ls)) * grid * sign. 110 bytes. */
+typedef struct {
+    ggml_half d;
+    uint8_t qs[QK_K / 4];
+    uint8_t qh[QK_K / 32];
+    uint8_t signs[QK_K / 8];
+    uint8_t scales[QK_K / 64];
+} block_iq3_s;
+_Static_assert(sizeof(block_iq3_s) == 2 + 13 * (QK_K / 32) + QK_K / 64, "wrong iq3_s block size");
+
+/* IQ1_S: 11-bit indices into li_iq1s_grid (-1, 0, 1), qs[g] | ((qh[g/4] >> 3(g%4)) & 7) << 8; per
+ * 32 elements qh bits 12..14 are ls and bit 15 the sign of delta = 1/8 (IQ1S_DELTA);
+ * y = (d * (2 ls + 1)) * (grid + delta). 50 bytes. */
+typedef struct {
+    ggml_half d;
+    uint8_t qs[QK_K / 8];
+    uint16_t qh[QK_K / 32];
+} block_iq1_s;
+_Static_assert(sizeof(block_iq1_s) == 2 + QK_K / 8 + QK_K / 16, "wrong iq1_s block size");
+
+/* IQ1_M: no d field -- the fp16 d is the top nibbles of the four little-endian u16 in scales
+ * (u16 0 holds its low nibble). Indices as IQ1_S with qh[g/2] nibble g%2 giving 3 high bits and,
+ * in bit 3, the sign of delta for those 8 elements; a 3-bit ls per 16 elements, u16 (i/4) bits
+ * 3(i%4)..; y = (d * (2 ls + 1)) * (grid + delta). 56 bytes. */
+typedef struct {
+    uint8_t qs[QK_K / 8];
+    uint8_t qh[QK_K / 16];
+    uint8_t scales[QK_K / 32];
+} block_iq1_m;
+_Static_assert(sizeof(block_iq1_m) == QK_K / 8 + QK_K / 16 + QK_K / 32, "wrong iq1_m block size");
 
 /* The value tables (format data from ggml-common.h), defined in core/traits.c. */
 extern const int8_t li_kvalues_iq4nl[16];

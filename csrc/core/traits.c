@@ -45,6 +45,15 @@ const li_type_traits li_traits_generic[LI_TYPE_COUNT] = {
     /* ternary: u = the trit (TQ2_0's 2 bits may hold 3 in a hostile file), o = 1; one scale per 256 */
     QUANT(TQ1_0, tq1_0, QK_K, Q8_K, q8_K, 32, 1, 2, 0, NULL)
     QUANT(TQ2_0, tq2_0, QK_K, Q8_K, q8_K, 32, 1, 3, 0, NULL)
+    /* grid i-quants (generic/grids_generic.c), all with Q8_K as in ggml: u = sign * grid + o, IQ1's
+     * u = 8 * (grid + delta) + o, o the largest |value| (generic/generic.h says why) */
+    QUANT(IQ2_XXS, iq2_xxs, QK_K, Q8_K, q8_K, 32, LI_O_IQ2, 2 * LI_O_IQ2, 0, NULL)
+    QUANT(IQ2_XS, iq2_xs, QK_K, Q8_K, q8_K, 16, LI_O_IQ2, 2 * LI_O_IQ2, 0, NULL)
+    QUANT(IQ2_S, iq2_s, QK_K, Q8_K, q8_K, 16, LI_O_IQ2, 2 * LI_O_IQ2, 0, NULL)
+    QUANT(IQ3_XXS, iq3_xxs, QK_K, Q8_K, q8_K, 32, LI_O_IQ3_XXS, 2 * LI_O_IQ3_XXS, 0, NULL)
+    QUANT(IQ3_S, iq3_s, QK_K, Q8_K, q8_K, 32, LI_O_IQ3_S, 2 * LI_O_IQ3_S, 0, NULL)
+    QUANT(IQ1_S, iq1_s, QK_K, Q8_K, q8_K, 32, LI_O_IQ1, 2 * LI_O_IQ1, 0, NULL)
+    QUANT(IQ1_M, iq1_m, QK_K, Q8_K, q8_K, 16, LI_O_IQ1, 2 * LI_O_IQ1, 0, NULL)
     /* activation-only types: no dot product of their own */
     [LI_TYPE_Q8_1] = {"Q8_1", QK8_1, (int)sizeof(block_q8_1), -1, 0, 0, 0, 0, NULL, NULL, NULL,
                       quantize_row_q8_1_generic},

@@ -58,6 +58,40 @@ void unpack_mxfp4(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
 void unpack_tq1_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
 void unpack_tq2_0(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
 
+/* grids_generic.c: the grid i-quants. li_decode_<type>(block, v, dw): the elements as integers v and
+ * the f32 scale of each group (G = 32, or 16 for IQ2_XS, IQ2_S, IQ1_M), y = dw[e / G] * v[e] bit for
+ * bit; the SIMD dots and the tests share the decoders. */
+/* their panel offsets o: u = v + o lies in 0..2o, o the largest |v| (IQ2 grids reach 43, IQ3_XXS's 62,
+ * IQ3_S's 15, IQ1's 8 * 1 + 1), so that AVX2's GEMM may add maddubs results in int16 for
+ * 32767 / (254 * 2o) steps before widening instead of taking the signed path of o = 128 */
+#define LI_O_IQ2 43
+#define LI_O_IQ3_XXS 62
+#define LI_O_IQ3_S 15
+#define LI_O_IQ1 9
+typedef void (*li_grid_decode_fn)(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);
+void li_decode_iq2_xxs(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);
+void li_decode_iq2_xs(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);
+void li_decode_iq2_s(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);
+void li_decode_iq3_xxs(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);
+void li_decode_iq3_s(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);
+void li_decode_iq1_s(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);
+void li_decode_iq1_m(const void *block, int8_t v[QK_K], float dw[QK_K / 16]);
+float li_iq1_m_d(const block_iq1_m *x);   /* IQ1_M's d, assembled from its scale nibbles */
+void dequantize_row_iq2_xxs(const void *src, float *y, int64_t n);
+void dequantize_row_iq2_xs(const void *src, float *y, int64_t n);
+void dequantize_row_iq2_s(const void *src, float *y, int64_t n);
+void dequantize_row_iq3_xxs(const void *src, float *y, int64_t n);
+void dequantize_row_iq3_s(const void *src, float *y, int64_t n);
+void dequantize_row_iq1_s(const void *src, float *y, int64_t n);
+void dequantize_row_iq1_m(const void *src, float *y, int64_t n);
+void unpack_iq2_xxs(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq2_xs(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq2_s(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq3_xxs(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq3_s(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq1_s(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq1_m(const void *src, int64_t n, uint8_t *u, float *dw, float *mw);
+
 /* quantize_generic.c: activation rows (ggml's reference rounding) */
 void quantize_row_q8_0_generic(const float *x, void *dst, int64_t n);
 void quantize_row_q4_0_generic(const float *x, void *dst, int64_t n);   /* KV cache rows */
@@ -83,6 +117,13 @@ void vec_dot_iq4_xs_q8_K_generic(int64_t n, float *s, const void *w, const void 
 void vec_dot_mxfp4_q8_0_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_tq1_0_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_tq2_0_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq2_xxs_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq2_xs_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq2_s_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq3_xxs_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq3_s_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq1_s_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq1_m_q8_K_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_f32_f32_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_f16_f16_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_bf16_bf16_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums);

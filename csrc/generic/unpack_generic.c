@@ -24,6 +24,11 @@
  *   MXFP4  32  128  140   -     2^(e-128)  (u = kvalues_mxfp4[q] + 128)
  *   TQ1_0  32  1    2     -     d          (u = the trit)
  *   TQ2_0  32  1    3     -     d          (u = the 2-bit code)
+ *   IQ2_XXS 32 43   86    -     d*(2ls+1)/8   (u = sign * grid + 43; IQ2_XS, IQ2_S: G = 16)
+ *   IQ3_XXS 32 62   124   -     d*(2ls+1)/4   (u = sign * grid + 62)
+ *   IQ3_S  32  15   30    -     d*(2ls+1)     (u = sign * grid + 15)
+ *   IQ1_S  32  9    18    -     d*(2ls+1)/8   (u = 8 * (grid + delta) + 9; IQ1_M: G = 16)
+ * The grid i-quants' unpackers are in grids_generic.c, beside their decoders.
  */
 #include "core/li.h"
 #include "generic/generic.h"

@@ -86,6 +86,13 @@ VEC_DOT_QUANT(iq4_xs, q8_K, LI_TYPE_Q8_K, QK_K, 32, 128, 0)
 VEC_DOT_QUANT(mxfp4, q8_0, LI_TYPE_Q8_0, QK_MXFP4, 32, 128, 0)
 VEC_DOT_QUANT(tq1_0, q8_K, LI_TYPE_Q8_K, QK_K, 32, 1, 0)
 VEC_DOT_QUANT(tq2_0, q8_K, LI_TYPE_Q8_K, QK_K, 32, 1, 0)
+VEC_DOT_QUANT(iq2_xxs, q8_K, LI_TYPE_Q8_K, QK_K, 32, LI_O_IQ2, 0)
+VEC_DOT_QUANT(iq2_xs, q8_K, LI_TYPE_Q8_K, QK_K, 16, LI_O_IQ2, 0)
+VEC_DOT_QUANT(iq2_s, q8_K, LI_TYPE_Q8_K, QK_K, 16, LI_O_IQ2, 0)
+VEC_DOT_QUANT(iq3_xxs, q8_K, LI_TYPE_Q8_K, QK_K, 32, LI_O_IQ3_XXS, 0)
+VEC_DOT_QUANT(iq3_s, q8_K, LI_TYPE_Q8_K, QK_K, 32, LI_O_IQ3_S, 0)
+VEC_DOT_QUANT(iq1_s, q8_K, LI_TYPE_Q8_K, QK_K, 32, LI_O_IQ1, 0)
+VEC_DOT_QUANT(iq1_m, q8_K, LI_TYPE_Q8_K, QK_K, 16, LI_O_IQ1, 0)
 
 /* float types: products in f32 (exact for f16/bf16 inputs), sums in double as ggml's generic f16 dot */
 void vec_dot_f32_f32_generic(int64_t n, float *s, const void *w, const void *a, const float *a_sums) {

@@ -102,4 +102,34 @@ void vec_dot_tq2_0_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, 
 void vec_dot_rows_tq2_0_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                   const float *a_sums);
 
+/* quants_grids_avx2.c: the grid i-quants (IQ2_XXS .. IQ1_M): dots against Q8_K, GEMM panel unpackers */
+void unpack_iq2_xxs_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq2_xs_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq2_s_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq3_xxs_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq3_s_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq1_s_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void unpack_iq1_m_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void vec_dot_iq2_xxs_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq2_xxs_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                    const float *a_sums);
+void vec_dot_iq2_xs_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq2_xs_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                   const float *a_sums);
+void vec_dot_iq2_s_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq2_s_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
+void vec_dot_iq3_xxs_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq3_xxs_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                    const float *a_sums);
+void vec_dot_iq3_s_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq3_s_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
+void vec_dot_iq1_s_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq1_s_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
+void vec_dot_iq1_m_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq1_m_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
+
 #endif /* LI_X86_AVX2_H */

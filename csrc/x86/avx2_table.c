@@ -20,6 +20,10 @@ const li_isa_kernels li_kernels_avx2 = {
         [LI_TYPE_IQ4_NL] = vec_dot_iq4_nl_q8_0_avx2, [LI_TYPE_IQ4_XS] = vec_dot_iq4_xs_q8_K_avx2,
         [LI_TYPE_MXFP4] = vec_dot_mxfp4_q8_0_avx2, [LI_TYPE_TQ2_0] = vec_dot_tq2_0_q8_K_avx2,
         [LI_TYPE_TQ1_0] = vec_dot_tq1_0_q8_K_avx2,
+        [LI_TYPE_IQ2_XXS] = vec_dot_iq2_xxs_q8_K_avx2, [LI_TYPE_IQ2_XS] = vec_dot_iq2_xs_q8_K_avx2,
+        [LI_TYPE_IQ2_S] = vec_dot_iq2_s_q8_K_avx2, [LI_TYPE_IQ3_XXS] = vec_dot_iq3_xxs_q8_K_avx2,
+        [LI_TYPE_IQ3_S] = vec_dot_iq3_s_q8_K_avx2, [LI_TYPE_IQ1_S] = vec_dot_iq1_s_q8_K_avx2,
+        [LI_TYPE_IQ1_M] = vec_dot_iq1_m_q8_K_avx2,
     },
     .vec_dot_rows = {
         [LI_TYPE_IQ4_NL] = vec_dot_rows_iq4_nl_q8_0_avx2, [LI_TYPE_IQ4_XS] = vec_dot_rows_iq4_xs_q8_K_avx2,
@@ -29,6 +33,10 @@ const li_isa_kernels li_kernels_avx2 = {
         [LI_TYPE_Q5_0] = vec_dot_rows_q5_0_q8_0_avx2, [LI_TYPE_Q5_1] = vec_dot_rows_q5_1_q8_1_avx2,
         [LI_TYPE_Q8_0] = vec_dot_rows_q8_0_q8_0_avx2, [LI_TYPE_Q4_K] = vec_dot_rows_q4_K_q8_K_avx2,
         [LI_TYPE_Q6_K] = vec_dot_rows_q6_K_q8_K_avx2,
+        [LI_TYPE_IQ2_XXS] = vec_dot_rows_iq2_xxs_q8_K_avx2, [LI_TYPE_IQ2_XS] = vec_dot_rows_iq2_xs_q8_K_avx2,
+        [LI_TYPE_IQ2_S] = vec_dot_rows_iq2_s_q8_K_avx2, [LI_TYPE_IQ3_XXS] = vec_dot_rows_iq3_xxs_q8_K_avx2,
+        [LI_TYPE_IQ3_S] = vec_dot_rows_iq3_s_q8_K_avx2, [LI_TYPE_IQ1_S] = vec_dot_rows_iq1_s_q8_K_avx2,
+        [LI_TYPE_IQ1_M] = vec_dot_rows_iq1_m_q8_K_avx2,
     },
     .from_float = {
         [LI_TYPE_Q8_0] = quantize_row_q8_0_avx2, [LI_TYPE_Q8_1] = quantize_row_q8_1_avx2,
@@ -38,6 +46,10 @@ const li_isa_kernels li_kernels_avx2 = {
     .unpack = {
         [LI_TYPE_Q4_0] = unpack_q4_0_avx2, [LI_TYPE_Q4_1] = unpack_q4_1_avx2, [LI_TYPE_Q5_0] = unpack_q5_0_avx2,
         [LI_TYPE_Q8_0] = unpack_q8_0_avx2, [LI_TYPE_Q4_K] = unpack_q4_K_avx2, [LI_TYPE_Q6_K] = unpack_q6_K_avx2,
+        [LI_TYPE_IQ2_XXS] = unpack_iq2_xxs_avx2, [LI_TYPE_IQ2_XS] = unpack_iq2_xs_avx2,
+        [LI_TYPE_IQ2_S] = unpack_iq2_s_avx2, [LI_TYPE_IQ3_XXS] = unpack_iq3_xxs_avx2,
+        [LI_TYPE_IQ3_S] = unpack_iq3_s_avx2, [LI_TYPE_IQ1_S] = unpack_iq1_s_avx2,
+        [LI_TYPE_IQ1_M] = unpack_iq1_m_avx2,
     },
     .pack_w = li_panel_pack_w_avx2,
     .gemm_q = li_gemm_q_avx2, .q_nw = LI_AVX2_Q_NW, .q_na = LI_AVX2_Q_NA,

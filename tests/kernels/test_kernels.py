@@ -21,6 +21,7 @@ from gguf import GGMLQuantizationType as T
 from localinfer import kernels
 from localinfer.quant import FORMATS, QuantFormat, dequantize
 from localinfer.quant import activations as act
+from localinfer.quant.dequant_grids import iq1_m_d
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason=f"C kernels not built: {kernels.unavailable_reason()}")
 
@@ -33,6 +34,7 @@ F16_FIELDS: dict[T, tuple[int, ...]] = {
     T.F16: (0,), T.Q4_0: (0,), T.Q4_1: (0, 2), T.Q5_0: (0,), T.Q5_1: (0, 2), T.Q8_0: (0,),
     T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,),
     T.IQ4_NL: (0,), T.IQ4_XS: (0,), T.TQ1_0: (52,), T.TQ2_0: (64,),
+    T.IQ2_XXS: (0,), T.IQ2_XS: (0,), T.IQ2_S: (0,), T.IQ3_XXS: (0,), T.IQ3_S: (0,), T.IQ1_S: (0,),
 }
 # Byte offsets of e8m0 scales (2^(e - 128)): random bytes would reach 2^126, whose products overflow
 # f32; the matmul tests keep them within the fp16 fields' range of magnitudes (2^-24 .. 2^16).
@@ -69,6 +71,8 @@ def random_rows(fmt: QuantFormat, n_rows: int, n_blocks: int, seed: int) -> np.n
         blocks[:, offset : offset + 2] = bits.view(np.uint8).reshape(-1, 2)
     for offset in E8M0_FIELDS.get(fmt.ggml_type, ()):
         blocks[:, offset] = rng.integers(128 - 24, 128 + 17, size=n_rows * n_blocks, dtype=np.uint8)
+    if fmt.ggml_type == T.IQ1_M:   # d is the top nibbles of the scale u16s: clear an inf/NaN's exponent top bit
+        blocks[~np.isfinite(iq1_m_d(blocks)[:, 0]), 55] &= np.uint8(0xBF)
     return np.ascontiguousarray(blocks.reshape(n_rows, n_blocks * fmt.type_size))
 
 

@@ -49,7 +49,7 @@ def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProces
         (lambda w, x: (w.reshape(-1), T.Q4_1, x), ValueError, "2-D"),
         (lambda w, x: (w.view(np.int8), T.Q4_1, x), TypeError, "dtype uint8"),
         (lambda w, x: (w[:, ::2], T.Q4_1, x), ValueError, "C-contiguous"),
-        (lambda w, x: (w, T.IQ2_XXS, x), UnsupportedQuantType, "IQ2_XXS"),
+        (lambda w, x: (w, T.NVFP4, x), UnsupportedQuantType, "NVFP4"),
         (lambda w, x: (w, T.Q8_K, x), UnsupportedQuantType, "Q8_K"),
         (lambda w, x: (w, 99, x), UnsupportedQuantType, "99"),
         (lambda w, x: (w, "Q4_1", x), TypeError, "GGMLQuantizationType"),

@@ -1,10 +1,12 @@
-"""A whole model whose matrices are IQ4_NL, IQ4_XS, MXFP4, TQ1_0 or TQ2_0 loads, runs on the C kernels, agrees with
-the numpy reference backend, and generates.
+"""A whole model whose matrices are IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 or a grid i-quant (IQ2_XXS ..
+IQ1_M) loads, runs on the C kernels, agrees with the numpy reference backend, and generates.
 
 The model is tests/synthetic_gguf.py's random llama with every 2-D weight whose rows fit the type's
 blocks stored in that type (the rows of 320 stay F16 for the 256-element blocks). MXFP4 and the
 ternary types are quantized by gguf-py; gguf-py has no IQ4 quantizer, so the IQ4 blocks here come from a plain
-nearest-table-value rounding (not llama.cpp's search: any valid blocks do for a loading test).
+nearest-table-value rounding (not llama.cpp's search: any valid blocks do for a loading test). The
+grid types' writer is not part of localinfer yet, so their blocks are random ones whose d makes the
+values the weights' size: a random model of the same scale, read the same way by both backends.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from gguf import GGUFWriter
 import localinfer
 import synthetic_gguf as sg
 from localinfer import kernels
-from localinfer.quant import dequantize
+from localinfer.quant import FORMATS, dequantize
 from localinfer.quant.dequant_tables import KVALUES_IQ4NL
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
@@ -62,16 +64,42 @@ def quantize_iq4_xs(x: np.ndarray) -> np.ndarray:
     return np.concatenate(parts, axis=1).reshape(x.shape[0], -1)
 
 
+GRID_TYPES = [T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M]
+
+
+def _with_d(raw: np.ndarray, qtype: T, d: np.float16) -> None:
+    """every block's fp16 d := d (IQ1_M's is the top nibbles of its four scale u16), in place"""
+    bits = int(np.array(d, dtype=np.float16).view(np.uint16))
+    if qtype == T.IQ1_M:
+        for k in range(4):
+            raw[:, 49 + 2 * k] = (raw[:, 49 + 2 * k] & 0x0F) | (((bits >> 4 * k) & 0xF) << 4)
+    else:
+        raw[:, 0:2] = np.array([bits & 0xFF, bits >> 8], dtype=np.uint8)
+
+
+def random_grid_blocks(qtype: T):
+    def make(x: np.ndarray) -> np.ndarray:
+        n_blocks = x.size // 256
+        raw = np.random.default_rng(x.size).integers(0, 256, size=(n_blocks, FORMATS[qtype].type_size), dtype=np.uint8)
+        _with_d(raw, qtype, np.float16(1.0))
+        unit = dequantize(raw, qtype, (x.size,)).std()
+        _with_d(raw, qtype, np.float16(x.std() / unit))
+        return raw.reshape(x.shape[0], -1)
+    return make
+
+
 QUANTIZE = {
     T.IQ4_NL: quantize_iq4_nl,
     T.IQ4_XS: quantize_iq4_xs,
     T.MXFP4: lambda x: gguf.quants.quantize(x, T.MXFP4),
     T.TQ1_0: lambda x: gguf.quants.quantize(x, T.TQ1_0),
     T.TQ2_0: lambda x: gguf.quants.quantize(x, T.TQ2_0),
+    **{t: random_grid_blocks(t) for t in GRID_TYPES},
 }
-BLOCK = {T.IQ4_NL: 32, T.IQ4_XS: 256, T.MXFP4: 32, T.TQ1_0: 256, T.TQ2_0: 256}
-# ternary weights keep only the sign of the large values: not near the weights, still valid
-MAX_ERROR = {T.IQ4_NL: 0.3, T.IQ4_XS: 0.3, T.MXFP4: 0.3, T.TQ1_0: 1.0, T.TQ2_0: 1.0}
+BLOCK = {T.IQ4_NL: 32, T.IQ4_XS: 256, T.MXFP4: 32, T.TQ1_0: 256, T.TQ2_0: 256, **{t: 256 for t in GRID_TYPES}}
+# ternary weights keep only the sign of the large values: not near the weights, still valid; the
+# random grid blocks are not near them at all (None: their size is checked instead)
+MAX_ERROR = {T.IQ4_NL: 0.3, T.IQ4_XS: 0.3, T.MXFP4: 0.3, T.TQ1_0: 1.0, T.TQ2_0: 1.0, **{t: None for t in GRID_TYPES}}
 
 
 def write_model(path, qtype: T) -> int:
@@ -97,7 +125,10 @@ def write_model(path, qtype: T) -> int:
             # the blocks are valid: they decode to values near the weights (MXFP4's grid tops out
             # at 1.5 * 2^floor(log2 amax), so its largest value may lose up to a quarter)
             back = dequantize(raw, qtype, x.shape)
-            assert np.abs(back - x).max() <= MAX_ERROR[qtype] * np.abs(x).max()
+            if MAX_ERROR[qtype] is None:
+                assert 0.5 < back.std() / x.std() < 2
+            else:
+                assert np.abs(back - x).max() <= MAX_ERROR[qtype] * np.abs(x).max()
             w.add_tensor(name, raw, raw_dtype=qtype)   # the byte shape: gguf-py derives ne
             n_typed += 1
         else:

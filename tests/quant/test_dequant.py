@@ -16,6 +16,7 @@ import gguf.quants
 
 from localinfer.quant import FORMATS, QuantFormat, UnsupportedQuantType, dequantize, get_format
 from localinfer.quant import formats as formats_module
+from localinfer.quant.dequant_grids import iq1_m_d
 from localinfer.quant.formats import row_nbytes
 
 REQUIRED = {T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
@@ -39,6 +40,12 @@ F16_FIELDS: dict[T, tuple[int, ...]] = {
     T.IQ4_XS: (0,),
     T.TQ1_0: (52,),
     T.TQ2_0: (64,),
+    T.IQ2_XXS: (0,),
+    T.IQ2_XS: (0,),
+    T.IQ2_S: (0,),
+    T.IQ3_XXS: (0,),
+    T.IQ3_S: (0,),
+    T.IQ1_S: (0,),
 }
 
 FORMAT_PARAMS = [pytest.param(f, id=f.name) for f in FORMATS.values()]
@@ -54,7 +61,16 @@ def random_blocks(fmt: QuantFormat, n_blocks: int, seed: int, *, finite: bool = 
             special = (bits & 0x7C00) == 0x7C00  # exponent all ones: inf or NaN
             bits[special] &= np.uint16(0xBFFF)  # clear the exponent's top bit: a large finite value
             blocks[:, offset : offset + 2] = bits.view(np.uint8).reshape(n_blocks, 2)
+        if fmt.ggml_type == T.IQ1_M:
+            finite_iq1_m_d(blocks)
     return blocks
+
+
+def finite_iq1_m_d(blocks: np.ndarray) -> None:
+    """IQ1_M has no d field: its fp16 d is the top nibbles of the four scale u16 (bytes 48..55). An
+    inf/NaN one gets its exponent's top bit (bit 14 of d: bit 6 of byte 55) cleared, in place."""
+    d = iq1_m_d(blocks)[:, 0]
+    blocks[~np.isfinite(d), 55] &= np.uint8(0xBF)
 
 
 def reference(blocks: np.ndarray, qtype: T) -> np.ndarray:
@@ -206,7 +222,7 @@ def test_bad_shape_or_dtype():
 
 @pytest.mark.parametrize(
     "qtype, name",
-    [(T.IQ2_XXS, "IQ2_XXS"), (T.IQ1_M, "IQ1_M"), (T.Q8_K, "Q8_K"), (int(T.IQ3_S), "IQ3_S"), (99, "99")],
+    [(T.NVFP4, "NVFP4"), (T.Q1_0, "Q1_0"), (T.Q8_K, "Q8_K"), (int(T.I8), "I8"), (99, "99")],
 )
 def test_unsupported_type_names_itself(qtype, name):
     for call in (
