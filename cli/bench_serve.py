@@ -41,6 +41,11 @@ def bench_serve(model, concurrency, requests_per_client, max_tokens, system_toke
         raise click.BadParameter("concurrency levels must be >= 1", param_hint="--concurrency")
     if system_tokens + 32 >= ctx_size:
         raise click.BadParameter(f"the {system_tokens}-token system prompt needs a larger --ctx-size than {ctx_size}")
+    if plot_path:  # before minutes of measuring, not after
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise click.ClickException("--plot needs matplotlib: pip install 'localinfer[plot]'") from None
     try:
         llm = load_model(model, ctx_size, threads)
     except (OSError, ValueError, LookupError, RuntimeError) as e:

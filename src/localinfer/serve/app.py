@@ -35,7 +35,7 @@ class LocalServer(uvicorn.Server):
     @property
     def url(self) -> str:
         host, port = self.socket.getsockname()[:2]
-        return f"http://{host}:{port}"
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     @property
     def registry(self):
@@ -68,7 +68,8 @@ def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 808
     the model's n_ctx when None. prefix_cache_dir: a folder backing the prefix cache across restarts.
     config: ServerConfig fields (api_key, max_body, io_timeout ...). on_stop: called when a signal
     starts the shutdown."""
-    sock = socket.create_server((host, port), backlog=2048)  # OSError when the address is taken
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=2048)  # OSError when the address is taken
     try:
         app = create_app(model, ServerConfig(**config), model_name=model_name, parallel=parallel,
                          ctx_size=ctx_size, max_queue=max_queue, prefix_cache_mib=prefix_cache_mib,
