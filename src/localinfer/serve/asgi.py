@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
+import os
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -77,7 +78,6 @@ def create_app(registry_or_model, config: ServerConfig | None = None, **options:
 
 
 def _static_registry(model, model_name: str | None, options: EngineOptions) -> StaticRegistry:
-    import os
     path = getattr(model, "path", None)
     name = model_name or (os.path.splitext(os.path.basename(path))[0] if path else "default")
     served = Served(name, model, start_engine(model, options),
@@ -153,8 +153,7 @@ async def metrics(request: Request) -> Response:
 
 async def models(request: Request) -> Response:
     created = request.app.state.config.created
-    return JSONResponse({"object": "list", "data": [api.model_card(e.name, created)
-                                                   for e in request.app.state.registry.entries()]})
+    return JSONResponse(api.models_list([e.name for e in request.app.state.registry.entries()], created))
 
 
 async def model(request: Request) -> Response:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-# URL path (after the server strips a trailing "/") -> file in the package's webui/ folder.
+# URL path ("": the page itself, served at "/") -> file in the package's webui/ folder. The page names
+# the others by relative URLs, so it works wherever the app is mounted.
 PAGE_FILES = {"": "index.html", "/webui/app.js": "app.js", "/webui/style.css": "style.css"}
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8"}
