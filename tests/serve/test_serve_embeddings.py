@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 
 import numpy as np
 import openai
@@ -113,3 +114,38 @@ def test_server_pooling_option(model):
     assert status == 200
     np.testing.assert_array_equal(np.array(body["data"][0]["embedding"], np.float32),
                                   model.embed(TEXTS[0], pooling="last")[0])
+
+
+def test_a_client_that_goes_stops_its_embeddings_between_passes(server, monkeypatch):
+    """The forward passes run off the event loop; when the client disconnects, the next pass
+    boundary ends the job instead of computing every input for nobody."""
+    import json
+
+    from localinfer.serve import embeddings as embedding_api
+    from serve_helpers import connect, post_bytes
+
+    run, passes, ended = embedding_api.EmbeddingJob.run, [], threading.Event()
+
+    def counted(self, model, *args):
+        try:
+            for step in run(self, model, *args):
+                passes.append(1)
+                yield step
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(embedding_api.EmbeddingJob, "run", counted)
+    body = json.dumps({"model": NAME, "input": [list(range(100 + i, 300 + i)) for i in range(24)]}).encode()
+    assert raw(server.url, "POST", "/v1/embeddings", body)[0] == 200
+    total = len(passes)  # every pass of the whole request (24 x 200 tokens in 512-token passes)
+    assert total >= 8
+    passes.clear(), ended.clear()
+    s = connect(server.url)
+    s.sendall(post_bytes("/v1/embeddings", body))
+    t0 = time.monotonic()
+    while not passes and time.monotonic() - t0 < 60:  # until its first pass is done
+        time.sleep(0.01)
+    s.close()
+    assert ended.wait(60)
+    assert len(passes) < total
+    assert raw(server.url, "POST", "/v1/embeddings", {"model": NAME, "input": "still here"})[0] == 200

@@ -8,8 +8,8 @@
 The vectors are Model.embed's: the server's pooling (`serve --pooling`, by default the file's
 or mean), L2-normalized as llama-server returns them. `dimensions` would have to cut the vector
 short, which only models trained for it (Matryoshka) allow: any other value than n_embd is a 400.
-Each forward pass runs in the connection's thread under the model's lock, so the engine's steps
-go between the passes of a long request; the caller checks its client between passes.
+Each forward pass runs in a worker thread under the model's lock, so the engine's steps go between
+the passes of a long request; the route (openai_routes.py) stops between passes when its client goes.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The browser chat page at `/`: static files shipped inside the package, and the one JSON
 route (`/props`) the page reads to show the model's name and context size.
 
-Kept apart from the HTTP plumbing so that any server (this stdlib one, or an ASGI one later) only
+Kept apart from the HTTP plumbing (asgi.py), which only
 has to map `page_file(path)` and `props(...)` onto its routes. The page talks to the server
 through the public API only (/v1/chat/completions with streaming), as any other client does.
 """
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-# URL path (after the server strips a trailing "/") -> file in the package's webui/ folder.
+# URL path ("": the page itself, served at "/") -> file in the package's webui/ folder. The page names
+# the others by relative URLs, so it works wherever the app is mounted.
 PAGE_FILES = {"": "index.html", "/webui/app.js": "app.js", "/webui/style.css": "style.css"}
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8"}
