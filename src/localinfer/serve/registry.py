@@ -58,6 +58,7 @@ class Served:
     engine: Engine
     size_bytes: int = 0  # the GGUF file's size: what a memory budget counts
     loaded_at: float = field(default_factory=time.time)
+    load_duration: float = 0.0  # seconds the load and engine start took (Ollama's load_duration)
 
 
 @dataclass(frozen=True)
