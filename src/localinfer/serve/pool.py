@@ -224,6 +224,12 @@ class ModelPool:
         await asyncio.shield(self._start_unload(entry))
         return True
 
+    async def settle(self) -> None:
+        """Waits for the loads and unloads in flight (their errors are the leases'), e.g. to measure
+        memory after an unload."""
+        while busy := [t for e in self._entries.values() for t in (e.loading, e.unloading) if t is not None]:
+            await asyncio.gather(*(asyncio.shield(t) for t in busy), return_exceptions=True)
+
     def close(self) -> None:
         """Closes every loaded model (the server is stopping); a load still running closes its
         model when it ends. Blocks while the engines stop."""
