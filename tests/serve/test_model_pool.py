@@ -102,6 +102,10 @@ def test_keep_alive_unloads_an_idle_model_and_a_lease_prevents_it(smollm2_path):
             assert not served.model.closed
         entry = pool.entries()[0]
         assert entry.loaded and time.time() < entry.expires_at <= time.time() + 0.3  # the countdown starts now
+        async with pool.lease("m") as again:  # leased again before it ran out: held past it once more
+            assert again is served and pool.entries()[0].expires_at is None
+            await asyncio.sleep(0.6)
+            assert "Paris" in await generate(again)
         await until_unloaded(pool, "m")
         assert served.model.closed and pool.memory_in_use() == 0
         assert "Paris" in await answer(pool, "m")  # and loads again on the next request
