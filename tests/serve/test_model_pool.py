@@ -125,10 +125,12 @@ def test_per_request_keep_alive(smollm2_path):
         assert pool.entries()[0].loaded and pool.entries()[0].expires_at is None
         await answer(pool, "m", keep_alive="2m")
         assert pool.entries()[0].expires_at == pytest.approx(time.time() + 120, abs=30)
+        await answer(pool, "m")  # a request without keep_alive leaves the model's as it is (as Ollama)
+        assert pool.entries()[0].expires_at == pytest.approx(time.time() + 120, abs=30)
         await answer(pool, "m", keep_alive=0)  # unload as soon as it is idle
         await pool.settle()
         assert not pool.loaded()
-        await answer(pool, "m")  # a request without keep_alive brings the pool's default back (as Ollama)
+        await answer(pool, "m")  # loaded again by a request without keep_alive: the pool's default
         assert pool.entries()[0].expires_at == pytest.approx(time.time() + 3600, abs=30)
         with pytest.raises(DurationError, match="keep_alive"):
             await answer(pool, "m", keep_alive="soon")

@@ -7,10 +7,11 @@ after its last one, and unloaded least-recently-used first when a memory budget 
         served.engine.submit(...)
 
 Keep-alive is Ollama's: once the last lease on a model is released the model stays loaded for
-its keep-alive, then it is unloaded (engine and model closed, the memory given back). Each lease
-sets the model's keep-alive to the request's `keep_alive`, or to the pool's default when the
-request has none (Ollama's scheduler does the same with every request); negative keeps it loaded
-for good, 0 unloads it as soon as no lease holds it. A model is never unloaded under a lease.
+its keep-alive, then it is unloaded (engine and model closed, the memory given back). A request's
+`keep_alive` becomes its model's from then on; a request without one leaves it as it is, and a
+model loaded by such a request starts with the pool's default (Ollama's scheduler: useLoadedRunner
+and load). Negative keeps the model loaded for good, 0 unloads it as soon as no lease holds it. A
+model is never unloaded under a lease.
 
 Memory: a loaded model counts its file (the weights, mapped or copied by the C backend) plus what
 its engine may allocate: one KV cache of n_ctx positions per slot and the prefix cache's budget.
@@ -181,14 +182,17 @@ class ModelPool:
     @contextlib.asynccontextmanager
     async def lease(self, name: str | None, keep_alive=None) -> AsyncIterator[Served]:
         """The model `name`, loaded (waiting for its load if needed), held until the block ends.
-        keep_alive: this request's (seconds or a duration; None: the pool's default), which the
-        model keeps from now on. Raises UnknownModelError, DurationError, MemoryBudgetError,
+        keep_alive: this request's (seconds or a duration), which the model keeps from now on; None
+        leaves the model's as it is (the pool's default if it is not loaded). Raises UnknownModelError, DurationError, MemoryBudgetError,
         PoolClosedError, or what loading the model raised."""
         entry = self._entries[self.resolve(name)]
-        ttl = self.keep_alive if keep_alive is None else parse_duration(keep_alive, "keep_alive")
+        ttl = None if keep_alive is None else parse_duration(keep_alive, "keep_alive")
         if self._closed:
             raise PoolClosedError("the server is shutting down")
-        entry.keep_alive = ttl
+        if ttl is not None:
+            entry.keep_alive = ttl
+        elif entry.served is None and entry.loading is None:  # this request loads it: the default
+            entry.keep_alive = self.keep_alive
         entry.leases += 1
         self._cancel_expiry(entry)
         try:
@@ -369,9 +373,11 @@ def _close_served(served: Served) -> None:
 
 
 def _retrieve(task: asyncio.Future) -> None:
-    """Marks a load's or unload's error as seen: the leases waiting on it got it, or none waited."""
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("%s", task.exception())
+    """Marks a load's or unload's error as seen: the leases waiting on it got it, or none waited.
+    A budget refusal is an answer (503/507), not a fault: only the others are logged."""
+    error = None if task.cancelled() else task.exception()
+    if error is not None and not isinstance(error, MemoryBudgetError):
+        log.warning("%s", error)
 
 
 def _mib(n: int) -> str:
