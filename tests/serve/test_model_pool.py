@@ -15,7 +15,7 @@ import pytest
 from localinfer import kernels
 from localinfer.batching import Request, SamplingParams
 from localinfer.serve.pool import (DuplicateModelNameError, ModelBusyError, ModelPool, ModelTooLargeError,
-                                   memory_estimate)
+                                   PoolClosedError, memory_estimate)
 from localinfer.serve.registry import EngineOptions, UnknownModelError
 from localinfer.serve.units import DurationError, SizeError, parse_duration, parse_size
 
@@ -182,6 +182,30 @@ def test_a_failed_load_fails_its_waiters_and_the_next_lease_loads_again(smollm2_
         asyncio.run(run())
     finally:
         pool.close()
+
+
+def test_close_during_a_load_closes_the_model_it_made(smollm2_path):
+    import localinfer
+    started, gate, made = threading.Event(), threading.Event(), []
+
+    def load(path):
+        started.set()
+        assert gate.wait(60)
+        made.append(localinfer.Model(path))
+        return made[-1]
+    pool = ModelPool({"m": smollm2_path}, SMALL, keep_alive=-1, load=load)
+
+    async def run():
+        leased = asyncio.ensure_future(answer(pool, "m"))
+        assert await asyncio.to_thread(started.wait, 60)
+        await asyncio.to_thread(pool.close)  # from another thread, as an app's lifespan does
+        gate.set()
+        with pytest.raises(PoolClosedError, match="shutting down"):
+            await leased
+        with pytest.raises(PoolClosedError):
+            await answer(pool, "m")
+    asyncio.run(run())
+    assert made[0].closed and not pool.loaded() and pool.memory_in_use() == 0
 
 
 def test_budget_unloads_the_least_recently_used_idle_model(smollm2_path, gemma3_path):

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +167,9 @@ class ModelPool:
                          for name, path in model_sources(sources).items()}
         self.default_name = next(iter(self._entries))
         self._closed = False
+        # close() may run on another thread than the loop (an app's lifespan hands it to an executor):
+        # a load that ends meanwhile either hands its model to close() or closes it itself
+        self._closing = threading.Lock()
 
     # -- the registry interface ------------------------------------------------------------------
     def resolve(self, name: str | None) -> str:
@@ -236,11 +240,15 @@ class ModelPool:
 
     def close(self) -> None:
         """Closes every loaded model (the server is stopping); a load still running closes its
-        model when it ends. Blocks while the engines stop."""
-        self._closed = True
-        for entry in self._entries.values():
-            self._cancel_expiry(entry)
-            served, entry.served, entry.reserved = entry.served, None, 0
+        model when it ends. Blocks while the engines stop; may be called from any thread."""
+        with self._closing:
+            self._closed = True
+            taken = []
+            for entry in self._entries.values():
+                self._cancel_expiry(entry)
+                taken.append(entry.served)
+                entry.served, entry.reserved = None, 0
+        for served in taken:
             if served is not None:
                 _close_served(served)
 
@@ -270,11 +278,14 @@ class ModelPool:
                 await asyncio.gather(*(asyncio.shield(t) for t in pending))
             started = time.perf_counter()
             served, memory = await asyncio.to_thread(self._load_and_start, entry)
-            if self._closed:
+            served.load_duration = time.perf_counter() - started
+            with self._closing:
+                closed = self._closed
+                if not closed:
+                    entry.served, entry.reserved = served, memory
+            if closed:
                 await asyncio.to_thread(_close_served, served)
                 raise PoolClosedError("the server is shutting down")
-            served.load_duration = time.perf_counter() - started
-            entry.served, entry.reserved = served, memory
             entry.last_used = time.monotonic()
             log.info("loaded '%s' in %.2f s (%.0f MiB counted)", entry.name, served.load_duration, memory / 2**20)
         except BaseException:
