@@ -187,8 +187,9 @@ class ModelPool:
     async def lease(self, name: str | None, keep_alive=None) -> AsyncIterator[Served]:
         """The model `name`, loaded (waiting for its load if needed), held until the block ends.
         keep_alive: this request's (seconds or a duration), which the model keeps from now on; None
-        leaves the model's as it is (the pool's default if it is not loaded). Raises UnknownModelError, DurationError, MemoryBudgetError,
-        PoolClosedError, or what loading the model raised."""
+        leaves the model's as it is (the pool's default if it is not loaded). Raises
+        UnknownModelError, DurationError, MemoryBudgetError, PoolClosedError, or what loading the
+        model raised."""
         entry = self._entries[self.resolve(name)]
         ttl = None if keep_alive is None else parse_duration(keep_alive, "keep_alive")
         if self._closed:
