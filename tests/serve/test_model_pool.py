@@ -277,6 +277,7 @@ def test_the_estimate_bounds_what_a_loaded_model_counts(smollm2_path, gemma3_pat
             before = pool.memory_in_use()
             async with pool.lease(name) as served:
                 counted = pool.memory_in_use() - before
+                assert next(e.memory_bytes for e in pool.entries() if e.name == name) == counted
                 assert path.stat().st_size + served.model.runtime.new_cache(256).nbytes <= counted
                 assert counted <= memory_estimate(path, SMALL)
     try:

@@ -212,7 +212,8 @@ class ModelPool:
 
     def entries(self) -> list[ModelEntry]:
         return [ModelEntry(e.name, str(e.path), e.size_bytes, e.served is not None,
-                           e.expires_at if e.served is not None else None) for e in self._entries.values()]
+                           e.expires_at if e.served is not None else None,
+                           e.reserved if e.served is not None else None) for e in self._entries.values()]
 
     def loaded(self) -> list[Served]:
         return [e.served for e in self._entries.values() if e.served is not None]

@@ -69,6 +69,7 @@ class ModelEntry:
     size_bytes: int
     loaded: bool
     expires_at: float | None = None  # unix time an idle loaded model is unloaded; None: never (or not loaded)
+    memory_bytes: int | None = None  # a loaded model's memory by the pool's count (/api/ps's size); None: not counted
 
 
 class StaticRegistry:
