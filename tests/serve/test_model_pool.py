@@ -291,6 +291,8 @@ def test_sources_names_and_errors(smollm2_path, tmp_path):
     folder.mkdir()
     (folder / "tiny.gguf").symlink_to(smollm2_path)
     (folder / "notes.txt").write_text("not a model")
+    assert [(e.name, e.path) for e in ModelPool(["smollm2", str(folder)], SMALL).entries()] == [
+        ("smollm2", str(smollm2_path)), ("tiny", str(folder / "tiny.gguf"))]  # a catalog name keeps its name
     pool = ModelPool([str(folder)], SMALL)
     assert [e.name for e in pool.entries()] == ["tiny"]
     assert pool.resolve("tiny:latest") == "tiny" and pool.resolve(None) == pool.resolve("default") == "tiny"
