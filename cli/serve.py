@@ -1,6 +1,8 @@
-"""`localinfer serve`: an OpenAI-compatible HTTP server with continuous batching."""
+"""`localinfer serve`: an OpenAI-compatible HTTP server with continuous batching, of one model or
+of several loaded on demand (--models, serve_models.py)."""
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from pathlib import Path
@@ -8,6 +10,7 @@ from pathlib import Path
 import click
 
 from .common import cache_type_options, load_model, set_threads, speculative_options
+from .serve_models import build_pool, duration, model_list, size
 
 
 @click.command()
@@ -37,20 +40,32 @@ from .common import cache_type_options, load_model, set_threads, speculative_opt
 @click.option("-v", "--verbose", is_flag=True, help="Log every HTTP request.")
 @click.option("--pooling", type=click.Choice(["mean", "last", "cls"]), default=None,
               help="How /v1/embeddings pools the final hidden states (default: the file's pooling_type, else mean).")
+@click.option("--models", callback=model_list, default=None, metavar="A,B,...|DIR",
+              help="Serve several models by name (catalog names, .gguf files, or folders of .gguf files named "
+                   "by file stem), each loaded on its first request instead of MODEL.")
+@click.option("--keep-alive", callback=duration, default=None, metavar="DURATION",
+              help="With --models: how long a model stays loaded after its last request ('5m', '1h30m', "
+                   "'30s', seconds; -1: forever, 0: unload at once); requests' keep_alive overrides. [default: 5m]")
+@click.option("--max-memory", callback=size, default=None, metavar="SIZE",
+              help="With --models: memory the loaded models may hold ('2GiB', '1500MB'; each counts its file "
+                   "and its KV caches); least recently used idle models are unloaded to make room.")
 @speculative_options
 @cache_type_options
 def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body, io_timeout,
-          threads, verbose, pooling, prefix_cache_dir, prefix_cache_dir_mib, speculative, cache_type_k, cache_type_v):
-    """Serve MODEL (a catalog name or a .gguf path) over the OpenAI API:
+          threads, verbose, pooling, prefix_cache_dir, prefix_cache_dir_mib, models, keep_alive, max_memory,
+          speculative, cache_type_k, cache_type_v):
+    """Serve MODEL (a catalog name or a .gguf path), or the --models, over the OpenAI API:
     /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics."""
     set_threads(threads)
-    from localinfer.serve.app import make_server
+    from localinfer.serve.app import make_registry_server, make_server
+    from localinfer.serve.registry import EngineOptions
 
-    try:
-        llm = load_model(model, ctx_size, threads, speculative, cache_type_k, cache_type_v)
-    except (OSError, ValueError, LookupError, RuntimeError) as e:
-        raise click.ClickException(str(e))
-    name = model if model and not os.path.exists(model) else Path(llm.path).stem
+    if models is None and (keep_alive is not None or max_memory is not None):
+        raise click.UsageError("--keep-alive and --max-memory go with --models (one MODEL stays loaded)")
+    if models is not None and model is not None:
+        raise click.UsageError(f"give MODEL or --models, not both (got {model!r} and --models)")
+    if models is not None and (speculative["draft"] or speculative["lookup_ngram"]):
+        raise click.UsageError("speculative decoding (--model-draft, --lookup-ngram) serves one MODEL, not --models")
     if prefix_cache_dir is not None:
         if prefix_cache_mib == 0:
             raise click.BadParameter("needs the prefix cache (--prefix-cache > 0)", param_hint="--prefix-cache-dir")
@@ -58,18 +73,40 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
             os.makedirs(prefix_cache_dir, exist_ok=True)
         except OSError as e:
             raise click.ClickException(f"--prefix-cache-dir {prefix_cache_dir}: {e}")
+    config = dict(api_key=api_key, max_body=max_body, io_timeout=io_timeout, verbose=verbose, pooling=pooling,
+                  on_stop=lambda: click.echo("\nlocalinfer: stopping", err=True))
+    if models is not None:
+        from localinfer.serve.pool import DEFAULT_KEEP_ALIVE
+        from localinfer.serve.units import format_duration
+        options = EngineOptions(parallel, ctx_size, max_queue, prefix_cache_mib, prefix_cache_dir=prefix_cache_dir,
+                                prefix_cache_dir_mib=prefix_cache_dir_mib)
+        keep_alive = DEFAULT_KEEP_ALIVE if keep_alive is None else keep_alive
+        try:
+            pool = build_pool(models, keep_alive, max_memory, options, threads, ctx_size, cache_type_k, cache_type_v)
+        except (OSError, ValueError, LookupError, RuntimeError) as e:
+            raise click.ClickException(str(e))
+        what = (f"{len(pool.entries())} models ({', '.join(e.name for e in pool.entries())}; loaded on demand, "
+                f"kept {format_duration(keep_alive)}{f', within {max_memory / 2**30:.2f} GiB' if max_memory else ''})")
+        make = functools.partial(make_registry_server, pool)
+    else:
+        try:
+            llm = load_model(model, ctx_size, threads, speculative, cache_type_k, cache_type_v)
+        except (OSError, ValueError, LookupError, RuntimeError) as e:
+            raise click.ClickException(str(e))
+        name = model if model and not os.path.exists(model) else Path(llm.path).stem
+        what = f"'{name}'"
+        make = functools.partial(make_server, llm, name, parallel=parallel, ctx_size=ctx_size, max_queue=max_queue,
+                                 prefix_cache_mib=prefix_cache_mib, prefix_cache_dir=prefix_cache_dir,
+                                 prefix_cache_dir_mib=prefix_cache_dir_mib)
     try:
-        server = make_server(llm, name, host, port, parallel, ctx_size, max_queue, prefix_cache_mib,
-                             api_key=api_key, max_body=max_body, io_timeout=io_timeout, verbose=verbose,
-                             pooling=pooling, prefix_cache_dir=prefix_cache_dir,
-                             prefix_cache_dir_mib=prefix_cache_dir_mib,
-                             on_stop=lambda: click.echo("\nlocalinfer: stopping", err=True))
+        server = make(host=host, port=port, **config)
     except ValueError as e:
         raise click.ClickException(str(e))
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e}")
-    click.echo(f"localinfer: serving '{name}' at {server.url}/v1 ({parallel} slots of {server.engine.n_ctx} "
-               f"tokens, queue {max_queue}{', API key required' if api_key else ''}); Ctrl-C stops", err=True)
+    slots = f"{parallel} slots of {server.engine.n_ctx} tokens" if models is None else f"{parallel} slots each"
+    click.echo(f"localinfer: serving {what} at {server.url}/v1 ({slots}, queue {max_queue}"
+               f"{', API key required' if api_key else ''}); Ctrl-C stops", err=True)
     click.echo(f"localinfer: chat in a browser at {server.url}/", err=True)
     # uvicorn takes SIGINT and SIGTERM (how service managers stop a server) while it serves, shuts
     # down gracefully, then raises the signal again with these handlers back: both end here

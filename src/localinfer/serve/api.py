@@ -335,9 +335,5 @@ class Shaper:
         return {**self._head(obj), "choices": [], "usage": self.usage(n_generated)}
 
 
-def models_list(model_names: list[str], created: int) -> dict:
-    return {"object": "list", "data": [model_card(name, created) for name in model_names]}
-
-
 def model_card(model_name: str, created: int) -> dict:
     return {"id": model_name, "object": "model", "created": created, "owned_by": "localinfer"}

@@ -81,11 +81,28 @@ def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 808
     return LocalServer(app, sock, on_stop)
 
 
+def make_registry_server(registry, host: str = "127.0.0.1", port: int = 8080, on_stop=None,
+                         **config) -> LocalServer:
+    """A bound (not yet serving) server of a registry's models: a pool.ModelPool (`serve --models`)
+    loads them on demand. config: ServerConfig fields, as make_server's."""
+    sock = socket.create_server((host, port), backlog=2048)
+    try:
+        app = create_app(registry, ServerConfig(**config))
+    except BaseException:
+        sock.close()
+        raise
+    return LocalServer(app, sock, on_stop)
+
+
 class BackgroundServer:
-    """A server answering in a thread (tests, the load benchmark): `with BackgroundServer(...) as s:`."""
+    """A server answering in a thread (tests, the load benchmark): `with BackgroundServer(...) as s:`
+    takes make_server's arguments, or a LocalServer already made (make_registry_server's)."""
 
     def __init__(self, *args, **kwargs):
-        self.server = make_server(*args, **kwargs)
+        if len(args) == 1 and not kwargs and isinstance(args[0], LocalServer):
+            self.server = args[0]
+        else:
+            self.server = make_server(*args, **kwargs)
         self.thread = threading.Thread(target=self.server.serve_forever, name="localinfer-http", daemon=True)
 
     @property

@@ -34,6 +34,7 @@ from . import api, openai_routes, webui
 from .config import ServerConfig
 from .jobs import ClientGone
 from .limits import BodyLimits
+from .pool import MemoryBudgetError, ModelBusyError
 from .prometheus import exposition, metrics_registry
 from .registry import EngineOptions, Served, StaticRegistry, UnknownModelError, start_engine
 
@@ -127,6 +128,11 @@ def endpoint(handler, public: bool = False):
             return error_response(e)
         except UnknownModelError as e:
             return error_response(api.ApiError(404, str(e), param="model", code="model_not_found"))
+        except ModelBusyError as e:  # the memory budget is held by models in use: later it may fit
+            return error_response(api.ApiError(503, str(e), "server_error", param="model", code="model_busy",
+                                               headers={"Retry-After": str(e.retry_after)}))
+        except MemoryBudgetError as e:  # the model alone is larger than --max-memory: it never fits
+            return error_response(api.ApiError(507, str(e), "server_error", param="model", code="model_too_large"))
         except ClientGone:
             return Response(status_code=204)  # nobody reads it: the connection is gone
         except Exception as e:
@@ -152,13 +158,22 @@ async def metrics(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
+    """OpenAI's model list, each card with whether it is loaded now and its file's size beside
+    (a server of several models loads them on demand: serve/pool.py)."""
     created = request.app.state.config.created
-    return JSONResponse(api.models_list([e.name for e in request.app.state.registry.entries()], created))
+    return JSONResponse({"object": "list", "data": [_card(e, created) for e in request.app.state.registry.entries()]})
 
 
 async def model(request: Request) -> Response:
-    name = request.app.state.registry.resolve(request.path_params["name"])
-    return JSONResponse(api.model_card(name, request.app.state.config.created))
+    registry = request.app.state.registry
+    name = registry.resolve(request.path_params["name"])
+    entry = next(e for e in registry.entries() if e.name == name)
+    return JSONResponse(_card(entry, request.app.state.config.created))
+
+
+def _card(entry, created: int) -> dict:
+    return {**api.model_card(entry.name, created), "size": entry.size_bytes,
+            "status": {"loaded": entry.loaded, "expires_at": entry.expires_at}}
 
 
 async def props(request: Request) -> Response:

@@ -58,6 +58,7 @@ class Served:
     engine: Engine
     size_bytes: int = 0  # the GGUF file's size: what a memory budget counts
     loaded_at: float = field(default_factory=time.time)
+    load_duration: float = 0.0  # seconds the load and engine start took (Ollama's load_duration)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class ModelEntry:
     size_bytes: int
     loaded: bool
     expires_at: float | None = None  # unix time an idle loaded model is unloaded; None: never (or not loaded)
+    memory_bytes: int | None = None  # a loaded model's memory by the pool's count (/api/ps's size); None: not counted
 
 
 class StaticRegistry:
