@@ -1,7 +1,6 @@
 """Ollama requests -> engine Jobs, and the Ollama shapes of answers and model files (no server)."""
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from types import SimpleNamespace
 
@@ -17,10 +16,10 @@ HELLO = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.mark.parametrize("value, seconds", [
     (None, None), (0, 0.0), ("0", 0.0), (30, 30.0), (2.5, 2.5), ("5m", 300.0), ("1h30m", 5400.0),
-    ("300ms", 0.3), ("1.5h", 5400.0), ("2m30s", 150.0), (-1, math.inf), ("-1m", math.inf), ("-1", math.inf), ("45", 45.0)])
+    ("300ms", 0.3), ("1.5h", 5400.0), ("2m30s", 150.0), (-1, -1.0), (-7, -1.0), ("-1m", -1.0), ("-1", -1.0), ("45", 45.0)])
 def test_keep_alive_reads_numbers_and_go_durations(value, seconds):
     got = oreq.parse_keep_alive(value)
-    assert got == (pytest.approx(seconds) if isinstance(seconds, float) and math.isfinite(seconds) else seconds)
+    assert got == (pytest.approx(seconds) if seconds is not None else None)
 
 
 @pytest.mark.parametrize("value", ["5x", "abc", "-", "1.2.3", "5 m", "m5", "", "1d", True, [], {"s": 1}, "9" * 100, float("nan")])
@@ -204,3 +203,19 @@ def test_file_facts_come_from_the_gguf_metadata(smollm2_path, gemma3_path, smoll
     assert shapes.ps_entry(entry, 512)["context_length"] == 512 and "expires_at" not in shapes.ps_entry(entry, 512)
     assert shapes.tags_entry(SimpleNamespace(name="x", path=None, size_bytes=0)) == {"name": "x", "model": "x",
                                                                                       "size": 0}
+
+
+def test_embed_requests():
+    r = oreq.parse_embed({"model": "m:latest", "input": ["a", "b"], "truncate": False, "keep_alive": "1m",
+                          "options": {"num_ctx": 128, "num_thread": 2}})
+    assert (r.model, r.keep_alive, r.openai, r.num_ctx, r.legacy) == ("m", 60.0, {"input": ["a", "b"]}, 128, False)
+    assert oreq.parse_embed({"model": "m", "input": []}).openai is None
+    assert oreq.parse_embed({"model": "m", "prompt": "a"}, legacy=True).openai == {"input": "a"}
+    assert oreq.parse_embed({"model": "m"}, legacy=True).openai is None  # Ollama answers an empty vector
+    for body, words in (({"input": [1, 2]}, "'input'"), ({"input": "a", "truncate": "no"}, "'truncate'"),
+                        ({"input": "a", "options": {"mirostat": 1}}, "options.mirostat")):
+        with pytest.raises(oreq.OllamaError, match=words):
+            oreq.parse_embed({"model": "m", **body})
+    assert oreq.check_num_ctx(None, 512) == 512 and oreq.check_num_ctx(100, 512) == 100
+    with pytest.raises(oreq.OllamaError, match="options.num_ctx"):
+        oreq.check_num_ctx(1024, 512)

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import api
 
-KEEP_ALIVE_FOREVER = math.inf  # Ollama: a negative keep_alive keeps the model loaded until the server stops
+KEEP_ALIVE_FOREVER = -1.0  # the registry's "keep it loaded until the server stops", as Ollama's negative values
 MAX_DURATION_CHARS = 64
 
 # option -> the OpenAI field that carries it (num_ctx and num_predict are handled apart)
@@ -307,12 +307,7 @@ def build_job(request: OllamaRequest, model, served_name: str, n_ctx: int) -> ap
     """The engine Job for a request with content, now that its model is loaded (tokenizes, and
     compiles a format's grammar: run it off the event loop)."""
     body = dict(request.openai)
-    ctx = n_ctx
-    if request.num_ctx is not None:
-        if request.num_ctx > n_ctx:
-            raise bad(f"'options.num_ctx' is {request.num_ctx}, but this server's slots hold {n_ctx} tokens "
-                      f"(start it with a larger --ctx-size)")
-        ctx = request.num_ctx
+    ctx = check_num_ctx(request.num_ctx, n_ctx)
     if body.get("repeat_last_n") == "n_ctx":
         body["repeat_last_n"] = ctx
     try:
@@ -329,3 +324,47 @@ def build_job(request: OllamaRequest, model, served_name: str, n_ctx: int) -> ap
             room = ctx - len(r.prompt)
             r.max_tokens = room if r.max_tokens is None else min(r.max_tokens, room)
     return job
+
+
+# -- embeddings -----------------------------------------------------------------------------------
+@dataclass
+class EmbedRequest:
+    """A checked /api/embed (or legacy /api/embeddings) request."""
+    model: str
+    keep_alive: float | None
+    openai: dict | None  # the /v1/embeddings body; None: nothing to embed (an empty answer)
+    num_ctx: int | None
+    legacy: bool  # /api/embeddings: one prompt, its vector not normalized, {"embedding": [...]}
+
+
+def parse_embed(body: dict, legacy: bool = False) -> EmbedRequest:
+    """Inputs longer than the context are refused (a 400), whatever `truncate` says: a vector of
+    part of a text would be taken for the whole text's."""
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    name, keep_alive = model_name(body), parse_keep_alive(body.get("keep_alive"))
+    _, num_ctx, _ = _sampling(body.get("options"))  # only num_ctx matters to embeddings: the rest is checked
+    if legacy:
+        prompt = body.get("prompt")
+        if prompt is not None and not isinstance(prompt, str):
+            raise bad(f"'prompt' must be a string, got {type(prompt).__name__}")
+        openai = {"input": prompt} if prompt else None
+    else:
+        _boolean(body, "truncate", True)
+        value = body.get("input")
+        if not (isinstance(value, str) or isinstance(value, list) and all(isinstance(s, str) for s in value)):
+            raise bad("'input' must be a string or a list of strings")
+        openai = {"input": value} if value != [] else None
+        if body.get("dimensions") is not None and openai is not None:
+            openai["dimensions"] = body["dimensions"]
+    return EmbedRequest(name, keep_alive, openai, num_ctx, legacy)
+
+
+def check_num_ctx(num_ctx: int | None, n_ctx: int) -> int:
+    """The context a request may use: its options.num_ctx, at most the slots' n_ctx."""
+    if num_ctx is None:
+        return n_ctx
+    if num_ctx > n_ctx:
+        raise bad(f"'options.num_ctx' is {num_ctx}, but this server's slots hold {n_ctx} tokens "
+                  f"(start it with a larger --ctx-size)")
+    return num_ctx
