@@ -55,10 +55,8 @@ def bad(message: str) -> OllamaError:
 def renamed(e: api.ApiError, names: dict[str, str]) -> OllamaError:
     """An OpenAI-route error about a field this API spells differently, in this API's words."""
     message = e.message
-    for openai_name, ollama_name in sorted(names.items(), key=lambda kv: -len(kv[0])):
-        message = message.replace(f"'{openai_name}'", f"'{ollama_name}'").replace(openai_name + ".", ollama_name + ".")
-    if e.param in names and names[e.param] not in message:
-        message = f"{names[e.param]}: {message}"
+    for openai_name, ollama_name in sorted(names.items(), key=lambda kv: -len(kv[0])):  # the longest path first
+        message = re.sub(rf"(?<![\w.]){re.escape(openai_name)}(?![\w])", ollama_name, message)
     return OllamaError(e.status, message)
 
 
