@@ -67,3 +67,14 @@ def test_empty_request_with_keep_alive_0_unloads_and_ps_shows_it(app_and_registr
     r = http.post("/api/generate", json={"model": NAME, "keep_alive": "10m"})  # an empty prompt loads
     assert r.json()["done_reason"] == "load" and registry.leases[-1] == (NAME, 600.0)
     assert [m["model"] for m in http.get("/api/ps").json()["models"]] == [NAME]
+
+
+def test_the_api_key_guards_ollamas_routes_too(smollm2_path):
+    model = localinfer.load(str(smollm2_path), n_ctx=128)
+    with TestClient(create_app(model, model_name=NAME, api_key="sesame", parallel=1, ctx_size=128)) as http:
+        for method, path in (("GET", "/api/tags"), ("GET", "/api/ps"), ("POST", "/api/chat"), ("POST", "/api/show")):
+            r = http.request(method, path, json={"model": NAME})
+            assert r.status_code == 401 and set(r.json()) == {"error"}, (path, r.text)
+        r = http.get("/api/tags", headers={"Authorization": "Bearer sesame"})
+        assert r.status_code == 200 and [m["name"] for m in r.json()["models"]] == [NAME]
+        assert http.head("/").status_code == 200  # Ollama's clients probe the root: the chat page answers
