@@ -27,7 +27,7 @@ from . import api, embeddings as embedding_api, jobs
 from . import ollama_requests as oreq
 from . import ollama_shapes as shapes
 from ..batching.request import Cancelled
-from .openai_routes import _embed, read_json
+from .openai_routes import _closer, _embed, read_json  # as the OpenAI routes end a stream and run embeddings
 from .registry import UnknownModelError
 
 def routes() -> list[Route]:
@@ -83,9 +83,9 @@ async def _answer(request: Request, parse) -> Response:
     registry = request.app.state.registry
     if req.load_only and req.keep_alive == 0:
         return JSONResponse(shapes.load_answer(req.kind, registry.resolve(req.model), await _unload(registry, req.model)))
-    held = contextlib.AsyncExitStack()
+    held, leased = contextlib.AsyncExitStack(), time.perf_counter()
     served = await held.enter_async_context(registry.lease(req.model, req.keep_alive))
-    load_s, job = time.perf_counter() - started, None
+    load_s, job = time.perf_counter() - leased, None  # waiting for the model: its load, if it was not loaded
     try:
         if req.load_only:
             return JSONResponse(shapes.load_answer(req.kind, served.name, unloaded=False))
@@ -109,13 +109,6 @@ async def _unload(registry, name: str) -> bool:
     if await registry.unload(resolved):
         return True
     return not any(e.name == resolved and e.loaded for e in registry.entries())
-
-
-def _closer(job: api.Job, held: contextlib.AsyncExitStack):
-    async def close() -> None:
-        job.choices.cancel()
-        await held.aclose()
-    return close
 
 
 class LineStream(StreamingResponse):
@@ -180,8 +173,9 @@ async def _embeddings(request: Request, legacy: bool) -> Response:
     started = time.perf_counter()
     req = oreq.parse_embed(await read_json(request), legacy)
     config = request.app.state.config
+    leased = time.perf_counter()
     async with request.app.state.registry.lease(req.model, req.keep_alive) as served:
-        load_s = time.perf_counter() - started
+        load_s = time.perf_counter() - leased
         if req.openai is None:  # nothing to embed
             vectors, n_prompt = [], 0
         else:
