@@ -185,6 +185,18 @@ def test_malformed_bodies_are_400s_in_ollamas_shape(server, body):
     assert status == 400 and set(r) == {"error"} and r["error"], r
 
 
+def test_other_api_routes_answer_in_ollamas_shape(server, client):
+    status, headers, r = raw(server.url, "GET", "/api/chat")
+    assert status == 405 and headers["Allow"] == "POST" and "takes POST" in r["error"]
+    with pytest.raises(ollama.ResponseError) as e:
+        client.pull(NAME)
+    assert e.value.status_code == 501 and "does not pull" in e.value.error
+    status, _, r = raw(server.url, "DELETE", "/api/delete", {"model": NAME})
+    assert status == 501 and set(r) == {"error"}
+    status, _, r = raw(server.url, "GET", "/api/nothing/here")
+    assert status == 404 and r == {"error": "no route GET /api/nothing/here"}
+
+
 def _until(condition, timeout=30.0) -> bool:
     deadline = time.monotonic() + timeout
     while not condition():

@@ -30,12 +30,29 @@ from ..batching.request import Cancelled
 from .openai_routes import _closer, _embed, read_json  # as the OpenAI routes end a stream and run embeddings
 from .registry import UnknownModelError
 
+# Ollama's routes that manage its model store: this server serves the GGUF files it was started with
+MODEL_STORE = ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete", "/api/blobs")
+
+
 def routes() -> list[Route]:
-    """The routes create_app adds for Ollama's API."""
+    """The routes create_app adds for Ollama's API; any other /api/* is answered in Ollama's error
+    shape too (a 405 naming the method a route takes, a 501 for the model store, else a 404)."""
     table = [("/api/chat", chat, "POST"), ("/api/generate", generate, "POST"), ("/api/embed", embed, "POST"),
              ("/api/embeddings", embeddings, "POST"), ("/api/tags", tags, "GET"), ("/api/ps", ps, "GET"),
              ("/api/show", show, "POST"), ("/api/version", version, "GET")]
-    return [Route(path, _endpoint(handler), methods=[method]) for path, handler, method in table]
+    methods = {path: method for path, _, method in table}
+
+    async def elsewhere(request: Request) -> Response:
+        path = "/api/" + request.path_params["rest"].rstrip("/")  # under a mount too
+        if path in methods:
+            return _error(405, f"{path} takes {methods[path]}, not {request.method}", {"Allow": methods[path]})
+        if path.startswith(MODEL_STORE):
+            return _error(501, f"{path} is not supported: this server serves the model files it was started with "
+                               f"(GET /api/tags lists them); it does not pull, push, create, copy or delete models")
+        return _error(404, f"no route {request.method} {path[:200]}")
+
+    return [Route(path, _endpoint(handler), methods=[method]) for path, handler, method in table] + [
+        Route("/api/{rest:path}", _endpoint(elsewhere), methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"])]
 
 
 def _error(status: int, message: str, headers=None) -> JSONResponse:
