@@ -67,6 +67,19 @@ def test_async_client_streams_the_same_answer(server, client):
     assert "".join(p.message.content for p in parts) == whole.message.content and parts[-1].done
 
 
+def test_logprobs_are_the_openai_routes_whole_and_streamed(client, server):
+    r = client.chat(model=NAME, messages=HELLO, options=GREEDY, logprobs=True, top_logprobs=3, stream=False)
+    want = _openai_chat(server, HELLO, logprobs=True, top_logprobs=3)["choices"][0]["logprobs"]["content"]
+    assert len(r.logprobs) == len(want) > 0 and "".join(lp.token for lp in r.logprobs) == r.message.content
+    for got, w in zip(r.logprobs, want):
+        assert (got.token, got.logprob) == (w["token"], w["logprob"])
+        assert [(t.token, t.logprob) for t in got.top_logprobs] == [(t["token"], t["logprob"]) for t in w["top_logprobs"]]
+    parts = list(client.chat(model=NAME, messages=HELLO, options=GREEDY, logprobs=True, top_logprobs=3, stream=True))
+    assert [lp for p in parts for lp in p.logprobs or []] == list(r.logprobs)
+    g = client.generate(model=NAME, prompt="The capital of France is", raw=True, options=GREEDY, logprobs=True)
+    assert len(g.logprobs) == 12 and all(lp.top_logprobs == [] for lp in g.logprobs)
+
+
 def test_generate_templated_raw_and_streamed(client, server):
     templated = client.generate(model=NAME, prompt=HELLO[0]["content"], options=GREEDY)
     assert templated.response == _openai_chat(server, HELLO)["choices"][0]["message"]["content"]
@@ -164,6 +177,7 @@ def test_empty_requests_load_and_a_static_model_stays(client):
     (lambda c: c.chat(model=NAME, messages=HELLO, options={"num_ctx": 4096}), 400, "'options.num_ctx'"),
     (lambda c: c.chat(model=NAME, messages=HELLO, options={"mirostat": 2}), 400, "options.mirostat"),
     (lambda c: c.chat(model=NAME, messages=HELLO, think=True), 400, "'think'"),
+    (lambda c: c.chat(model=NAME, messages=HELLO, logprobs=True, top_logprobs=50), 400, "'top_logprobs'"),
     (lambda c: c.chat(model=NAME, messages=[{"role": "user", "content": "hi", "images": [b"\x89PNG"]}]), 400,
      "messages[0].images"),
     (lambda c: c.chat(model=NAME, messages=HELLO, keep_alive="soon"), 400, "'keep_alive'"),

@@ -40,7 +40,10 @@ def test_model_name_is_required_and_latest_is_the_name_itself():
 @pytest.mark.parametrize("body, field", [
     ({"messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]}, "messages[0].images"),
     ({"messages": HELLO, "think": True}, "'think'"),
-    ({"messages": HELLO, "logprobs": True}, "'logprobs'"),
+    ({"messages": HELLO, "top_logprobs": 2}, "'top_logprobs' needs 'logprobs': true"),
+    ({"messages": HELLO, "logprobs": True, "top_logprobs": 21}, "'top_logprobs'"),
+    ({"messages": HELLO, "logprobs": "yes"}, "'logprobs'"),
+    ({"messages": HELLO, "logprobs": True, "tools": [{"type": "function", "function": {"name": "f"}}]}, "'tools'"),
     ({"messages": HELLO, "options": {"mirostat": 2}}, "options.mirostat"),
     ({"messages": HELLO, "options": {"typical_p": 0.5}}, "options.typical_p"),
     ({"messages": HELLO, "options": {"warp_drive": 1}}, "options.warp_drive"),
@@ -97,6 +100,13 @@ def test_options_reach_the_engine_request(smollm2_model):
     assert (p.repeat_penalty, p.repeat_last_n, p.presence_penalty, p.frequency_penalty) == (1.2, 512, 0.5, 0.25)
     assert oreq.build_job(oreq.parse_chat({"model": "m", "messages": HELLO, "options": {"seed": -1}}),
                           smollm2_model, "m", 512).request.params.seed is None  # Ollama's "random"
+
+
+def test_logprobs_reach_the_engine_request(smollm2_model):
+    for req, n_top in ((oreq.parse_chat({"model": "m", "messages": HELLO, "logprobs": True, "top_logprobs": 3}), 3),
+                       (oreq.parse_generate({"model": "m", "prompt": "Hi", "raw": True, "logprobs": True}), 0),
+                       (oreq.parse_chat({"model": "m", "messages": HELLO}), None)):
+        assert req.n_top == n_top and oreq.build_job(req, smollm2_model, "m", 512).request.logprobs == n_top
 
 
 def test_no_num_predict_is_no_limit_and_num_ctx_bounds_the_answer(smollm2_model):

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..logprobs import MAX_TOP_LOGPROBS
 from . import api
 
 KEEP_ALIVE_FOREVER = -1.0  # the registry's "keep it loaded until the server stops", as Ollama's negative values
@@ -180,10 +181,22 @@ class OllamaRequest:
     openai: dict | None  # the equivalent OpenAI body; None: an empty request, which only loads or unloads
     num_ctx: int | None  # the context the client asked for (at most the slot's)
     names: dict  # OpenAI field -> this API's, for errors
+    n_top: int | None = None  # logprobs: None, or the alternatives shown per token
 
     @property
     def load_only(self) -> bool:
         return self.openai is None
+
+
+def _logprobs(body: dict) -> int | None:
+    """None: no logprobs; n: each token's logprob and its n likeliest alternatives."""
+    want = _boolean(body, "logprobs", False)
+    top = body.get("top_logprobs")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise bad(f"'top_logprobs' must be an integer between 0 and {MAX_TOP_LOGPROBS}, got {str(top)[:40]}")
+    if top and not want:
+        raise bad("'top_logprobs' needs 'logprobs': true")
+    return (top or 0) if want else None
 
 
 def _common(body: dict, kind: str) -> tuple[str, float | None, bool, dict, int | None, dict]:
@@ -192,9 +205,6 @@ def _common(body: dict, kind: str) -> tuple[str, float | None, bool, dict, int |
     name, keep_alive = model_name(body), parse_keep_alive(body.get("keep_alive"))
     stream = _boolean(body, "stream", True)  # Ollama streams unless told not to
     _refuse(body, "think", "none of its models' answers carry separate thinking")
-    _refuse(body, "logprobs", "Ollama's logprobs are not implemented here (the OpenAI routes have them)")
-    _refuse(body, "top_logprobs", "Ollama's logprobs are not implemented here (the OpenAI routes have them)",
-            (None, 0))
     fields, num_ctx, names = _sampling(body.get("options"))
     fmt = _format(body.get("format"))
     if fmt is not None:
@@ -229,7 +239,7 @@ def parse_generate(body: dict) -> OllamaRequest:
         openai = {**fields, "messages": ([{"role": "system", "content": system}] if system else [])
                   + [{"role": "user", "content": prompt}]}
         names["messages"] = "prompt"
-    return OllamaRequest("generate", name, keep_alive, stream, openai, num_ctx, names)
+    return OllamaRequest("generate", name, keep_alive, stream, openai, num_ctx, names, _logprobs(body))
 
 
 def parse_chat(body: dict) -> OllamaRequest:
@@ -239,12 +249,15 @@ def parse_chat(body: dict) -> OllamaRequest:
         return OllamaRequest("chat", name, keep_alive, stream, None, num_ctx, names)
     if not isinstance(messages, list):
         raise bad("'messages' must be a list of {'role': ..., 'content': ...} objects")
-    tools = body.get("tools")
+    tools, n_top = body.get("tools"), _logprobs(body)
     if tools not in (None, []):
+        if n_top is not None:
+            raise bad("'logprobs' cannot be combined with 'tools' (tool calls carry no logprobs)")
         fields["tools"] = tools
     openai_messages = [_message(i, m) for i, m in enumerate(messages)]
     _link_tool_results(openai_messages)
-    return OllamaRequest("chat", name, keep_alive, stream, {**fields, "messages": openai_messages}, num_ctx, names)
+    return OllamaRequest("chat", name, keep_alive, stream, {**fields, "messages": openai_messages}, num_ctx, names,
+                         n_top)
 
 
 def _message(i: int, m: Any) -> dict:
@@ -316,6 +329,7 @@ def build_job(request: OllamaRequest, model, served_name: str, n_ctx: int) -> ap
     except api.ApiError as e:
         raise renamed(e, request.names) from None
     for r in job.choices.requests:
+        r.logprobs = request.n_top  # shaped by ollama_shapes (Ollama's shape is neither OpenAI route's)
         if "max_tokens" not in body:  # Ollama's default is no limit (the completions route's is 16 tokens)
             r.max_tokens = None
         if request.num_ctx is not None:  # the answer ends where the client's context would be full

@@ -108,7 +108,8 @@ async def _answer(request: Request, parse) -> Response:
             return JSONResponse(shapes.load_answer(req.kind, served.name, unloaded=False))
         job = await run_in_threadpool(oreq.build_job, req, served.model, served.name, served.engine.n_ctx)
         jobs.submit(served.engine, job.choices)
-        shaper = shapes.AnswerShaper(req.kind, served.name, started, load_s, job.tools)
+        shaper = shapes.AnswerShaper(req.kind, served.name, started, load_s, job.tools,
+                                     served.model.tokenizer if req.n_top is not None else None)
         if req.stream:
             response = LineStream(_lines(job, shaper), on_close=_closer(job, held.pop_all()))
             job = None  # the stream's now
@@ -152,7 +153,7 @@ async def _lines(job: api.Job, shaper: shapes.AnswerShaper):
     try:
         async for _, chunk in jobs.choice_events(job.choices):
             n += len(chunk.tokens)
-            for line in shaper.pieces(chunk.text, finished=chunk.finish_reason is not None):
+            for line in shaper.pieces(chunk.text, chunk.finish_reason is not None, chunk.logprobs):
                 yield _line(line)
             if chunk.finish_reason:
                 yield _line(shaper.last(chunk.finish_reason, job.request, n))
@@ -163,13 +164,14 @@ async def _lines(job: api.Job, shaper: shapes.AnswerShaper):
 
 
 async def _whole(job: api.Job, shaper: shapes.AnswerShaper) -> dict:
-    text, n = [], 0
+    text, n, logprobs = [], 0, []
     try:
         async for _, chunk in jobs.choice_events(job.choices):
             text.append(chunk.text)
+            logprobs.extend(chunk.logprobs or [])
             n += len(chunk.tokens)
             if chunk.finish_reason:
-                return shaper.whole("".join(text), chunk.finish_reason, job.request, n)
+                return shaper.whole("".join(text), chunk.finish_reason, job.request, n, logprobs)
     except Cancelled:
         raise jobs.ClientGone() from None
     except Exception as e:

@@ -7,7 +7,9 @@ load_duration (waiting for the model), prompt_eval_count/_duration (the prompt's
 prefill), eval_count/eval_duration (the answer's tokens; the duration is the decoding passes after
 the first token, which comes out of the prompt's pass). `context` (a token list to continue
 from) is left out: a continuation sends its text. Tool calls are Ollama's
-{"function": {"name", "arguments": {...}}}, streamed in one line each once complete.
+{"function": {"name", "arguments": {...}}}, streamed in one line each once complete. Logprobs, when
+asked for, are each line's tokens' as the OpenAI chat route writes them: token, logprob, bytes and
+top_logprobs.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import gguf
 from ..batching.request import SamplingParams
 from ..chat.template import template_for
 from ..gguf_file import GGUFFile
+from .choices import LogprobFormat
 from . import tool_calls
 
 DONE_REASON = {"stop": "stop", "length": "length", "context_full": "length"}
@@ -43,8 +46,10 @@ class AnswerShaper:
     """The Ollama objects of one /api/chat or /api/generate answer. started: time.perf_counter()
     when the request arrived; load_s: seconds it waited for its model."""
 
-    def __init__(self, kind: str, model_name: str, started: float, load_s: float, tools=None):
+    def __init__(self, kind: str, model_name: str, started: float, load_s: float, tools=None, tokenizer=None):
+        """tools: the job's ToolSetup, when tools are on offer; tokenizer: to write logprobs, when asked for."""
         self.kind, self.model_name, self.started, self.load_s = kind, model_name, started, load_s
+        self.logprobs = LogprobFormat(tokenizer, "chat") if tokenizer is not None else None
         self.tools = tool_calls.ToolAnswer(tools) if tools is not None else None
         self.calls: list[dict] = []  # OpenAI-shaped calls as their deltas arrive (tools on offer)
         self.n_sent = 0  # of self.calls, those already streamed
@@ -87,11 +92,20 @@ class AnswerShaper:
                 out.append({"function": {"name": c["name"], "arguments": arguments}})
         return out
 
-    def pieces(self, text: str, finished: bool = False) -> list[dict]:
-        """The stream lines for generated text (the finishing line apart): its content, and the
-        tool calls that are complete (the ones before the last, or all of them once `finished`)."""
-        content = self._read(text, finished)
-        lines = [{**self._head(), **self._content(content), "done": False}] if content else []
+    def _logprobs(self, entries) -> dict:
+        """Ollama's "logprobs": per token its string, logprob, bytes and top_logprobs (as the OpenAI
+        chat route's content entries; the end-of-generation token left out)."""
+        if self.logprobs is None:
+            return {}
+        return {"logprobs": self.logprobs.format(entries or [])["content"]}
+
+    def pieces(self, text: str, finished: bool = False, logprobs=None) -> list[dict]:
+        """The stream lines for generated text (the finishing line apart): its content (with its
+        tokens' logprobs, when asked for), and the tool calls that are complete (the ones before
+        the last, or all of them once `finished`)."""
+        content, scored = self._read(text, finished), self._logprobs(logprobs)
+        lines = ([{**self._head(), **self._content(content), **scored, "done": False}]
+                 if content or scored.get("logprobs") else [])
         complete = len(self.calls) if finished else max(len(self.calls) - 1, self.n_sent)
         if complete > self.n_sent:
             calls = self._ollama_calls(self.calls[self.n_sent:complete])
@@ -110,10 +124,10 @@ class AnswerShaper:
         """A stream's last line: no content, the done_reason and the timings."""
         return {**self._head(), **self._content(""), **self._stats(finish, request, n_generated)}
 
-    def whole(self, text: str, finish: str, request, n_generated: int) -> dict:
-        """A whole answer ("stream": false)."""
+    def whole(self, text: str, finish: str, request, n_generated: int, logprobs=None) -> dict:
+        """A whole answer ("stream": false); logprobs: its tokens' TokenLogprobs, when asked for."""
         content = self._read(text, finished=True)
-        return {**self._head(), **self._content(content, self._ollama_calls(self.calls)),
+        return {**self._head(), **self._content(content, self._ollama_calls(self.calls)), **self._logprobs(logprobs),
                 **self._stats(finish, request, n_generated)}
 
 
