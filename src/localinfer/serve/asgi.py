@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import api, openai_routes, webui
+from . import api, ollama_routes, openai_routes, webui
 from .config import ServerConfig
 from .jobs import ClientGone
 from .limits import BodyLimits
@@ -69,7 +69,7 @@ def create_app(registry_or_model, config: ServerConfig | None = None, **options:
         finally:  # off the loop: closing an engine waits for its thread's step
             await asyncio.get_running_loop().run_in_executor(None, registry.close)
 
-    app = Starlette(routes=_routes(), lifespan=lifespan,
+    app = Starlette(routes=_routes() + ollama_routes.routes(), lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error, api.ApiError: _api_error},
                     middleware=[Middleware(BodyLimits, max_body=config.max_body, body_timeout=config.body_timeout,
                                            io_timeout=config.io_timeout)])

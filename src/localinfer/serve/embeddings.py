@@ -28,14 +28,16 @@ MAX_TOTAL_TOKENS = 300_000  # and on their tokens together: bounds the work one 
 class EmbeddingJob:
     """A validated request: its token lists, then (after run) its vectors and the answer."""
 
-    def __init__(self, token_lists: list[list[int]], pooling: str, as_base64: bool, model_name: str):
+    def __init__(self, token_lists: list[list[int]], pooling: str, as_base64: bool, model_name: str,
+                 normalize: bool = True):
         self.token_lists, self.pooling, self.as_base64, self.model_name = token_lists, pooling, as_base64, model_name
+        self.normalize = normalize  # L2: what OpenAI's and Ollama's /api/embed return; Ollama's legacy route does not
         self.vectors: list[np.ndarray | None] = [None] * len(token_lists)
 
     def run(self, model, n_batch: int = DEFAULT_N_BATCH) -> Iterator[None]:
         """One step per forward pass (under the model's lock): stop iterating to give up."""
         model._check_open()
-        for finished in embed_passes(model.serialized, self.token_lists, self.pooling, True, n_batch,
+        for finished in embed_passes(model.serialized, self.token_lists, self.pooling, self.normalize, n_batch,
                                      model.kv_dtype):
             for i, v in finished:
                 self.vectors[i] = v
