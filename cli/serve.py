@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .common import cache_type_options, load_model, set_threads, speculative_options
+from .serve_ray import ray_options, serve_ray
 
 
 @click.command()
@@ -37,12 +38,18 @@ from .common import cache_type_options, load_model, set_threads, speculative_opt
 @click.option("-v", "--verbose", is_flag=True, help="Log every HTTP request.")
 @click.option("--pooling", type=click.Choice(["mean", "last", "cls"]), default=None,
               help="How /v1/embeddings pools the final hidden states (default: the file's pooling_type, else mean).")
+@ray_options
 @speculative_options
 @cache_type_options
 def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body, io_timeout,
-          threads, verbose, pooling, prefix_cache_dir, prefix_cache_dir_mib, speculative, cache_type_k, cache_type_v):
+          threads, verbose, pooling, prefix_cache_dir, prefix_cache_dir_mib, speculative, cache_type_k, cache_type_v,
+          ray):
     """Serve MODEL (a catalog name or a .gguf path) over the OpenAI API:
     /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics."""
+    if ray is not None:
+        return serve_ray(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body,
+                         io_timeout, threads, pooling, prefix_cache_dir, prefix_cache_dir_mib, speculative,
+                         cache_type_k, cache_type_v, ray)
     set_threads(threads)
     from localinfer.serve.app import make_server
 
