@@ -69,7 +69,8 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
         server = make_server(llm, name, host, port, parallel, ctx_size, max_queue, prefix_cache_mib,
                              api_key=api_key, max_body=max_body, io_timeout=io_timeout, verbose=verbose,
                              pooling=pooling, prefix_cache_dir=prefix_cache_dir,
-                             prefix_cache_dir_mib=prefix_cache_dir_mib)
+                             prefix_cache_dir_mib=prefix_cache_dir_mib,
+                             on_stop=lambda: click.echo("\nlocalinfer: stopping", err=True))
     except ValueError as e:
         raise click.ClickException(str(e))
     except OSError as e:
@@ -77,14 +78,16 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
     click.echo(f"localinfer: serving '{name}' at {server.url}/v1 ({parallel} slots of {server.engine.n_ctx} "
                f"tokens, queue {max_queue}{', API key required' if api_key else ''}); Ctrl-C stops", err=True)
     click.echo(f"localinfer: chat in a browser at {server.url}/", err=True)
-    signal.signal(signal.SIGTERM, _stop)  # how service managers stop a server: as Ctrl-C does
+    # uvicorn takes SIGINT and SIGTERM (how service managers stop a server) while it serves, shuts
+    # down gracefully, then raises the signal again with these handlers back: both end here
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     try:
-        server.serve_forever(poll_interval=0.2)
+        server.serve_forever()
     except KeyboardInterrupt:
-        click.echo("\nlocalinfer: stopping", err=True)
+        pass
     finally:
-        server.server_close()
-        server.engine.close()
+        server.socket.close()
 
 
 def _stop(signum, frame):

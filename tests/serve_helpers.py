@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 
 def raw(url: str, method: str, path: str, body=None, headers=None, timeout: float = 60):
-    """-> (status, headers, parsed JSON or text)."""
+    """-> (status, headers (names case-insensitive, as HTTP's are), parsed JSON or text)."""
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
     try:
@@ -21,7 +21,7 @@ def raw(url: str, method: str, path: str, body=None, headers=None, timeout: floa
             payload = json.loads(text)
         except json.JSONDecodeError:
             payload = text
-        return r.status, dict(r.getheaders()), payload
+        return r.status, r.headers, payload
     finally:
         conn.close()
 
@@ -44,3 +44,15 @@ def wait_idle(url: str, timeout: float = 20.0) -> dict:
         if state["slots_busy"] == 0 and state["queue_length"] == 0 or time.monotonic() > deadline:
             return state
         time.sleep(0.05)
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """The value of the sample `name` (e.g. localinfer_requests_total) in a /metrics text whose labels
+    include `labels`, read with prometheus_client's parser (how Prometheus reads it, whatever the
+    number formatting); KeyError when there is none."""
+    from prometheus_client.parser import text_string_to_metric_families
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    raise KeyError(f"no sample {name} {labels} in the metrics")

@@ -14,7 +14,7 @@ from localinfer.kv_cache import KVCache
 from localinfer.serve.app import BackgroundServer
 from localinfer.state_file import MAGIC
 
-from serve_helpers import raw
+from serve_helpers import metric, raw
 
 SYSTEM = ("You are the assistant of a small bakery. Answer questions about bread, opening hours and "
           "prices politely and briefly. ") * 30  # past gemma3's ring (576 positions)
@@ -38,7 +38,7 @@ def _ask(model, user: str, folder=None, **options):
         _, _, metrics = raw(s.url, "GET", "/metrics")
         state = s.engine.state()
     cached = out["usage"]["prompt_tokens_details"]["cached_tokens"]
-    assert f"localinfer_prompt_tokens_cached_total {cached}" in metrics
+    assert metric(metrics, "localinfer_prompt_tokens_cached_total") == cached
     return out["choices"][0]["message"]["content"], cached, out["usage"]["prompt_tokens"], state
 
 

@@ -12,7 +12,7 @@ import pytest
 import localinfer
 from localinfer.serve.app import BackgroundServer
 
-from serve_helpers import connect, post_bytes, raw, wait_idle
+from serve_helpers import connect, metric, post_bytes, raw, wait_idle
 
 COUNTING = {"model": "smollm2", "prompt": "1, 2, 3, 4, 5, 6,", "temperature": 0}
 
@@ -135,7 +135,7 @@ def _exchange(url, data: bytes) -> bytes:
 def _one_error(reply: bytes, status: int, needle: str) -> dict:
     head, _, payload = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 %d " % status), reply
-    assert b"\r\nConnection: close" in head, head
+    assert b"\r\nconnection: close" in head.lower(), head
     assert reply.count(b"HTTP/1.1 ") == 1, reply  # nothing after it was read as a request
     err = json.loads(payload)["error"]
     assert set(err) == {"message", "type", "param", "code"} and needle in err["message"], err
@@ -148,23 +148,25 @@ def test_ambiguous_framing_is_refused_and_the_connection_closed(server, baseline
     n = len(body)
     # behind each body, a request a proxy that framed it differently would not have seen
     smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    # the HTTP parser (llhttp) refuses each of these itself, before the app sees the request
     for headers, status, needle in [
-        (f"Content-Length: {n}\r\nContent-Length: {n}\r\n", 400, "2 Content-Length headers"),
-        (f"Content-Length: {n}\r\nContent-Length: 5\r\n", 400, "2 Content-Length headers"),
-        (f"Content-Length: 5\r\nContent-Length: {n}\r\n", 400, "2 Content-Length headers"),
-        (f"Content-Length: {n}, {n}\r\n", 400, "not a number of bytes"),
-        (f"Content-Length: +{n}\r\n", 400, "not a number of bytes"),
-        (f"Content-Length: {n // 10}_{n % 10}\r\n", 400, "not a number of bytes"),
-        (f"Content-Length: {n}\r\nTransfer-Encoding: chunked\r\n", 411, "Content-Length"),
-        (f"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\nContent-Length: {n}\r\n", 411,
-         "Content-Length"),
+        (f"Content-Length: {n}\r\nContent-Length: {n}\r\n", 400, "Duplicate Content-Length"),
+        (f"Content-Length: {n}\r\nContent-Length: 5\r\n", 400, "Duplicate Content-Length"),
+        (f"Content-Length: 5\r\nContent-Length: {n}\r\n", 400, "Duplicate Content-Length"),
+        (f"Content-Length: {n}, {n}\r\n", 400, "Invalid character in Content-Length"),
+        (f"Content-Length: +{n}\r\n", 400, "Invalid character in Content-Length"),
+        (f"Content-Length: {n // 10}_{n % 10}\r\n", 400, "Invalid character in Content-Length"),
+        (f"Content-Length: {n}\r\nTransfer-Encoding: chunked\r\n", 400,
+         "Transfer-Encoding can't be present with Content-Length"),
+        (f"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\nContent-Length: {n}\r\n", 400,
+         "Transfer-Encoding"),
     ]:
         request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                    + headers.encode() + b"\r\n" + body + smuggled)
         _one_error(_exchange(u, request), status, needle)
     # a GET is held to the same framing
     _one_error(_exchange(u, b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"),
-               400, "2 Content-Length headers")
+               400, "Duplicate Content-Length")
     # leading zeros are still one length, and a single well-formed one is served on a kept-alive connection
     reply = _exchange(u, post_bytes("/v1/completions", body).replace(b"Content-Length: ", b"Content-Length: 00")
                       + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -182,7 +184,7 @@ def test_a_body_answered_before_it_is_read_closes_the_connection(server, baselin
         reply = _exchange(u, f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(inner)}\r\n\r\n".encode()
                           + inner)
         assert reply.startswith(b"HTTP/1.1 %d " % status) and reply.count(b"HTTP/1.1 ") == 1, reply
-        assert b"\r\nConnection: close" in reply.partition(b"\r\n\r\n")[0]
+        assert b"\r\nconnection: close" in reply.partition(b"\r\n\r\n")[0].lower()
     assert _answer(u, seed=13) == baseline
 
 
@@ -280,7 +282,7 @@ def test_a_full_queue_answers_503_with_retry_after(server):
     for s in running + [waiting]:
         s.close()
     metrics = raw(u, "GET", "/metrics")[2]
-    assert "localinfer_requests_total{status=\"rejected\"} 1\n" in metrics, metrics
+    assert metric(metrics, "localinfer_requests_total", status="rejected") == 1, metrics
 
 
 def test_afterwards_a_normal_request_is_answered_correctly_and_nothing_leaked(server, baseline):

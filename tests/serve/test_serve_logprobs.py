@@ -5,7 +5,6 @@ request running alone, so the same bits), streamed and whole alike; the echoed p
 rows of Model.logits (logprobs.py)."""
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import openai
@@ -15,7 +14,7 @@ import localinfer
 from localinfer.logprobs import log_softmax
 from localinfer.serve.app import BackgroundServer
 
-from serve_helpers import raw
+from serve_helpers import metric, raw
 
 NAME = "smollm2"
 HELLO = [{"role": "user", "content": "What is the capital of France?"}]
@@ -41,7 +40,7 @@ def client(server):
 
 def _counter(server, name: str) -> int:
     text = raw(server.url, "GET", "/metrics")[2]
-    return int(re.search(rf"^localinfer_{name} (\d+)$", text, re.M).group(1))
+    return int(metric(text, f"localinfer_{name}"))
 
 
 def _library(model, prompt_tokens, n_top, **kw):

@@ -3,7 +3,6 @@ counts them, answers are those of plain decoding (greedy), with a grammar too; t
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 from click.testing import CliRunner
@@ -12,7 +11,7 @@ import localinfer
 from localinfer.cli.main import main
 from localinfer.serve.app import BackgroundServer
 
-from serve_helpers import raw
+from serve_helpers import metric, raw
 
 LIST_PROMPT = "Copy this list exactly: " + ", ".join(f"apple {i}" for i in range(12))
 
@@ -27,7 +26,7 @@ def models(smollm2_path):
 
 
 def _counter(text: str, name: str) -> int:
-    return int(re.search(rf"^localinfer_{name} (\d+)$", text, re.M).group(1))
+    return int(metric(text, f"localinfer_{name}"))
 
 
 def _complete(url, prompt, **extra):

@@ -14,7 +14,7 @@ from (seed, i), so with a fixed seed the choices differ yet repeat.
 from __future__ import annotations
 
 import queue
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -37,9 +37,13 @@ class ChoiceRequest(Request):
     """A Request whose chunks go to its group's queue, tagged with its index."""
     index: int = 0
     sink: queue.Queue | None = None
+    group: "Choices | None" = field(default=None, repr=False, compare=False)
 
     def put(self, item) -> None:
         self.sink.put((self.index, item))
+        on_put = self.group._on_put if self.group is not None else None
+        if on_put is not None:
+            on_put()
 
     def next_chunk(self, timeout: float | None = None):
         raise TypeError("a choice's chunks arrive on its group's queue: read them with Choices.next_event")
@@ -51,8 +55,9 @@ class Choices:
         if not 1 <= n <= MAX_CHOICES:
             raise ValueError(f"n must be between 1 and {MAX_CHOICES}, got {n}")
         self.events: queue.Queue = queue.Queue()
+        self._on_put = None  # set by an asyncio reader (serve/jobs.py): called on the engine thread after each put
         self.requests = [ChoiceRequest(list(prompt), max_tokens, stop, replace(params, seed=choice_seed(params.seed, i)),
-                                       grammar=grammar, logprobs=logprobs, index=i, sink=self.events)
+                                       grammar=grammar, logprobs=logprobs, index=i, sink=self.events, group=self)
                          for i in range(n)]
 
     def next_event(self, timeout: float | None = None):
@@ -61,6 +66,24 @@ class Choices:
         if isinstance(item, BaseException):
             raise item
         return index, item
+
+    def poll_event(self):
+        """(choice index, GenerationChunk) if one is waiting, else None (never blocks); raises a choice's error."""
+        try:
+            index, item = self.events.get_nowait()
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        return index, item
+
+    def on_put(self, callback) -> None:
+        """Calls `callback()` on the engine thread whenever any choice's chunk arrives (so it must only
+        schedule work: asyncio's loop.call_soon_threadsafe); once now too, for any already waiting.
+        None stops the calls. As Request.on_put, for the group's one queue."""
+        self._on_put = callback
+        if callback is not None:
+            callback()
 
     def cancel(self) -> None:
         for r in self.requests:

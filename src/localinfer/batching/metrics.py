@@ -1,4 +1,4 @@
-"""Counters and histograms of the server, written as Prometheus text (exposition format 0.0.4).
+"""Counters and histograms of the engine (serve/prometheus.py exposes them to Prometheus).
 
     localinfer_requests_total{status=...}     completed, failed, cancelled, rejected (queue full)
     localinfer_prompt_tokens_total, localinfer_prompt_tokens_cached_total, localinfer_generated_tokens_total
@@ -78,28 +78,12 @@ class Metrics:
     def observe_batch(self, n: int) -> None:
         self.observe("batch_size", n)
 
-    def render(self, state: dict, prefix: str = "localinfer_") -> str:
-        lines = []
+    def snapshot(self) -> tuple[dict[str, int], dict[str, Histogram]]:
+        """Copies of the counters and histograms, consistent with each other (what a scrape reports)."""
         with self._lock:
-            seen = set()
-            for key, (name, label, help_) in COUNTERS.items():
-                if name not in seen:
-                    seen.add(name)
-                    lines += [f"# HELP {prefix}{name} {help_}", f"# TYPE {prefix}{name} counter"]
-                lines.append(f"{prefix}{name}{'{' + label + '}' if label else ''} {self.counters[key]}")
+            hists = {}
             for name, h in self.histograms.items():
-                lines += [f"# HELP {prefix}{name} {HISTOGRAMS[name][1]}", f"# TYPE {prefix}{name} histogram"]
-                cumulative = 0
-                for bound, c in zip(self.bounds_with_inf(h), h.counts):
-                    cumulative += c
-                    lines.append(f'{prefix}{name}_bucket{{le="{bound}"}} {cumulative}')
-                lines += [f"{prefix}{name}_sum {h.sum:.6g}", f"{prefix}{name}_count {h.n}"]
-        for key, help_ in GAUGES.items():
-            if key in state and state[key] is not None:
-                lines += [f"# HELP {prefix}{key} {help_}", f"# TYPE {prefix}{key} gauge",
-                          f"{prefix}{key} {state[key]}"]
-        return "\n".join(lines) + "\n"
-
-    @staticmethod
-    def bounds_with_inf(h: Histogram) -> list[str]:
-        return [format(b, "g") for b in h.bounds] + ["+Inf"]
+                c = Histogram(h.bounds)
+                c.counts, c.sum, c.n = list(h.counts), h.sum, h.n
+                hists[name] = c
+            return dict(self.counters), hists

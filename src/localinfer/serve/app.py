@@ -1,27 +1,83 @@
-"""Putting a server together: a loaded Model, an Engine over it, and the HTTP server."""
+"""Putting a server together: a loaded Model, an Engine over it, the ASGI app, and uvicorn.
+
+    server = make_server(model, "smollm2", port=8080)   # bound, not serving yet: server.url is known
+    server.serve_forever()                              # until SIGINT/SIGTERM: graceful shutdown
+    with BackgroundServer(model, "smollm2", port=0) as s: ...   # in a thread (tests, benchmarks)
+"""
 from __future__ import annotations
 
+import logging
+import socket
 import threading
 
+import uvicorn
+
 from ..batching.engine import Engine
-from .http import Server, ServerConfig
-from .registry import EngineOptions, start_engine
+from .asgi import create_app
+from .config import ServerConfig
+from .protocol import BoundedHttpToolsProtocol
+
+
+class LocalServer(uvicorn.Server):
+    """uvicorn's Server over a socket bound up front, with the served model at hand."""
+
+    def __init__(self, app, sock: socket.socket, on_stop=None):
+        config: ServerConfig = app.state.config
+        protocol = type("Protocol", (BoundedHttpToolsProtocol,), {"header_timeout": config.io_timeout})
+        super().__init__(uvicorn.Config(
+            app, http=protocol, lifespan="on", access_log=config.verbose,
+            log_level=logging.INFO if config.verbose else logging.WARNING,
+            timeout_keep_alive=max(1, round(config.io_timeout)),
+            timeout_graceful_shutdown=config.shutdown_timeout, server_header=False,
+            headers=[("server", "localinfer")]))
+        self.app, self.socket, self.on_stop = app, sock, on_stop
+
+    @property
+    def url(self) -> str:
+        host, port = self.socket.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def registry(self):
+        return self.app.state.registry
+
+    @property
+    def model(self):
+        return self.registry.served.model
+
+    @property
+    def engine(self) -> Engine:
+        return self.registry.served.engine
+
+    def serve_forever(self) -> None:
+        """Serves until SIGINT or SIGTERM (or should_exit): running requests get shutdown_timeout
+        seconds to finish, then the app's lifespan closes the engine."""
+        self.run(sockets=[self.socket])
+
+    def handle_exit(self, sig, frame) -> None:
+        if not self.should_exit and self.on_stop is not None:
+            self.on_stop()
+        super().handle_exit(sig, frame)
 
 
 def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 8080, parallel: int = 4,
                 ctx_size: int | None = None, max_queue: int = 64, prefix_cache_mib: int = 256,
                 prefill_chunk: int = 512, prefix_cache_dir: str | None = None, prefix_cache_dir_mib: int = 4096,
-                **config) -> Server:
+                on_stop=None, **config) -> LocalServer:
     """A bound (not yet serving) server. ctx_size: tokens of each slot's context (prompt + answer),
     the model's n_ctx when None. prefix_cache_dir: a folder backing the prefix cache across restarts.
-    config: ServerConfig fields (api_key, max_body, io_timeout ...)."""
-    engine = start_engine(model, EngineOptions(parallel, ctx_size, max_queue, prefix_cache_mib, prefill_chunk,
-                                               prefix_cache_dir, prefix_cache_dir_mib))
+    config: ServerConfig fields (api_key, max_body, io_timeout ...). on_stop: called when a signal
+    starts the shutdown."""
+    sock = socket.create_server((host, port), backlog=2048)  # OSError when the address is taken
     try:
-        return Server((host, port), model, engine, ServerConfig(model_name=model_name, **config))
+        app = create_app(model, ServerConfig(**config), model_name=model_name, parallel=parallel,
+                         ctx_size=ctx_size, max_queue=max_queue, prefix_cache_mib=prefix_cache_mib,
+                         prefill_chunk=prefill_chunk, prefix_cache_dir=prefix_cache_dir,
+                         prefix_cache_dir_mib=prefix_cache_dir_mib)
     except BaseException:
-        engine.close()
+        sock.close()
         raise
+    return LocalServer(app, sock, on_stop)
 
 
 class BackgroundServer:
@@ -29,8 +85,7 @@ class BackgroundServer:
 
     def __init__(self, *args, **kwargs):
         self.server = make_server(*args, **kwargs)
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
-                                       name="localinfer-http", daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="localinfer-http", daemon=True)
 
     @property
     def url(self) -> str:
@@ -42,13 +97,20 @@ class BackgroundServer:
 
     def __enter__(self):
         self.thread.start()
+        while not self.server.started:  # the lifespan has run; the socket was listening already
+            if not self.thread.is_alive():
+                raise RuntimeError("the server stopped while starting")
+            self.thread.join(0.01)
         return self
 
     def __exit__(self, *exc):
         self.close()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.server.engine.close()
-        self.thread.join(timeout=10)
+        """Stops serving (graceful: running requests get shutdown_timeout seconds) and closes the engine."""
+        if self.thread.is_alive():
+            self.server.should_exit = True
+            self.thread.join(timeout=60)
+        else:  # never started: nothing ran the lifespan
+            self.server.registry.close()
+        self.server.socket.close()

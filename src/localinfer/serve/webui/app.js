@@ -29,7 +29,7 @@ async function errorText(response) {
 
 async function loadProps() {
   try {
-    const r = await fetch("/props", { headers: requestHeaders() });
+    const r = await fetch("props", { headers: requestHeaders() });
     if (!r.ok) throw new Error(await errorText(r));
     const p = await r.json();
     $("model-name").textContent = p.model;
@@ -111,7 +111,7 @@ async function send(text) {
   const started = performance.now();
   let first = 0, last = 0, chunks = 0, usage = null, finish = null, content = "";
   try {
-    const r = await fetch("/v1/chat/completions", {
+    const r = await fetch("v1/chat/completions", {
       method: "POST", headers: requestHeaders(), body: JSON.stringify(body), signal: running.signal,
     });
     if (!r.ok) throw new Error(await errorText(r));

@@ -1,0 +1,94 @@
+"""Running a validated job's requests on a batching engine from an asyncio event loop.
+
+    submit(engine, job.choices)                     # 503 / 400 as ApiError; never blocks
+    async for index, chunk in choice_events(job.choices): ...
+    result = await unless_disconnected(receive, coroutine)
+
+The engine's thread puts each chunk on the choices' queue and wakes the loop through
+loop.call_soon_threadsafe; the loop never waits on a thread. Leaving `choice_events` early (a
+client gone, the task cancelled, an error) cancels every choice's request, so the engine frees their
+slots at its next step.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator, Awaitable, Callable
+
+from ..batching.engine import Engine, EngineClosedError, QueueFullError
+from ..batching.fork import Choices
+from ..generate import GenerationChunk
+from ..kv_cache import ContextFullError
+from .api import ApiError, bad
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was complete."""
+
+
+def submit(engine: Engine, choices: Choices) -> None:
+    """Queues the choices' requests on the engine, or raises the ApiError a client should see."""
+    requests = choices.requests
+    if len(requests) > len(engine.slots):
+        raise bad(f"'n' is {len(requests)}, but this server decodes at most {len(engine.slots)} sequences "
+                  f"at once (--parallel)", "n")
+    try:
+        engine.submit(requests[0]) if len(requests) == 1 else engine.submit_group(requests)
+    except QueueFullError as e:
+        raise ApiError(503, str(e), "server_error", code="server_busy", headers={"Retry-After": "1"}) from None
+    except EngineClosedError as e:
+        raise ApiError(503, str(e), "server_error", code="shutting_down") from None
+    except ContextFullError as e:
+        raise bad(str(e), code="context_length_exceeded") from None
+
+
+async def choice_events(choices: Choices) -> AsyncIterator[tuple[int, GenerationChunk]]:
+    """(choice index, chunk) as the engine delivers them, until every choice has finished; raises a
+    choice's error (batching.request.Cancelled when the request was cancelled elsewhere)."""
+    loop = asyncio.get_running_loop()
+    arrived = asyncio.Event()
+
+    def wake() -> None:  # on the engine thread
+        try:
+            loop.call_soon_threadsafe(arrived.set)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits any more
+
+    left = len(choices.requests)
+    choices.on_put(wake)
+    try:
+        while left:
+            # cleared before polling: a chunk put after the poll schedules a set() that runs after
+            # this clear (both on the loop's thread), so no wake-up is lost
+            arrived.clear()
+            event = choices.poll_event()
+            if event is None:
+                await arrived.wait()
+                continue
+            if event[1].finish_reason:
+                left -= 1
+            yield event
+    finally:
+        choices.on_put(None)
+        choices.cancel()  # a no-op for the choices that finished
+
+
+async def wait_for_disconnect(receive: Callable[[], Awaitable[dict]]) -> None:
+    """Returns when the client has gone (ASGI's http.disconnect); call after the body is read."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(receive: Callable[[], Awaitable[dict]], work: Awaitable):
+    """work's result; if the client disconnects first, work is cancelled and ClientGone raised."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(wait_for_disconnect(receive))
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)  # its finally blocks (cancelling requests) have run
+    if not task.done() or task.cancelled():
+        raise ClientGone()
+    return task.result()
