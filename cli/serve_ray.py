@@ -67,7 +67,7 @@ def serve_ray(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib
                        options=EngineOptions(parallel, ctx_size, max_queue, prefix_cache_mib,
                                              prefix_cache_dir=prefix_cache_dir,
                                              prefix_cache_dir_mib=prefix_cache_dir_mib),
-                       config=dict(model_name=name, api_key=api_key, max_body=max_body, io_timeout=io_timeout,
+                       config=dict(api_key=api_key, max_body=max_body, io_timeout=io_timeout,
                                    pooling=pooling))
     try:
         serve_on_ray(spec, scaling, host, port, log=lambda msg: click.echo(msg, err=True))

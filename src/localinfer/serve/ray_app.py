@@ -88,7 +88,7 @@ class ReplicaSpec:
     ctx_size: int | None = None
     load_options: dict = field(default_factory=dict)  # localinfer.load's (cache types, draft model ...)
     options: EngineOptions = field(default_factory=EngineOptions)
-    config: dict = field(default_factory=dict)  # create_app's ServerConfig fields (api_key, max_body ...)
+    config: dict = field(default_factory=dict)  # ServerConfig fields (api_key, max_body ...)
 
 
 def _import_serve():
@@ -142,13 +142,9 @@ class LocalinferReplica:
         self.registry = StaticRegistry(Served(spec.name, model, engine, os.path.getsize(path)), path)
 
     def __serve_build_asgi_app__(self):
-        from . import create_app
-        return ReplicaHeader(create_app(self.registry, self.spec.config), self.replica_id)
-
-    def __del__(self):
-        registry = getattr(self, "registry", None)
-        if registry is not None:
-            registry.close()
+        # the app's lifespan closes the registry (the engine) when Ray stops the replica
+        from . import ServerConfig, create_app
+        return ReplicaHeader(create_app(self.registry, ServerConfig(**self.spec.config)), self.replica_id)
 
 
 def build_application(spec: ReplicaSpec, scaling: Scaling, deployment_name: str = "localinfer"):
@@ -194,7 +190,7 @@ def app_builder(args: dict):
     low = num("min_replicas", 1)
     spec = ReplicaSpec(model=model, name=name, threads=num("threads", 1), ctx_size=ctx,
                        options=EngineOptions(parallel, ctx, num("max_queue", 64), num("prefix_cache_mib", 256)),
-                       config={"model_name": name, "api_key": args.get("api_key")})
+                       config={"api_key": args.get("api_key")})
     scaling = Scaling(min_replicas=low, max_replicas=num("max_replicas", low),
                       upscale_delay_s=num("upscale_delay_s", 2.0, float),
                       downscale_delay_s=num("downscale_delay_s", 300.0, float))
