@@ -44,6 +44,15 @@ def test_autoscaling_targets_one_request_in_flight_per_slot():
     assert Scaling(min_replicas=3, max_replicas=3).autoscaling_config(slots=8) is None  # a fixed count
 
 
+def test_replicas_that_cannot_fit_a_local_cluster_are_refused_before_starting_it():
+    from localinfer.serve.ray_app import ReplicaSpec, check_fits_here
+    spec = ReplicaSpec(model="smollm2", name="smollm2", threads=2)
+    check_fits_here(spec, Scaling(min_replicas=2, max_replicas=8), n_cpus=4)  # autoscaling past it may wait
+    with pytest.raises(ScalingError, match=r"3 replicas \(--replicas/--min-replicas\) x -t 2 needs 6 CPUs and "
+                                           r"this machine has 4"):
+        check_fits_here(spec, Scaling(min_replicas=3, max_replicas=3), n_cpus=4)
+
+
 @pytest.mark.parametrize("kwargs, name", [
     (dict(min_replicas=0, max_replicas=2), "--min-replicas"),
     (dict(min_replicas=1, max_replicas=3, initial_replicas=4), "initial_replicas"),

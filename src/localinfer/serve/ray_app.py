@@ -96,7 +96,7 @@ def _import_serve():
         from ray import serve
     except ImportError as e:
         raise RayNotInstalledError("--ray needs Ray Serve: pip install 'localinfer[ray]' "
-                                   f"(or 'ray[serve]>=2.50'): {e}") from None
+                                   f"(or 'ray[serve]>=2.60'): {e}") from None
     return serve
 
 
@@ -127,6 +127,8 @@ class LocalinferReplica:
     wrapper forwards the ASGI scope to the app that __serve_build_asgi_app__ returns)."""
 
     def __init__(self, spec: ReplicaSpec):
+        # Ray already set OMP_NUM_THREADS to the actor's num_cpus (= threads) before its worker
+        # imported numpy; this keeps OpenBLAS and MKL at the same count for what imports later
         from localinfer.blas_threads import set_blas_threads
         set_blas_threads(spec.threads)
         from localinfer import load
@@ -205,7 +207,10 @@ def serve_on_ray(spec: ReplicaSpec, scaling: Scaling, host: str, port: int, log=
     serve = _import_serve()
     import ray
 
-    ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
+    address = os.environ.get("RAY_ADDRESS")
+    if not address:
+        check_fits_here(spec, scaling, os.cpu_count() or 1)
+    ray.init(address=address, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": host, "port": port})
         serve.run(build_application(spec, scaling), name="localinfer", route_prefix="/")
@@ -219,6 +224,16 @@ def serve_on_ray(spec: ReplicaSpec, scaling: Scaling, host: str, port: int, log=
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def check_fits_here(spec: ReplicaSpec, scaling: Scaling, n_cpus: int) -> None:
+    """On a local cluster (no $RAY_ADDRESS) no autoscaler adds machines: replicas that do not fit
+    would wait for CPUs forever and the deploy with them, so that is refused up front."""
+    need = scaling.min_replicas * spec.threads
+    if need > n_cpus:
+        raise ScalingError(f"{scaling.min_replicas} replicas (--replicas/--min-replicas) x -t {spec.threads} needs "
+                           f"{need} CPUs and this "
+                           f"machine has {n_cpus}: lower them, or set RAY_ADDRESS to a cluster")
 
 
 def _wait_for_interrupt() -> None:
