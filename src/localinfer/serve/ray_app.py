@@ -219,7 +219,7 @@ def serve_on_ray(spec: ReplicaSpec, scaling: Scaling, host: str, port: int, log=
                f"{auto['target_ongoing_requests']:g} requests in flight each" if auto
                else f"{scaling.min_replicas} replicas")
         log(f"localinfer: serving '{spec.name}' on Ray Serve at http://{host}:{port}/v1 ({how}, "
-            f"{spec.options.parallel} slots and {spec.threads} threads each); Ctrl-C stops")
+            f"{spec.options.parallel} slots and {spec.threads} thread{'s' * (spec.threads > 1)} each); Ctrl-C stops")
         _wait_for_interrupt()
     finally:
         serve.shutdown()
