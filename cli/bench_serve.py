@@ -23,10 +23,14 @@ from .common import int_list, load_model, set_threads
 @click.option("-c", "--ctx-size", type=click.IntRange(64), default=2048, show_default=True)
 @click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write throughput vs latency (PNG).")
+@click.option("--compare-checkout", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Also measure the server of another checkout of localinfer (its root folder, e.g. an older "
+                   "commit's worktree), both as "
+                   "`localinfer serve` processes in the same run, and report the two side by side.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the serving section of this markdown file (e.g. BENCHMARKS.md); other sections stay.")
 def bench_serve(model, concurrency, requests_per_client, max_tokens, system_tokens, ctx_size, threads, plot_path,
-                report_path):
+                compare_checkout, report_path):
     """Load benchmark of `localinfer serve` with MODEL (default: the catalog default): a real server on
     loopback, concurrent streaming clients, total tokens/s and TTFT p50/p99, and the prefix cache's effect."""
     set_threads(threads)
@@ -43,7 +47,7 @@ def bench_serve(model, concurrency, requests_per_client, max_tokens, system_toke
         raise click.ClickException(str(e))
     name = model if model and not os.path.exists(model) else os.path.splitext(os.path.basename(llm.path))[0]
     result = run(llm, name, concurrency, requests_per_client, max_tokens, system_tokens, ctx_size=ctx_size,
-                 log=lambda m: click.echo(m, err=True))
+                 log=lambda m: click.echo(m, err=True), compare_checkout=compare_checkout, threads=threads)
     command = "localinfer " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     rel_plot = None
     if plot_path:

@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from .bench_suite import machine
+from ..kernels import isa
 from ..serve.app import BackgroundServer
 from ..batching.engine import MIN_PREFILL_ROWS
 
@@ -153,11 +154,38 @@ class Result:
     load_before: tuple[float, float, float]
     load_after: tuple[float, float, float]
     params: dict
+    comparison: object = None  # bench_serve_compare.Comparison, with --compare-checkout
 
 
 def run(model, model_name: str, concurrency=(1, 4, 16), requests_per_client: int = 2, max_tokens: int = 32,
-        system_tokens: int = 1000, prefix_repeats: int = 3, ctx_size: int = 2048, log=print) -> Result:
+        system_tokens: int = 1000, prefix_repeats: int = 3, ctx_size: int = 2048, log=print,
+        compare_checkout: str | None = None, threads: int | None = None) -> Result:
+    """compare_checkout: the root folder of a baseline checkout; both builds then serve from processes of their
+    own (bench_serve_compare.py) and the levels are the current build's, beside the baseline's."""
     load_before = os.getloadavg()
+    parallel = max(concurrency)
+    comparison = None
+    if compare_checkout is not None:
+        from .bench_serve_compare import compare
+        comparison = compare(model.path, compare_checkout, concurrency, requests_per_client, max_tokens, ctx_size,
+                             threads, log)
+        levels = comparison.current
+    else:
+        levels = in_process_levels(model, model_name, concurrency, requests_per_client, max_tokens, ctx_size, log)
+    system = system_prompt(model, system_tokens)
+    n_system = len(model.tokenize(system))
+    log(f"shared system prompt of {n_system} tokens: TTFT with the prefix cache ...")
+    cached = prefix_ttft(model, model_name, 256, system, prefix_repeats, ctx_size)
+    log(f"  {statistics.median(cached) * 1000:.0f} ms; without it ...")
+    uncached = prefix_ttft(model, model_name, 0, system, prefix_repeats, ctx_size)
+    log(f"  {statistics.median(uncached) * 1000:.0f} ms")
+    return Result(model_name, levels, cached, uncached, n_system, load_before, os.getloadavg(),
+                  dict(requests_per_client=requests_per_client, max_tokens=max_tokens, ctx_size=ctx_size,
+                       parallel=parallel), comparison)
+
+
+def in_process_levels(model, model_name: str, concurrency, requests_per_client: int, max_tokens: int,
+                      ctx_size: int, log) -> list[Level]:
     parallel = max(concurrency)
     levels = []
     with BackgroundServer(model, model_name, port=0, parallel=parallel, ctx_size=ctx_size,
@@ -170,16 +198,7 @@ def run(model, model_name: str, concurrency=(1, 4, 16), requests_per_client: int
             log(f"  {level.tokens} tokens in {level.wall_s:.1f} s: {level.tps:.1f} tok/s, "
                 f"TTFT p50 {level.ttft_ms(50):.0f} ms p99 {level.ttft_ms(99):.0f} ms")
             levels.append(level)
-    system = system_prompt(model, system_tokens)
-    n_system = len(model.tokenize(system))
-    log(f"shared system prompt of {n_system} tokens: TTFT with the prefix cache ...")
-    cached = prefix_ttft(model, model_name, 256, system, prefix_repeats, ctx_size)
-    log(f"  {statistics.median(cached) * 1000:.0f} ms; without it ...")
-    uncached = prefix_ttft(model, model_name, 0, system, prefix_repeats, ctx_size)
-    log(f"  {statistics.median(uncached) * 1000:.0f} ms")
-    return Result(model_name, levels, cached, uncached, n_system, load_before, os.getloadavg(),
-                  dict(requests_per_client=requests_per_client, max_tokens=max_tokens, ctx_size=ctx_size,
-                       parallel=parallel))
+    return levels
 
 
 def markdown(r: Result, command: str, plot_path: str | None) -> str:
@@ -187,7 +206,8 @@ def markdown(r: Result, command: str, plot_path: str | None) -> str:
     base = r.levels[0].tps if r.levels else 0.0
     lines = [
         "## Serving (`localinfer serve`)", "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {m['cpu']} ({m['n_cpus']} CPUs), "
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {m['cpu']} ({isa()} kernels, "
+        f"{m['n_cpus']} CPUs), "
         f"model {r.model}, {r.params['parallel']} slots of {r.params['ctx_size']} tokens. The machine was busy with "
         f"other work (load average {r.load_before[0]:.1f} before, {r.load_after[0]:.1f} after), so absolute "
         f"figures are low and noisy; the ratios come from one run.", "",
@@ -202,6 +222,10 @@ def markdown(r: Result, command: str, plot_path: str | None) -> str:
         ratio = lv.tps / base if base else float("nan")
         lines.append(f"| {lv.concurrency} | {len(lv.samples)} | {lv.tokens} | {lv.wall_s:.1f} | {lv.tps:.1f} | "
                      f"**{ratio:.2f}x** | {lv.ttft_ms(50):.0f} | {lv.ttft_ms(99):.0f} | {lv.errors} |")
+    if r.comparison is not None:
+        from .bench_serve_compare import comparison_markdown
+        lines += ["", "The server above ran in a process of its own. "
+                  + "\n".join(comparison_markdown(r.comparison, baseline_name(r.comparison.baseline_checkout)))]
     c, u = statistics.median(r.ttft_cached), statistics.median(r.ttft_uncached)
     lines += [
         "", f"Prefix cache: a chat request whose {r.system_tokens}-token system prompt an earlier request shared "
@@ -214,6 +238,17 @@ def markdown(r: Result, command: str, plot_path: str | None) -> str:
     if plot_path:
         lines += [f"![serving throughput vs latency]({plot_path})", ""]
     return "\n".join(lines)
+
+
+def baseline_name(src: str) -> str:
+    """The baseline build as a reader can find it: its commit, when its folder is a git checkout."""
+    import subprocess
+    try:
+        rev = subprocess.run(["git", "-C", src, "log", "-1", "--format=%h %s"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return f"commit {rev.split(' ', 1)[0]}, “{rev.split(' ', 1)[1]}”" if " " in rev else src
 
 
 def plot(r: Result, path: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 
 from .api import ApiError
@@ -46,7 +47,7 @@ class BodyLimits:
                 if not body_done:
                     message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             try:
-                await asyncio.wait_for(send(message), self.io_timeout)
+                await _within(send(message), self.io_timeout)
             except asyncio.TimeoutError:
                 raise ClientTooSlow(f"the client read nothing for {self.io_timeout:g} s") from None
 
@@ -78,6 +79,16 @@ class BodyLimits:
             if started:
                 raise
             await _send_error(send_closing, e)
+
+
+async def _within(awaitable, seconds: float):
+    """awaitable's result, or asyncio.TimeoutError after `seconds`. Every chunk of a stream is
+    written through this: asyncio.timeout (3.11) arms a timer on the running task, where wait_for
+    would wrap each write in a task of its own."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)
 
 
 class ClientTooSlow(Exception):

@@ -1,7 +1,7 @@
 """The browser chat page at `/`: static files shipped inside the package, and the one JSON
 route (`/props`) the page reads to show the model's name and context size.
 
-Kept apart from the HTTP plumbing so that any server (this stdlib one, or an ASGI one later) only
+Kept apart from the HTTP plumbing (asgi.py), which only
 has to map `page_file(path)` and `props(...)` onto its routes. The page talks to the server
 through the public API only (/v1/chat/completions with streaming), as any other client does.
 """

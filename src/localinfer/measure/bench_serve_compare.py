@@ -1,0 +1,118 @@
+"""`bench-serve --compare-checkout DIR`: the same load against two builds of `localinfer serve` in one run.
+
+Each build serves from a process of its own (`localinfer serve`; the baseline's package from
+PYTHONPATH=DIR/src and its CLI from DIR/cli, the folders pyproject.toml maps), both running at once
+with the same model and options; the
+load generator (bench_serve.run_level) is this process, the same for both. The concurrency levels
+alternate between the two servers (baseline first on even levels, current first on odd ones), so
+a change in the machine's load over the run falls on both.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Iterator
+
+from .bench_serve import Level, run_level, stream_request
+
+_URL = re.compile(r"at (http://[0-9.]+:\d+)/v1")
+
+
+@dataclass
+class Comparison:
+    baseline_checkout: str
+    baseline: list[Level]
+    current: list[Level]
+
+
+# The checkout's own subpackages (pyproject's package-dir), found before the installed package's.
+_BOOT = """import importlib.util, os, sys
+import localinfer
+root = sys.argv.pop(1)
+for name, folder in (("cli", "cli"), ("quant", "quant"), ("models", "models")):
+    init = os.path.join(root, folder, "__init__.py")
+    if os.path.exists(init):
+        spec = importlib.util.spec_from_file_location("localinfer." + name, init,
+                                                      submodule_search_locations=[os.path.join(root, folder)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["localinfer." + name] = module
+        spec.loader.exec_module(module)
+from localinfer.cli.main import main
+sys.argv[0] = "localinfer"
+main()
+"""
+
+
+@contextlib.contextmanager
+def server_process(model_path: str, checkout: str | None, parallel: int, ctx_size: int, max_queue: int,
+                   threads: int | None) -> Iterator[str]:
+    """A `localinfer serve` process on an ephemeral port, from the checkout at `checkout` (None: this
+    package); yields its URL, and stops it (SIGTERM) afterwards."""
+    env = dict(os.environ)
+    if checkout is not None:
+        root = os.path.abspath(checkout)
+        env["PYTHONPATH"] = os.path.join(root, "src") + os.pathsep + env.get("PYTHONPATH", "")
+        cmd = [sys.executable, "-c", _BOOT, root]
+    else:
+        cmd = [sys.executable, "-m", "localinfer.cli.main"]
+    cmd += ["serve", model_path, "--port", "0", "-np", str(parallel), "-c", str(ctx_size), "--queue", str(max_queue)]
+    cmd += ["-t", str(threads)] if threads else []
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in p.stderr:  # the server prints its address once it listens
+            seen.append(line)
+            m = _URL.search(line)
+            if m:
+                break
+        else:
+            raise RuntimeError(f"the server from {checkout or 'this package'} did not start: {''.join(seen)[-2000:]}")
+        yield m.group(1)
+    finally:
+        p.terminate()
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def compare(model_path: str, baseline_checkout: str, concurrency, requests_per_client: int, max_tokens: int,
+            ctx_size: int, threads: int | None, log) -> Comparison:
+    parallel = max(concurrency)
+    out = Comparison(baseline_checkout, [], [])
+    with server_process(model_path, baseline_checkout, parallel, ctx_size, 4 * parallel, threads) as old_url, \
+            server_process(model_path, None, parallel, ctx_size, 4 * parallel, threads) as new_url:
+        for url in (old_url, new_url):  # warm-up
+            stream_request(url, "/v1/completions", {"prompt": "Hello", "max_tokens": 4})
+        for k, c in enumerate(concurrency):
+            n = max(requests_per_client, 1) if c > 1 else max(requests_per_client, 4)
+            order = [("baseline", old_url, out.baseline), ("current", new_url, out.current)]
+            for label, url, levels in (order if k % 2 == 0 else order[::-1]):
+                log(f"{label}: {c} concurrent clients x {n} requests of {max_tokens} tokens ...")
+                level = run_level(url, c, n, max_tokens, log)
+                log(f"  {level.tokens} tokens in {level.wall_s:.1f} s: {level.tps:.1f} tok/s, "
+                    f"TTFT p50 {level.ttft_ms(50):.0f} ms p99 {level.ttft_ms(99):.0f} ms")
+                levels.append(level)
+    return out
+
+
+def comparison_markdown(cmp: Comparison, baseline_name: str) -> list[str]:
+    lines = [
+        f"Against the baseline ({baseline_name}), measured in the same run: both servers as `localinfer serve` "
+        "processes side by side, the levels alternating between them (the baseline's figures are the left ones).",
+        "",
+        "| clients | baseline tok/s | tok/s | ratio | baseline TTFT p50 ms | TTFT p50 ms | baseline TTFT p99 ms | "
+        "TTFT p99 ms | errors (baseline/now) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for old, new in zip(cmp.baseline, cmp.current):
+        ratio = new.tps / old.tps if old.tps else float("nan")
+        lines.append(f"| {new.concurrency} | {old.tps:.1f} | {new.tps:.1f} | **{ratio:.2f}x** | {old.ttft_ms(50):.0f} | "
+                     f"{new.ttft_ms(50):.0f} | {old.ttft_ms(99):.0f} | {new.ttft_ms(99):.0f} | "
+                     f"{old.errors}/{new.errors} |")
+    return lines + [""]
