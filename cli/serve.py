@@ -11,6 +11,7 @@ import click
 
 from .common import cache_type_options, load_model, set_threads, speculative_options
 from .serve_models import build_pool, duration, model_list, size
+from .serve_ray import ray_options, serve_ray
 
 
 @click.command()
@@ -49,13 +50,21 @@ from .serve_models import build_pool, duration, model_list, size
 @click.option("--max-memory", callback=size, default=None, metavar="SIZE",
               help="With --models: memory the loaded models may hold ('2GiB', '1500MB'; each counts its file "
                    "and its KV caches); least recently used idle models are unloaded to make room.")
+@ray_options
 @speculative_options
 @cache_type_options
 def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body, io_timeout,
           threads, verbose, pooling, prefix_cache_dir, prefix_cache_dir_mib, models, keep_alive, max_memory,
-          speculative, cache_type_k, cache_type_v):
-    """Serve MODEL (a catalog name or a .gguf path), or the --models, over the OpenAI API:
-    /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics."""
+          speculative, cache_type_k, cache_type_v, ray):
+    """Serve MODEL (a catalog name or a .gguf path), or the --models, over the OpenAI API
+    (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics) and
+    Ollama's (/api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps)."""
+    if ray is not None:
+        if models is not None:
+            raise click.UsageError("--ray serves one MODEL in each replica, not --models")
+        return serve_ray(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body,
+                         io_timeout, threads, pooling, prefix_cache_dir, prefix_cache_dir_mib, speculative,
+                         cache_type_k, cache_type_v, ray)
     set_threads(threads)
     from localinfer.serve.app import make_registry_server, make_server
     from localinfer.serve.registry import EngineOptions
