@@ -12,16 +12,14 @@ answers the same whichever API asks. Errors are Ollama's shape, `{"error": "..."
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..logprobs import MAX_TOP_LOGPROBS
-from . import api
+from . import api, units
 
 KEEP_ALIVE_FOREVER = -1.0  # the registry's "keep it loaded until the server stops", as Ollama's negative values
-MAX_DURATION_CHARS = 64
 
 # option -> the OpenAI field that carries it (num_ctx and num_predict are handled apart)
 SAMPLING_OPTIONS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
@@ -70,37 +68,16 @@ def model_name(body: dict) -> str:
     return name[: -len(":latest")] if name.endswith(":latest") else name
 
 
-_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
-_NUMBER = re.compile(r"[0-9]*\.?[0-9]+")
-_DURATION = re.compile(r"(?:[0-9]*\.?[0-9]+(?:ns|us|µs|μs|ms|s|m|h))+")
-_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_keep_alive(value: Any) -> float | None:
     """Seconds a model stays loaded after this request: None for the server's default, 0 to
     unload it at once, KEEP_ALIVE_FOREVER for a negative value. A number is seconds; a string is
     a Go duration ("5m", "1h30m", "300ms") as Ollama reads it, or a number of seconds ("-1")."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise bad(f"'keep_alive' must be a number of seconds or a duration such as '5m', got {type(value).__name__}")
-    if isinstance(value, str):
-        text = value.strip()
-        if len(text) > MAX_DURATION_CHARS:
-            raise bad(f"'keep_alive' is not a duration (longer than {MAX_DURATION_CHARS} characters)")
-        sign, body = (-1.0, text[1:]) if text[:1] == "-" else (1.0, text.lstrip("+"))
-        if _NUMBER.fullmatch(body):  # seconds, as a number in JSON is ("-1" is common: keep it loaded)
-            seconds = sign * float(body)
-        elif _DURATION.fullmatch(body):
-            seconds = sign * sum(float(n) * _UNIT_S[u] for n, u in _DURATION_PART.findall(body))
-        else:
-            raise bad(f"'keep_alive' {value[:40]!r} is not a duration: give seconds as a number, or a number with a "
-                      f"unit (ns, us, ms, s, m, h) such as '5m' or '1h30m'")
-    else:
-        seconds = float(value)
-    if math.isnan(seconds):
-        raise bad("'keep_alive' must be a number, not NaN")
-    return KEEP_ALIVE_FOREVER if seconds < 0 else seconds
+    try:
+        return units.parse_duration(value, "'keep_alive'")  # negative -> -1.0 == KEEP_ALIVE_FOREVER
+    except units.DurationError as e:
+        raise bad(str(e)) from None
 
 
 def _boolean(body: dict, name: str, default: bool) -> bool:
