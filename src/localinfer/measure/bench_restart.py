@@ -21,7 +21,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from .bench_serve import stream_request, system_prompt
+from .bench_serve import system_prompt
+from .serve_load import stream_request
 from .bench_suite import machine
 
 

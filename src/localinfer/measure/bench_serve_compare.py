@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Iterator
 
-from .bench_serve import Level, run_level, stream_request
+from .serve_load import Level, run_level, stream_request
 
 _URL = re.compile(r"at (http://[0-9.]+:\d+)/v1")
 
