@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from ..chat.prompt import ChatContentError
 from ..chat.template import ChatTemplateError
 from ..batching.fork import Choices
-from ..batching.request import SamplingParams
+from ..batching.request import Request, SamplingParams
 from ..logprobs import score_prompt
 from .choices import ChoiceOptions, LogprobFormat, parse_choice_options
 from .response_format import ResponseFormatError, response_grammar

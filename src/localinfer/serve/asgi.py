@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hmac
-import logging
 import os
 from typing import Any
 
@@ -31,14 +29,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import api, ollama_routes, openai_routes, webui
+from .endpoint import endpoint, error_response
 from .config import ServerConfig
-from .jobs import ClientGone
 from .limits import BodyLimits
-from .pool import MemoryBudgetError, ModelBusyError
 from .prometheus import exposition, metrics_registry
-from .registry import EngineOptions, Served, StaticRegistry, UnknownModelError, start_engine
-
-log = logging.getLogger("localinfer.serve")
+from .registry import EngineOptions, Served, StaticRegistry, start_engine
 
 
 def create_app(registry_or_model, config: ServerConfig | None = None, **options: Any) -> Starlette:
@@ -87,10 +82,6 @@ def _static_registry(model, model_name: str | None, options: EngineOptions) -> S
 
 
 # -- plumbing ---------------------------------------------------------------------------------------
-def error_response(e: api.ApiError) -> JSONResponse:
-    return JSONResponse(e.body(), e.status, headers=e.headers)
-
-
 async def _api_error(request: Request, e: api.ApiError) -> JSONResponse:
     return error_response(e)
 
@@ -105,40 +96,6 @@ async def _http_error(request: Request, e: HTTPException) -> JSONResponse:
         return error_response(api.ApiError(405, f"{request.url.path[:200]} takes {allowed}, not {request.method}",
                                            headers={"Allow": allowed}))
     return error_response(api.ApiError(e.status_code, e.detail))
-
-
-def authorized(request: Request) -> bool:
-    key = request.app.state.config.api_key
-    if not key:
-        return True
-    got = request.headers.get("authorization", "")
-    return hmac.compare_digest(got.encode(), f"Bearer {key}".encode())
-
-
-def endpoint(handler, public: bool = False):
-    """handler(request) -> Response, behind the API key (unless public), with every failure an
-    answer in OpenAI's shape: a bug costs one request, never the server."""
-    async def run(request: Request) -> Response:
-        try:
-            if not public and not authorized(request):
-                raise api.ApiError(401, "a valid API key is required (Authorization: Bearer ...)",
-                                   code="invalid_api_key")
-            return await handler(request)
-        except api.ApiError as e:
-            return error_response(e)
-        except UnknownModelError as e:
-            return error_response(api.ApiError(404, str(e), param="model", code="model_not_found"))
-        except ModelBusyError as e:  # the memory budget is held by models in use: later it may fit
-            return error_response(api.ApiError(503, str(e), "server_error", param="model", code="model_busy",
-                                               headers={"Retry-After": str(e.retry_after)}))
-        except MemoryBudgetError as e:  # the model alone is larger than --max-memory: it never fits
-            return error_response(api.ApiError(507, str(e), "server_error", param="model", code="model_too_large"))
-        except ClientGone:
-            return Response(status_code=204)  # nobody reads it: the connection is gone
-        except Exception as e:
-            log.exception("internal error")
-            return error_response(api.ApiError(500, f"internal error: {type(e).__name__}: {e}", "server_error"))
-    return run
 
 
 # -- the routes that are not the OpenAI API's generation ------------------------------------------------

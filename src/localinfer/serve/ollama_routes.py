@@ -28,6 +28,7 @@ from . import ollama_requests as oreq
 from . import ollama_shapes as shapes
 from ..batching.request import Cancelled
 from .openai_routes import _closer, _embed, read_json  # as the OpenAI routes end a stream and run embeddings
+from .endpoint import endpoint
 from .registry import UnknownModelError
 
 # Ollama's routes that manage its model store: this server serves the GGUF files it was started with
@@ -60,7 +61,7 @@ def _error(status: int, message: str, headers=None) -> JSONResponse:
 
 
 def _endpoint(handler):
-    """handler(request) as the OpenAI routes run theirs (asgi.endpoint: the API key, and each
+    """handler(request) as the OpenAI routes run theirs (endpoint.py: the API key, and each
     failure an answer with its status), its errors reshaped as Ollama's."""
     async def ollama_errors(request: Request) -> Response:
         try:
@@ -71,7 +72,6 @@ def _endpoint(handler):
             return _error(404, f"model '{e.name[:100]}' not found: this server serves "
                                + ", ".join(f"'{a}'" for a in e.available))
 
-    from .asgi import endpoint  # asgi.py imports this module to add its routes
     run = endpoint(ollama_errors)
 
     async def reshaped(request: Request) -> Response:
