@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from .convert_hf import Config, ConversionError, Encoded
+from .hf_config import Config, ConversionError, Encoded
 from .safetensors_file import Checkpoint
 
 FUSED_EXPERT_RE = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks|_scales)?$")

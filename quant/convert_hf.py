@@ -24,7 +24,6 @@ for rows whose length is not a multiple of 32, as llama.cpp does).
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -36,6 +35,8 @@ from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
 from gguf.quants import quantize
 
 from .hf_tokenizer import add_vocab, convert_tokenizer
+from .convert_gptoss import FUSED_EXPERT_RE, fused_experts, gpt_oss_hparams, yarn_hparams
+from .hf_config import Config, ConversionError, Encoded
 from .safetensors_file import Checkpoint
 
 OUTTYPES = {
@@ -44,17 +45,6 @@ OUTTYPES = {
     "bf16": (GGMLQuantizationType.BF16, LlamaFileType.MOSTLY_BF16),
     "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
 }
-
-
-class ConversionError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """A tensor already in its GGUF encoding (gpt-oss's MXFP4 experts), written as it is."""
-    data: np.ndarray  # the type's bytes, (..., row_bytes) uint8
-    qtype: GGMLQuantizationType
 
 
 @dataclass(frozen=True)
@@ -124,39 +114,6 @@ def permute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, head_dim // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-class Config:
-    """config.json with clear errors for missing keys."""
-
-    def __init__(self, path: Path):
-        try:
-            self.d = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConversionError(f"{path.parent}: no config.json") from None
-        except ValueError as e:
-            raise ConversionError(f"{path}: not valid JSON ({e})") from None
-        self.path = path
-
-    def need(self, key: str):
-        if key not in self.d or self.d[key] is None:
-            raise ConversionError(f"{self.path}: missing required key {key!r}")
-        return self.d[key]
-
-    def get(self, key: str, default=None):
-        v = self.d.get(key)
-        return default if v is None else v
-
-    def rope(self) -> dict:
-        """rope_theta and the scaling parameters: transformers 5 writes them together as
-        rope_parameters, transformers 4 as rope_theta + rope_scaling."""
-        params = dict(self.get("rope_scaling", {}))
-        params.update(self.get("rope_parameters", {}))
-        if "rope_theta" not in params and "rope_theta" in self.d:
-            params["rope_theta"] = self.d["rope_theta"]
-        if "type" in params and "rope_type" not in params:
-            params["rope_type"] = params["type"]
-        return params
-
-
 def llama3_rope_factors(head_dim: int, rope: dict) -> np.ndarray:
     """(head_dim/2,) factors dividing each rope frequency for "llama3" scaling (Llama 3.1+):
     long wavelengths are slowed by `factor`, short ones kept, the band between interpolated."""
@@ -221,7 +178,6 @@ def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, in
         w.add_sliding_window(c.get("sliding_window", 0))
     w.add_rope_dimension_count(n_rot)
     if arch == "gpt-oss":
-        from .convert_gptoss import gpt_oss_hparams
         gpt_oss_hparams(w, c)
     _expert_hparams(w, c, arch)
     kind = rope.get("rope_type", "default")
@@ -232,7 +188,6 @@ def _hparams(w: GGUFWriter, c: Config, arch: str, n_vocab: int) -> tuple[int, in
     elif kind == "llama3" and arch == "llama":
         pass  # written as the rope_freqs.weight tensor
     elif kind == "yarn" and arch == "gpt-oss":
-        from .convert_gptoss import yarn_hparams
         yarn_hparams(w, c, arch, rope)
     elif kind in ("longrope", "su") and arch == "phi3":
         from gguf import RopeScalingType
@@ -284,7 +239,6 @@ def _tensors(ckpt: Checkpoint, c: Config, recipe: Recipe, n_head: int, n_head_kv
     tied = bool(c.get("tie_word_embeddings", False))
     yield from _stacked_experts(ckpt, c)
     if recipe.gguf_arch == "gpt-oss":
-        from .convert_gptoss import FUSED_EXPERT_RE, fused_experts
         yield from fused_experts(ckpt)
     for hf_name in ckpt.names():
         if _EXPERT_RE.match(hf_name) or (recipe.gguf_arch == "gpt-oss" and FUSED_EXPERT_RE.match(hf_name)):
