@@ -92,3 +92,29 @@ def test_q4_0_ffn_down_rule_needs_the_imatrix(model, tmp_path):
         assert a.tensors["blk.0.ffn_down.weight"].ggml_type == T.Q4_0
         assert b.tensors["blk.0.ffn_down.weight"].ggml_type == T.Q4_1
         assert b.tensors["blk.1.ffn_down.weight"].ggml_type == T.Q4_0
+
+
+def test_each_expert_uses_its_own_weights(tmp_path, monkeypatch):
+    """A 3-D expert tensor: expert e's rows are quantized with the imatrix's row e, also when a
+    slab of rows would otherwise straddle two experts."""
+    import gguf
+
+    from localinfer.quant import quantize_file as qf
+    rng = np.random.default_rng(3)
+    n_exp, rows, cols = 4, 64, 256
+    x = rng.standard_normal((n_exp, rows, cols)).astype(np.float32)
+    w = gguf.GGUFWriter(str(tmp_path / "moe.gguf"), "llama")
+    w.add_block_count(1)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    w.add_tensor("blk.0.ffn_up_exps.weight", x)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    sums = np.exp(rng.normal(0, 2, (n_exp, cols))).astype(np.float32)
+    write_imatrix(tmp_path / "imx.gguf", Imatrix({"blk.0.ffn_up_exps.weight": ImatrixEntry(sums, np.array([3, 5, 7, 9]))},
+                                                  ["t"], 1, 512))
+    monkeypatch.setattr(qf, "SLAB_ELEMENTS", 48 * cols)  # slabs of 48 rows against experts of 64
+    quantize_file(tmp_path / "moe.gguf", tmp_path / "o.gguf", "Q4_K_M", imatrix=tmp_path / "imx.gguf", pure=True)
+    with GGUFFile(tmp_path / "o.gguf") as f:
+        got = np.asarray(f.tensor_data("blk.0.ffn_up_exps.weight")).reshape(n_exp, rows, -1)
+    for e, count in enumerate([3, 5, 7, 9]):
+        assert np.array_equal(got[e], quantize(x[e], T.Q4_K, sums[e] / np.float32(count))), e
