@@ -156,7 +156,8 @@ class WeightLoader:
             from .. import kernels
             from ..quant import UnsupportedQuantType
             try:
-                return [KernelLinear(kernels.prepare(raw[e], info.ggml_type), None, (name,), e) for e in range(shape[0])]
+                return [KernelLinear(kernels.prepare(raw[e], info.ggml_type), None, (name,), e)
+                        for e in range(shape[0])]
             except UnsupportedQuantType:
                 pass  # a type the C core lacks: these experts run on the reference path
         dense = [DenseLinear(dequantize(raw[e], info.ggml_type, shape[1:]), None, (name,), e) for e in range(shape[0])]
