@@ -148,24 +148,33 @@ def _read_legacy(path: Path) -> Imatrix:
 
 
 def write_imatrix(path: str | os.PathLike, imatrix: Imatrix) -> None:
-    """Write `imatrix` in llama.cpp's GGUF imatrix format (entries in sorted name order)."""
-    import gguf
+    """Write `imatrix` in llama.cpp's GGUF imatrix format (entries in sorted name order), atomically.
+
+    Written with our own GGUF encoder: gguf-py refuses an empty array, and llama.cpp writes
+    imatrix.datasets even when it is empty (no text file, only merged matrices)."""
+    from gguf import GGMLQuantizationType as T
+    from gguf.constants import GGUFValueType as V
+
+    from .gguf_out import AtomicFile, TensorEntry, encode_header, encode_kv_str, encode_kv_u32, encode_string
 
     if imatrix.is_legacy:
         raise ImatrixError("a legacy imatrix holds normalised values, not sums: it cannot be written as GGUF")
-    w = gguf.GGUFWriter(os.fspath(path), arch=None)  # no general.architecture: llama.cpp writes none
-    w.add_type("imatrix")
-    w.add_array(KEY_DATASETS, list(imatrix.datasets))
-    w.add_uint32(KEY_CHUNK_COUNT, int(imatrix.chunk_count))
-    w.add_uint32(KEY_CHUNK_SIZE, int(imatrix.chunk_size))
+    datasets = (encode_string(KEY_DATASETS) + struct.pack("<IIQ", V.ARRAY, V.STRING, len(imatrix.datasets))
+                + b"".join(encode_string(d) for d in imatrix.datasets))
+    kv = [encode_kv_str("general.type", "imatrix"), datasets,
+          encode_kv_u32(KEY_CHUNK_COUNT, int(imatrix.chunk_count)), encode_kv_u32(KEY_CHUNK_SIZE, int(imatrix.chunk_size))]
+    arrays = []
     for name in sorted(imatrix.entries):
         e = imatrix.entries[name]
-        w.add_tensor(name + SUM_SUFFIX, np.ascontiguousarray(e.sums, dtype=np.float32))
-        w.add_tensor(name + COUNT_SUFFIX, e.counts.astype(np.float32).reshape(-1, 1))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        arrays.append((name + SUM_SUFFIX, np.ascontiguousarray(e.sums, dtype="<f4")))
+        arrays.append((name + COUNT_SUFFIX, e.counts.astype("<f4").reshape(-1, 1)))
+    alignment = 32  # GGUF's default (general.alignment absent)
+    header, _ = encode_header(kv, [TensorEntry(n, T.F32, a.shape, a.nbytes) for n, a in arrays], alignment)
+    with AtomicFile(path) as out:
+        out.write(header)
+        for _, a in arrays:
+            out.write(a.tobytes())
+            out.pad_to(alignment)
 
 
 def write_imatrix_legacy(path: str | os.PathLike, imatrix: Imatrix) -> None:

@@ -43,6 +43,9 @@ def test_gguf_round_trip(tmp_path):
     assert np.array_equal(w[0], im.entries["blk.0.ffn_up_exps.weight"].sums[0] / np.float32(5))
     assert (w[1] == 1).all()  # an expert without tokens weighs every column 1, as llama-quantize does
     assert back.weights_for("blk.9.attn_q.weight") is None
+    im.datasets = []  # llama.cpp writes the key with no entries then (merged matrices); so must we
+    write_imatrix(tmp_path / "none.gguf", im)
+    assert read_imatrix(tmp_path / "none.gguf").datasets == []
 
 
 def test_legacy_round_trip(tmp_path):
@@ -153,3 +156,27 @@ def test_close_to_llama_imatrix(smollm2_path, tmp_path):
         assert o.counts.tolist() == t.counts.tolist(), name
         diffs.append(float(np.abs(o.sums - t.sums).sum() / np.abs(t.sums).sum()))
     assert np.median(diffs) < 0.01 and max(diffs) < 0.05, (np.median(diffs), max(diffs))
+
+
+def test_experts_per_expert_on_a_tiny_qwen3moe(tmp_path):
+    """A converted tiny qwen3moe: the expert tensors get one row of sums and one count per expert,
+    the counts of a layer adding up to tokens x experts used; quantize then takes them per expert."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import localinfer
+    from hf_oracle import SENTENCES, make_hf_model
+    from localinfer.quant.convert_hf import convert_hf
+    from localinfer.quant.quantize_file import quantize_file
+    make_hf_model("qwen3moe", tmp_path, seed=5)
+    path = convert_hf(tmp_path, tmp_path / "m.gguf", "f32")
+    llm = localinfer.load(str(path))
+    run = compute_imatrix(llm, " ".join(SENTENCES * 8), n_ctx=32, n_chunks=2)
+    c = llm.runtime.config
+    for i in range(c.n_layer):
+        for t, width in (("ffn_gate_exps", c.n_embd), ("ffn_up_exps", c.n_embd), ("ffn_down_exps", c.n_ff_exp)):
+            e = run.imatrix.entries[f"blk.{i}.{t}.weight"]
+            assert e.sums.shape == (c.n_expert, width)
+            assert e.counts.sum() == 64 * c.n_expert_used
+        assert run.imatrix.entries[f"blk.{i}.ffn_gate_inp.weight"].counts.tolist() == [64]  # the router: dense
+    write_imatrix(tmp_path / "imx.gguf", run.imatrix)
+    quantize_file(path, tmp_path / "q.gguf", "Q4_0", imatrix=tmp_path / "imx.gguf")
