@@ -16,6 +16,7 @@ from .bench_serve import bench_serve
 from .common import cache_type_options, load_model, set_threads, speculative_options
 from .convert import convert
 from .embed import embed
+from .imatrix import imatrix
 from .perplexity import perplexity
 from .progress import ByteProgress
 from .quality import quality
@@ -197,6 +198,7 @@ main.add_command(bench_spec)
 main.add_command(bench_serve)
 main.add_command(convert)
 main.add_command(embed)
+main.add_command(imatrix)
 main.add_command(perplexity)
 main.add_command(quality)
 main.add_command(quantize)

@@ -13,16 +13,20 @@ from .progress import ByteProgress
 @click.option("--allow-requantize", is_flag=True,
               help="Accept an input whose weights are already quantized (they are dequantized first; "
                    "quality is lower than from an F16/BF16/F32 input).")
+@click.option("--imatrix", "imatrix", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Importance matrix (from `localinfer imatrix` or llama-imatrix, GGUF or .dat): the "
+                   "quantizers weight each column's error by it, as llama-quantize --imatrix does.")
 @click.option("--pure", is_flag=True, help="Every quantizable tensor gets TYPE: no mix rules (llama-quantize --pure).")
 @click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads (default: all).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def quantize(input_path, output_path, target, allow_requantize, pure, threads, quiet):
+def quantize(input_path, output_path, target, allow_requantize, imatrix, pure, threads, quiet):
     """Write OUT.gguf: IN.gguf's weights in TYPE, metadata kept.
 
     TYPE is a llama.cpp file type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-    Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K
-    (Q3_K, Q4_K, Q5_K mean their _M mix). Mixes give some tensors more bits,
-    as llama-quantize does. On any error or Ctrl-C, OUT.gguf is not created."""
+    Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K,
+    IQ4_NL, IQ4_XS (Q3_K, Q4_K, Q5_K mean their _M mix). Mixes give some tensors
+    more bits, as llama-quantize does. Q2_K_S needs --imatrix. On any error or
+    Ctrl-C, OUT.gguf is not created."""
     from localinfer.gguf_file import GGUFError
     from localinfer.quant import UnsupportedQuantType
     from localinfer.quant.gguf_out import DiskFullError
@@ -33,7 +37,8 @@ def quantize(input_path, output_path, target, allow_requantize, pure, threads, q
         set_num_threads(threads)
     bar = None if quiet else ByteProgress(f"quantizing to {target.upper()}")
     try:
-        r = quantize_file(input_path, output_path, target, allow_requantize=allow_requantize, pure=pure, progress=bar)
+        r = quantize_file(input_path, output_path, target, allow_requantize=allow_requantize, pure=pure,
+                          imatrix=imatrix, progress=bar)
     except (UnsupportedQuantType, GGUFError, QuantizeError, DiskFullError, OSError) as e:
         raise click.ClickException(str(e))
     types = ", ".join(f"{n} {name}" for name, n in sorted(r.types.items()))

@@ -46,6 +46,11 @@ def encode_kv_u32(key: str, value: int) -> bytes:
     return encode_string(key) + struct.pack("<II", GGUFValueType.UINT32, value)
 
 
+def encode_kv_str(key: str, value: str) -> bytes:
+    """One metadata entry holding a string."""
+    return encode_string(key) + struct.pack("<I", GGUFValueType.STRING) + encode_string(value)
+
+
 @dataclass(frozen=True)
 class TensorEntry:
     name: str

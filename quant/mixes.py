@@ -6,8 +6,9 @@ does not give every tensor that type: ``llama_tensor_get_type``
 (src/llama-quant.cpp) keeps some tensors as they are, gives the sensitive ones
 more bits, and falls back to a 32-element type when a row length is not a
 multiple of 256. This module is a readable restatement of that policy for the
-file types and architectures localinfer supports (the IQ / TQ / MXFP4 types
-and their special cases are left out; an unknown target is an error).
+file types and architectures localinfer supports (IQ4_NL and IQ4_XS are in; the
+other IQ / TQ / MXFP4 types and their special cases are left out; an unknown target
+is an error).
 
 In order (``plan_tensor_types``):
 
@@ -67,6 +68,8 @@ _FILE_TYPES = [
     FileType("Q5_K_M", 17, T.Q5_K),
     FileType("Q6_K", 18, T.Q6_K),
     FileType("Q2_K_S", 21, T.Q2_K),
+    FileType("IQ4_NL", 25, T.IQ4_NL),
+    FileType("IQ4_XS", 30, T.IQ4_XS),
     FileType("BF16", 32, T.BF16),
 ]
 FILE_TYPES: dict[str, FileType] = {f.name: f for f in _FILE_TYPES}
@@ -174,8 +177,8 @@ def _block_size(t: T) -> int:
 class _Policy:
     """llama.cpp's quantize_state_impl: the counters that the "first layers" rules read."""
 
-    def __init__(self, ft: FileType, model: ModelShape, names: list[str]):
-        self.ft, self.model = ft, model
+    def __init__(self, ft: FileType, model: ModelShape, names: list[str], has_imatrix: bool = False):
+        self.ft, self.model, self.has_imatrix = ft, model, has_imatrix
         self.n_attention_wv = sum(category(n) in ("attn_v", "attn_qkv", "attn_kv_b") for n in names)
         self.tied_embeddings = "output.weight" not in names
         self.n_layer = model.n_layer
@@ -208,6 +211,8 @@ class _Policy:
                 new = T.Q5_K if i < 2 else T.Q4_K
             elif ft == "Q3_K_L":
                 new = T.Q5_K
+            elif ft in ("IQ4_NL", "IQ4_XS") and m.n_gqa >= 4:
+                new = T.Q5_K
             elif ft in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, self.n_attention_wv):
                 new = T.Q6_K
             elif ft == "Q4_K_S" and i < 4:
@@ -238,15 +243,21 @@ class _Policy:
                     new = T.Q6_K if i < n // 16 else T.Q5_K if use_more_bits(i, n) else T.Q4_K
                 elif use_more_bits(i, n):
                     new = T.Q6_K
+            elif ft in ("IQ4_NL", "IQ4_XS") and i < n // 8 and not self.has_imatrix:
+                new = T.Q5_K
             elif ft == "Q5_K_M" and use_more_bits(i, n):
                 new = T.Q6_K
             elif ft == "Q4_K_S" and not falcon and i < n // 8:
                 new = T.Q5_K
+            elif ft in ("Q4_0", "Q5_0") and self.has_imatrix and i < n // 8:
+                # llama.cpp: with an imatrix, the first ffn_down layers of Q4_0/Q5_0 go "crazy";
+                # only then, so that a file without one stays what it always was
+                new = T.Q4_1 if ft == "Q4_0" else T.Q5_1
             self.i_ffn_down += 1
         elif cat == "attn_output":
             if not falcon:
                 if m.n_expert == 8:
-                    if ft in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M"):
+                    if ft in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M", "IQ4_NL", "IQ4_XS"):
                         new = T.Q5_K
                 elif ft == "Q2_K":
                     new = T.Q3_K
@@ -261,7 +272,7 @@ class _Policy:
 
 # --- 4. row lengths the type cannot hold (tensor_type_fallback) -------------------------------
 
-_FALLBACK = {T.Q2_K: T.Q4_0, T.Q3_K: T.Q4_0, T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}
+_FALLBACK = {T.IQ4_XS: T.IQ4_NL, T.Q2_K: T.Q4_0, T.Q3_K: T.Q4_0, T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}
 
 
 def fallback_type(t: T, ncols: int) -> T:
@@ -285,15 +296,17 @@ def sort_key(name: str) -> tuple[int, str]:
 
 
 def plan_tensor_types(tensors: Iterable[tuple[str, T, tuple[int, ...]]], ft: FileType,
-                      model: ModelShape, pure: bool = False, fallbacks: list[str] | None = None) -> dict[str, T]:
+                      model: ModelShape, pure: bool = False, fallbacks: list[str] | None = None,
+                      has_imatrix: bool = False) -> dict[str, T]:
     """name -> output type for every (name, current type, numpy shape), in llama.cpp's order.
 
+    `has_imatrix`: an importance matrix is given (a few rules depend on it).
     `pure` gives every quantizable tensor the default type (llama-quantize --pure);
     the fallback for row lengths still applies. The names of the tensors that
     needed it are appended to `fallbacks`.
     """
     tensors = sorted(tensors, key=lambda t: sort_key(t[0]))
-    policy = _Policy(ft, model, [t[0] for t in tensors])
+    policy = _Policy(ft, model, [t[0] for t in tensors], has_imatrix)
     plan: dict[str, T] = {}
     for name, cur, shape in tensors:
         if not allows_quantization(name, shape):

@@ -28,8 +28,9 @@ from gguf import GGMLQuantizationType as T
 from localinfer.gguf_file import GGUFFile
 
 from .formats import FORMATS, dequantize, get_format, row_nbytes
-from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_kv_u32
-from .mixes import ModelShape, get_file_type, plan_tensor_types, requires_imatrix, sort_key
+from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_kv_str, encode_kv_u32
+from .imatrix_file import Imatrix, ImatrixError, check_imatrix_path
+from .mixes import ModelShape, category, get_file_type, plan_tensor_types, requires_imatrix, sort_key
 from .quantizers import can_quantize_to, quantize
 
 GGML_QNT_VERSION = 2  # ggml.h: the version of the quantized block formats
@@ -37,6 +38,11 @@ GGML_QNT_VERSION = 2  # ggml.h: the version of the quantized block formats
 SLAB_ELEMENTS = 1 << 22
 _FLOAT_TYPES = (T.F32, T.F16, T.BF16)
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
+# What llama-quantize records about the imatrix it used (tools/quantize/quantize.cpp); it cuts
+# the two strings to 127 bytes (a fixed char[128] in llama_model_kv_override).
+KEY_IMATRIX_FILE, KEY_IMATRIX_DATASET = "quantize.imatrix.file", "quantize.imatrix.dataset"
+KEY_IMATRIX_N_ENTRIES, KEY_IMATRIX_N_CHUNKS = "quantize.imatrix.entries_count", "quantize.imatrix.chunks_count"
+_IMATRIX_KEYS = (KEY_IMATRIX_FILE, KEY_IMATRIX_DATASET, KEY_IMATRIX_N_ENTRIES, KEY_IMATRIX_N_CHUNKS)
 
 
 class QuantizeError(ValueError):
@@ -64,21 +70,70 @@ def _check_paths(src: Path, dst: Path) -> None:
         raise QuantizeError(f"output {dst} is the input file; choose another name")
 
 
-def _metadata_entries(f: GGUFFile, ftype: int) -> list[bytes]:
-    """The input's metadata verbatim, split keys dropped, then quantization_version and file_type.
+def _imatrix_entries(path: str, im: Imatrix) -> list[tuple[str, bytes]]:
+    """llama-quantize's record of the imatrix, in its order: the file name as given, the
+    first dataset, the entry count, the chunk count (when known)."""
+    def cut(s: str) -> str:
+        return s.encode()[:127].decode("utf-8", "ignore")
 
-    Like llama-quantize (gguf_set_val removes a key and appends it), the two set keys go
+    out = [(KEY_IMATRIX_FILE, encode_kv_str(KEY_IMATRIX_FILE, cut(path)))]
+    if im.datasets:
+        out.append((KEY_IMATRIX_DATASET, encode_kv_str(KEY_IMATRIX_DATASET, cut(im.datasets[0]))))
+    out.append((KEY_IMATRIX_N_ENTRIES, encode_kv_u32(KEY_IMATRIX_N_ENTRIES, len(im.entries))))
+    if im.chunk_count > 0:
+        out.append((KEY_IMATRIX_N_CHUNKS, encode_kv_u32(KEY_IMATRIX_N_CHUNKS, im.chunk_count)))
+    return out
+
+
+def _metadata_entries(f: GGUFFile, ftype: int, extra: list[tuple[str, bytes]] = ()) -> list[bytes]:
+    """The input's metadata verbatim, split keys dropped, then quantization_version and file_type,
+    then `extra` (key, encoded entry) pairs.
+
+    Like llama-quantize (gguf_set_val removes a key and appends it), the set keys go
     last, in this order, so that the whole file can come out byte for byte the same.
     """
+    replaced = {"general.quantization_version", "general.file_type", *(k for k, _ in extra)}
     entries = [f.raw_bytes(*span) for key, span in f.metadata_spans.items()
-               if key not in _SPLIT_KEYS and key not in ("general.quantization_version", "general.file_type")]
+               if key not in _SPLIT_KEYS and key not in replaced]
     return entries + [encode_kv_u32("general.quantization_version", GGML_QNT_VERSION),
-                      encode_kv_u32("general.file_type", ftype)]
+                      encode_kv_u32("general.file_type", ftype)] + [e for _, e in extra]
+
+
+def _load_imatrix(path) -> Imatrix:
+    try:
+        im = check_imatrix_path(path)
+    except (ImatrixError, OSError) as e:
+        raise QuantizeError(f"cannot read the imatrix {path}: {e}") from e
+    for name, e in im.entries.items():
+        if not np.isfinite(e.sums).all():
+            raise QuantizeError(f"imatrix {path}: entry {name!r} has non-finite values")
+    return im
+
+
+def _imatrix_for(im: Imatrix | None, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The tensor's importance weights, (n_mat, ne0) with one row per expert, or None where the
+    imatrix has no entry for it. A size that does not fit is an error (llama-quantize's rule;
+    the token embedding only is let through without, since no matmul reads it)."""
+    w = im.weights_for(name) if im is not None else None
+    if w is None:
+        return None
+    n_mat = shape[-3] if len(shape) >= 3 else 1
+    if w.size != n_mat * shape[-1]:
+        if category(name) == "token_embd":
+            return None
+        raise QuantizeError(f"imatrix entry for {name!r} has {w.size} values; the tensor needs "
+                            f"{n_mat} x {shape[-1]}: was the imatrix made for another model?")
+    return w.reshape(n_mat, shape[-1])
 
 
 def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, target: str, *, allow_requantize: bool = False,
-                  pure: bool = False, progress: Callable[[int, int], None] | None = None) -> QuantizeResult:
+                  pure: bool = False, imatrix: str | os.PathLike | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> QuantizeResult:
     """Write `dst`: `src` with its weights in the file type `target` (e.g. "Q8_0", "Q4_K_M", "F16").
+
+    `imatrix`: an importance matrix file (GGUF or legacy .dat, `localinfer imatrix` or
+    llama-imatrix): the types that can use one weight their errors by it, as
+    ``llama-quantize --imatrix`` does, and the file records it in ``quantize.imatrix.*``.
 
     `progress(done, total)` is called with input bytes processed. Raises
     `UnsupportedQuantType` for an unknown target, `GGUFError` for a corrupt input,
@@ -88,23 +143,27 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, target: str, *
     ft = get_file_type(target)
     src, dst = Path(src), Path(dst)
     _check_paths(src, dst)
+    im = _load_imatrix(imatrix) if imatrix is not None else None
     with GGUFFile(src) as f:
         infos = sorted(f.tensors.values(), key=lambda t: sort_key(t.name))
         result = QuantizeResult(dst, ft.name, len(infos), sum(t.nbytes for t in infos), 0, 0.0)
         plan = plan_tensor_types([(t.name, t.ggml_type, t.shape) for t in infos], ft,
-                                 ModelShape.from_metadata(f.metadata), pure=pure, fallbacks=result.fallbacks)
-        entries = []
+                                 ModelShape.from_metadata(f.metadata), pure=pure, fallbacks=result.fallbacks,
+                                 has_imatrix=bool(im and im.entries))
+        entries, weights = [], {}
         for t in infos:
             new = plan[t.name]
             if new != t.ggml_type:
                 _check_conversion(t.name, t.ggml_type, new, allow_requantize)
-                if requires_imatrix(t.name, new, ft):
-                    raise QuantizeError(f"{ft.name} needs an importance matrix (imatrix) for tensors like {t.name!r}, "
-                                        f"which localinfer quantize does not support; use Q2_K or Q3_K_S instead")
+                weights[t.name] = _imatrix_for(im, t.name, t.shape)
+                if requires_imatrix(t.name, new, ft) and weights[t.name] is None:
+                    raise QuantizeError(f"{ft.name} needs an importance matrix (imatrix) for tensors like {t.name!r}: "
+                                        f"make one with `localinfer imatrix` and pass --imatrix, or use Q2_K or Q3_K_S")
             entries.append(TensorEntry(t.name, new, t.shape, row_nbytes(new, t.shape[-1]) * (t.n_elements // t.shape[-1])))
             result.types[new.name] += 1
 
-        header, _ = encode_header(_metadata_entries(f, ft.ftype), entries, f.alignment)
+        extra = _imatrix_entries(os.fspath(imatrix), im) if im is not None else []
+        header, _ = encode_header(_metadata_entries(f, ft.ftype, extra), entries, f.alignment)
         total = len(header) + data_size(entries, f.alignment)
         free = shutil.disk_usage(dst.parent).free
         if total > free:
@@ -115,7 +174,7 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, target: str, *
         with AtomicFile(dst) as out:
             out.write(header)
             for t, e in zip(infos, entries):
-                for nbytes in _write_tensor(f, t, e.ggml_type, out):
+                for nbytes in _write_tensor(f, t, e.ggml_type, out, weights.get(t.name)):
                     done += nbytes
                     if progress:
                         progress(done, result.bytes_in)
@@ -134,8 +193,9 @@ def _check_conversion(name: str, cur: T, new: T, allow_requantize: bool) -> None
                             f"pass --allow-requantize to do it anyway")
 
 
-def _write_tensor(f: GGUFFile, t, new: T, out: AtomicFile):
+def _write_tensor(f: GGUFFile, t, new: T, out: AtomicFile, qw: np.ndarray | None = None):
     """Write one tensor's data, a slab of rows at a time; yields the input bytes done per slab.
+    `qw` (n_mat, ne0): importance weights, row r of the tensor using qw[r // rows per matrix].
 
     Every slab that we can read is checked for NaN / inf first (llama.cpp's loader
     validates rows the same way): a bit-flipped weight or scale is a corrupt file,
@@ -146,8 +206,11 @@ def _write_tensor(f: GGUFFile, t, new: T, out: AtomicFile):
     raw = f.tensor_data(t.name).reshape(n_rows, -1).view(np.uint8)  # (rows, bytes per row), zero-copy
     readable = int(t.ggml_type) in FORMATS
     step = max(1, SLAB_ELEMENTS // ncols)
-    for r in range(0, n_rows, step):
-        rows = raw[r : r + step]
+    rows_per_mat = n_rows // (qw.shape[0] if qw is not None else 1)
+    # a slab never straddles two experts' matrices: each has its own importance weights
+    starts = [s for m in range(0, n_rows, rows_per_mat) for s in range(m, m + rows_per_mat, step)]
+    for r in starts:
+        rows = raw[r : min(r + step, (r // rows_per_mat + 1) * rows_per_mat)]
         x = dequantize(rows, t.ggml_type, (rows.shape[0], ncols)) if readable else None
         if x is not None and not np.isfinite(x).all():
             bad = r + int(np.nonzero(~np.isfinite(x).all(axis=1))[0][0])
@@ -156,5 +219,6 @@ def _write_tensor(f: GGUFFile, t, new: T, out: AtomicFile):
         if new == t.ggml_type:
             out.write(memoryview(rows).cast("B"))
         else:
-            out.write(memoryview(quantize(x, new)).cast("B"))
+            q = quantize(x, new) if qw is None else quantize(x, new, qw[r // rows_per_mat])
+            out.write(memoryview(q).cast("B"))
         yield rows.nbytes

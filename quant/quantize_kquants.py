@@ -296,6 +296,13 @@ def _block_q6_K(xb, ob, ddb):
         if a > max_abs_scale:
             max_abs_scale = a
             max_scale = scales[ib]
+    _finish_q6_K(xb, L, scales, max_scale, max_abs_scale, ob, ddb)
+
+
+@_jit
+def _finish_q6_K(xb, L, scales, max_scale, max_abs_scale, ob, ddb):
+    """Q6_K after the sub-block scales (shared with the importance-weighted path): 8-bit
+    scales against the fp16 d, the quants again with the scales as stored, then packing."""
     ob[:] = 0
     if max_abs_scale < GROUP_MAX_EPS:
         ddb[0] = f32(0)

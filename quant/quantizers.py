@@ -18,6 +18,7 @@ from gguf import GGMLQuantizationType as T
 
 from . import quantize_basic as basic
 from . import quantize_kquants as kq
+from . import quantize_weighted as qw
 from .formats import UnsupportedQuantType, get_format
 
 # float32 (n_blocks, block_size) -> uint8 (n_blocks, type_size)
@@ -35,11 +36,13 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
     T.Q4_K: kq.quantize_row_q4_K,
     T.Q5_K: kq.quantize_row_q5_K,
     T.Q6_K: kq.quantize_row_q6_K,
+    T.IQ4_NL: qw.quantize_row_iq4_nl,
+    T.IQ4_XS: qw.quantize_row_iq4_xs,
 }
 
 
 # The k-quant kernels spread their blocks over numba's threads themselves.
-_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
+_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS}
 # Blocks quantized per step by the numpy quantizers: the temporaries stay in the CPU caches
 # (several times faster than whole-slab passes) and the steps run on a thread pool (numpy
 # releases the GIL).
@@ -74,11 +77,18 @@ def can_quantize_to(qtype: T | int) -> bool:
     return int(qtype) in QUANTIZERS
 
 
-def quantize(x: np.ndarray, qtype: T | int) -> np.ndarray:
+def uses_imatrix(qtype: T | int) -> bool:
+    """Whether ggml quantizes `qtype` differently given an importance matrix."""
+    return int(qtype) in qw.WEIGHTED_TYPES
+
+
+def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -> np.ndarray:
     """float32 (..., n_per_row) -> uint8 (..., row bytes) in `qtype`'s block layout.
 
     The row length must be a multiple of the type's block size (ggml's rule: a
-    block never straddles two rows).
+    block never straddles two rows). `imatrix` (n_per_row,): the importance of each
+    input column; the types of `uses_imatrix` then take ggml's weighted path, the
+    others ignore it (as ggml does).
     """
     fmt = get_format(qtype)
     fn = QUANTIZERS.get(fmt.ggml_type)
@@ -89,6 +99,13 @@ def quantize(x: np.ndarray, qtype: T | int) -> np.ndarray:
     if x.ndim == 0 or x.shape[-1] % fmt.block_size:
         raise ValueError(f"row length {x.shape[-1] if x.ndim else 0} is not a multiple of the "
                          f"{fmt.name} block size {fmt.block_size}")
+    if imatrix is not None and uses_imatrix(fmt.ggml_type):
+        rows = x.reshape(-1, x.shape[-1])
+        imatrix = np.asarray(imatrix, dtype=np.float32)
+        if imatrix.shape != (x.shape[-1],):
+            raise ValueError(f"imatrix has shape {imatrix.shape}, rows have {x.shape[-1]} columns")
+        return qw.quantize_rows_weighted(rows, fmt.ggml_type, imatrix).reshape(
+            *x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
     src = x.reshape(-1, fmt.block_size)
     if fmt.ggml_type in _PARALLEL_INSIDE:
         blocks = fn(src)

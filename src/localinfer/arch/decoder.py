@@ -20,7 +20,7 @@ from ..gguf_file import GGUFFile
 from ..kv_cache import KVCache
 from .batch import Batch
 from .fused import FusedLayers, FusedParams
-from .weights import WeightLoader
+from .weights import WeightLoader, observing
 
 
 class DecoderModel:
@@ -120,7 +120,8 @@ class DecoderModel:
         """The batch's tokens through embed and every layer -> (n_rows, n_embd); caches advanced."""
         x = self.embed(batch.tokens)  # (n, n_embd)
         fused = self.fused_layers()
-        if fused is not None and fused.applies(batch):  # `layers` in one C call, bit for bit (arch/fused.py)
+        # `layers` in one C call, bit for bit (arch/fused.py); not while a matmul observer watches
+        if fused is not None and fused.applies(batch) and not observing():
             x = fused.run(x, batch, self.fused_params(batch))
         else:
             x = self.layers(x, batch)

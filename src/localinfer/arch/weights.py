@@ -9,6 +9,10 @@ The architecture code only calls `layer.wq(x)`, so swapping the backend never to
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from typing import Callable, Iterator
+
 import numpy as np
 
 from ..gguf_file import GGUFError, GGUFFile
@@ -16,15 +20,45 @@ from ..quant import dequantize
 
 BACKENDS = ("reference", "c")
 
+# A callable (names, expert, x) that sees every linear layer's input before its matmul: `names`
+# the GGUF tensors whose rows the layer holds (several for a stacked q/k/v), `expert` the expert's
+# index in a 3-D tensor (else None), x (m, n_in). The importance matrix (quant/imatrix.py) is made
+# this way; a context variable, so that it sees only the forward passes of the thread that set it.
+MatmulObserver = Callable[[tuple, "int | None", np.ndarray], None]
+_observer: contextvars.ContextVar[MatmulObserver | None] = contextvars.ContextVar("matmul_observer", default=None)
+
+
+@contextlib.contextmanager
+def observe_matmuls(fn: MatmulObserver) -> Iterator[None]:
+    """Call `fn` with each linear layer's input during the block. The layers then run one by one
+    (DecoderModel skips the fused C layer stack, which has no per-matmul hook)."""
+    token = _observer.set(fn)
+    try:
+        yield
+    finally:
+        _observer.reset(token)
+
+
+def observing() -> bool:
+    return _observer.get() is not None
+
+
+def _observe(layer, x: np.ndarray) -> None:
+    fn = _observer.get()
+    if fn is not None:
+        fn(layer.names, layer.expert, x)
+
 
 class DenseLinear:
     """y = x @ W.T (+ b), W float32 (n_out, n_in)."""
 
-    def __init__(self, w: np.ndarray, bias: np.ndarray | None = None):
+    def __init__(self, w: np.ndarray, bias: np.ndarray | None = None, names: tuple = (), expert: int | None = None):
         self.w, self.bias = w, bias
         self.shape = w.shape
+        self.names, self.expert = names, expert  # for observe_matmuls
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        _observe(self, x)
         y = x @ self.w.T
         return y if self.bias is None else y + self.bias
 
@@ -32,11 +66,13 @@ class DenseLinear:
 class KernelLinear:
     """y = x @ W.T (+ b), W the GGUF's quantized rows (n_out, row_bytes), multiplied in C."""
 
-    def __init__(self, prepared, bias: np.ndarray | None = None):
+    def __init__(self, prepared, bias: np.ndarray | None = None, names: tuple = (), expert: int | None = None):
         self.mat, self.bias = prepared, bias
         self.shape = prepared.shape
+        self.names, self.expert = names, expert  # for observe_matmuls
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        _observe(self, x)
         y = self.mat.matmul(np.ascontiguousarray(x, dtype=np.float32))
         return y if self.bias is None else y + self.bias
 
@@ -102,11 +138,11 @@ class WeightLoader:
             from .. import kernels
             from ..quant import UnsupportedQuantType
             try:
-                return KernelLinear(kernels.prepare(self.f.tensor_data(name), info.ggml_type), b)
+                return KernelLinear(kernels.prepare(self.f.tensor_data(name), info.ggml_type), b, (name,))
             except UnsupportedQuantType:
                 pass  # a type the C core lacks: this one layer runs on the reference path
         raw = self.f.tensor_data(name)
-        dense = DenseLinear(dequantize(raw, info.ggml_type, info.shape), b)
+        dense = DenseLinear(dequantize(raw, info.ggml_type, info.shape), b, (name,))
         self.copied_bytes += 0 if np.may_share_memory(dense.w, raw) else dense.w.nbytes
         return dense
 
@@ -123,10 +159,12 @@ class WeightLoader:
             from .. import kernels
             from ..quant import UnsupportedQuantType
             try:
-                return [KernelLinear(kernels.prepare(raw[e], info.ggml_type), bias_of[e]) for e in range(shape[0])]
+                return [KernelLinear(kernels.prepare(raw[e], info.ggml_type), bias_of[e], (name,), e)
+                        for e in range(shape[0])]
             except UnsupportedQuantType:
-                pass  # a type the C core lacks (MXFP4 here): these experts run on the reference path
-        dense = [DenseLinear(dequantize(raw[e], info.ggml_type, shape[1:]), bias_of[e]) for e in range(shape[0])]
+                pass  # a type the C core lacks: these experts run on the reference path
+        dense = [DenseLinear(dequantize(raw[e], info.ggml_type, shape[1:]), bias_of[e], (name,), e)
+                 for e in range(shape[0])]
         self.copied_bytes += sum(0 if np.may_share_memory(d.w, raw) else d.w.nbytes for d in dense)
         return dense
 
@@ -149,7 +187,7 @@ class WeightLoader:
         raw = np.concatenate([self.f.tensor_data(n) for n in names])
         b = np.concatenate([self.vector(bn, (s[0],)) for bn, s in zip(biases, shapes)]) if all(has_bias) else None
         try:
-            stacked = KernelLinear(kernels.prepare(raw, infos[0].ggml_type), b)
+            stacked = KernelLinear(kernels.prepare(raw, infos[0].ggml_type), b, tuple(names))
         except UnsupportedQuantType:
             return None
         for n in names:
