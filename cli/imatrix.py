@@ -27,7 +27,7 @@ def imatrix(model, text_file, output, output_format, ctx_size, chunks, process_o
     Per weight that multiplies activations: the sum over the text's tokens of each input
     column's squared activation, and the token count (per expert in a MoE tensor). The
     text is cut into chunks of --ctx-size tokens like perplexity's; it needs at least two."""
-    from localinfer.quant.imatrix import compute_imatrix
+    from localinfer.measure.imatrix import compute_imatrix
     from localinfer.quant.imatrix_file import write_imatrix, write_imatrix_legacy
 
     set_threads(threads)

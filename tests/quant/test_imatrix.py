@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from localinfer.arch.weights import DenseLinear, observe_matmuls
 from localinfer.quant import dequantize
-from localinfer.quant.imatrix import ImatrixCollector, compute_imatrix
+from localinfer.measure.imatrix import ImatrixCollector, compute_imatrix
 from localinfer.quant.imatrix_file import (Imatrix, ImatrixEntry, ImatrixError, read_imatrix, write_imatrix,
                                            write_imatrix_legacy)
 

@@ -22,7 +22,7 @@ BACKENDS = ("reference", "c")
 
 # A callable (names, expert, x) that sees every linear layer's input before its matmul: `names`
 # the GGUF tensors whose rows the layer holds (several for a stacked q/k/v), `expert` the expert's
-# index in a 3-D tensor (else None), x (m, n_in). The importance matrix (quant/imatrix.py) is made
+# index in a 3-D tensor (else None), x (m, n_in). The importance matrix (measure/imatrix.py) is made
 # this way; a context variable, so that it sees only the forward passes of the thread that set it.
 MatmulObserver = Callable[[tuple, "int | None", np.ndarray], None]
 _observer: contextvars.ContextVar[MatmulObserver | None] = contextvars.ContextVar("matmul_observer", default=None)

@@ -21,10 +21,9 @@ from typing import Callable
 
 import numpy as np
 
-from localinfer.arch.weights import observe_matmuls
-from localinfer.measure import perplexity as ppl
-
-from .imatrix_file import Imatrix, ImatrixEntry, ImatrixError
+from ..arch.weights import observe_matmuls
+from ..quant.imatrix_file import Imatrix, ImatrixEntry, ImatrixError
+from . import perplexity as ppl
 
 MIN_ROWS = 16  # llama-imatrix ignores dense matmuls of fewer tokens ("why are small batches ignored?")
 
