@@ -63,17 +63,25 @@ static void route_token(const float *logits, int64_t n_expert, int64_t k, int no
         }
 }
 
-/* y[r] = dot(row r of w, a) for r in [lo, hi): matmul.c's GEMV loop for one activation row */
-static void gemv_rows(const li_linear *w, int64_t lo, int64_t hi, const uint8_t *a, const float *a_sums, float *y) {
+/* y[r] = dot(row r of w, a) for r in [lo, hi): matmul.c's GEMV loop for one activation row. A thread
+ * reads several experts' row ranges in turn, so near the end of this one the prefetch runs on into
+ * the next range (`next`, its first bytes; NULL: none) instead of stopping: small ranges (384 rows of
+ * a 768-row expert) would otherwise start each time on memory the prefetcher has not asked for. */
+static void gemv_rows(const li_linear *w, int64_t lo, int64_t hi, const uint8_t *a, const float *a_sums, float *y,
+                      const uint8_t *next, size_t next_bytes) {
     const li_type_traits *t = li_traits(w->wtype);
     const int step = t->vec_dot_rows ? LI_DOT_ROWS : 1;
     const size_t ahead = MOE_PREFETCH_BYTES / w->row_bytes + 1;   /* rows */
     const uint8_t *base = w->w;
     for (int64_t r = lo; r < hi; r += step) {
         const int nr = (int)(hi - r < step ? hi - r : step);
+        const size_t chunk = (size_t)nr * w->row_bytes;
         if (r + (int64_t)ahead < hi) {
             const uint8_t *pf = base + (r + (int64_t)ahead) * w->row_bytes;
-            for (size_t b = 0; b < (size_t)nr * w->row_bytes; b += 64) __builtin_prefetch(pf + b, 0, 3);
+            for (size_t b = 0; b < chunk; b += 64) __builtin_prefetch(pf + b, 0, 3);
+        } else if (next) {   /* bytes of the next range this far past the end of this one */
+            const size_t at = (size_t)(r + (int64_t)ahead - hi) * w->row_bytes;
+            for (size_t b = at; b < at + chunk && b < next_bytes; b += 64) __builtin_prefetch(next + b, 0, 3);
         }
         if (t->vec_dot_rows) t->vec_dot_rows(w->k, y + r, base + r * w->row_bytes, w->row_bytes, nr, a, a_sums);
         else t->vec_dot(w->k, y + r, base + r * w->row_bytes, a, a_sums);
@@ -113,14 +121,24 @@ typedef struct {
     float *out;                    /* (d) */
 } token_job;
 
+/* the first byte of rows [lo, hi) of w, and their size */
+static const uint8_t *rows_at(const li_linear *w, int64_t lo, int64_t hi, size_t *bytes) {
+    *bytes = (size_t)(hi - lo) * w->row_bytes;
+    return (const uint8_t *)w->w + (size_t)lo * w->row_bytes;
+}
+
 static void task_gate_up(void *ctx, int ith, int nth) {
     const token_job *j = ctx;
     int64_t lo, hi;
     split(j->f, MOE_ROW_ALIGN, ith, nth, &lo, &hi);
+    if (lo >= hi) return;
     for (int64_t s = 0; s < j->k; s++) {
         const int32_t e = j->experts[s];
-        gemv_rows(&j->m->gate[e], lo, hi, j->x_gate.q, j->x_gate.sums, j->g + s * j->f);
-        gemv_rows(&j->m->up[e], lo, hi, j->x_up.q, j->x_up.sums, j->u + s * j->f);
+        size_t up_bytes, next_bytes = 0;
+        const uint8_t *up = rows_at(&j->m->up[e], lo, hi, &up_bytes);
+        const uint8_t *next = s + 1 < j->k ? rows_at(&j->m->gate[j->experts[s + 1]], lo, hi, &next_bytes) : NULL;
+        gemv_rows(&j->m->gate[e], lo, hi, j->x_gate.q, j->x_gate.sums, j->g + s * j->f, up, up_bytes);
+        gemv_rows(&j->m->up[e], lo, hi, j->x_up.q, j->x_up.sums, j->u + s * j->f, next, next_bytes);
     }
 }
 
@@ -128,8 +146,12 @@ static void task_down(void *ctx, int ith, int nth) {
     const token_job *j = ctx;
     int64_t lo, hi;
     split(j->d, MOE_ROW_ALIGN, ith, nth, &lo, &hi);
-    for (int64_t s = 0; s < j->k; s++)
-        gemv_rows(&j->m->down[j->experts[s]], lo, hi, j->acts[s].q, j->acts[s].sums, j->y + s * j->d);
+    if (lo >= hi) return;
+    for (int64_t s = 0; s < j->k; s++) {
+        size_t next_bytes = 0;
+        const uint8_t *next = s + 1 < j->k ? rows_at(&j->m->down[j->experts[s + 1]], lo, hi, &next_bytes) : NULL;
+        gemv_rows(&j->m->down[j->experts[s]], lo, hi, j->acts[s].q, j->acts[s].sums, j->y + s * j->d, next, next_bytes);
+    }
     for (int64_t r = lo; r < hi; r++) {   /* the Python loop's out[t] += y * w, expert by expert */
         float acc = 0.0f;
         for (int64_t s = 0; s < j->k; s++) acc += j->y[s * j->d + r] * j->weights[s];
