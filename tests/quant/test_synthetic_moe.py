@@ -96,3 +96,13 @@ def test_fused_routing_sees_every_damage(tiny_moe):
         assert m.fused_layers() is not None
         got = m.forward(ids, m.new_cache(64))
         assert np.abs(got - want).max() > 0.1 * np.abs(want).max()
+
+
+@pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
+def test_routing_the_c_path_does_not_know_keeps_the_loop(tiny_moe):
+    """A SparseMoE with a field core/moe.c does not implement (shared experts, another gating) must
+    not be run as if it were plain top-k routing: the model keeps the Python loop."""
+    with GGUFFile(tiny_moe) as f:
+        m = build_model(f, "c")
+    m.weights.layers[1].mlp.shared_experts = m.weights.layers[1].mlp.gate[0]
+    assert m.fused_layers() is None
