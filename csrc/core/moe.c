@@ -195,9 +195,11 @@ static int one_token(const li_moe *m, const float *h, const int32_t *experts, co
     const li_type_traits *tg = li_traits(m->gate[0].wtype), *tu = li_traits(m->up[0].wtype),
                          *td = li_traits(m->down[0].wtype);
     const size_t xg_bytes = act_row_bytes(tg, d), xu_bytes = act_row_bytes(tu, d), a_bytes = act_row_bytes(td, f);
-    /* g, u, act: (k, f) floats each | y: (k, d) | the quantized rows | acts: (k) */
-    const size_t floats = (size_t)(3 * k * f + k * d);
-    uint8_t *buf = malloc(floats * sizeof(float) + xg_bytes + xu_bytes + (size_t)k * a_bytes + (size_t)k * sizeof(act_row));
+    /* g, u, act: (k, f) floats each | y: (k, d) | the quantized rows | acts: (k); 64-byte aligned
+     * like li_matmul's scratch (the rows as the SIMD dots expect them) */
+    const size_t floats = (size_t)(3 * k * f + k * d + 15) / 16 * 16;
+    const size_t bytes = floats * sizeof(float) + xg_bytes + xu_bytes + (size_t)k * a_bytes + (size_t)k * sizeof(act_row);
+    uint8_t *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!buf) return LI_ENOMEM;
     float *g = (float *)buf, *u = g + k * f, *act = u + k * f, *y = act + k * f;
     uint8_t *q = buf + floats * sizeof(float);
