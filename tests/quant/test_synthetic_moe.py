@@ -106,3 +106,15 @@ def test_routing_the_c_path_does_not_know_keeps_the_loop(tiny_moe):
         m = build_model(f, "c")
     m.weights.layers[1].mlp.shared_experts = m.weights.layers[1].mlp.gate[0]
     assert m.fused_layers() is None
+
+
+def test_a_file_larger_than_the_free_disk_is_refused_before_writing(tmp_path, smollm2_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+    from localinfer.quant.synthetic import SyntheticError
+    from localinfer.quant.synthetic_quantized import write_quantized
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 2**20, 2**20))
+    with pytest.raises(SyntheticError, match="not enough disk space"):
+        write_quantized(SHAPES["tiny-qwen3moe"], tmp_path / "m.gguf", "Q4_K_M", tokenizer_path=smollm2_path)
+    assert list(tmp_path.iterdir()) == []
