@@ -20,7 +20,8 @@ from .common import cache_type_options, int_list
               help="Context depths, comma-separated: each test runs after this many tokens fill the context "
                    "(llama-bench's -d; the test is named e.g. tg128 @ d4096).")
 @click.option("--synthetic", "synthetic", multiple=True, metavar="SHAPE[:TYPE,...]",
-              help="Also bench a random-weight model of a real shape (llama-1b, llama-3b, llama-8b, qwen2-7b) "
+              help="Also bench a random-weight model of a real shape (llama-1b, llama-3b, llama-8b, qwen2-7b, "
+                   "qwen3moe-30b-a3b; qwen3moe-30b-a3b-8l: 8 of its layers) "
                    "in these llama.cpp file types (default Q4_0), written into the cache on first use.")
 @click.option("-t", "--threads", default=str(min(os.cpu_count() or 1, 2)), callback=int_list, show_default=True,
               help="Thread counts, comma-separated.")
@@ -96,9 +97,9 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
     if output == "json":
         click.echo(to_json(suite, bw))
     elif output == "md":
-        click.echo("\n\n".join([markdown(suite.rows)] + starts))
+        click.echo("\n\n".join([markdown(suite.rows, bw and bw["read_gbps"])] + starts))
     elif suite.rows or starts:
-        click.echo("\n\n".join(([table(suite.rows)] if suite.rows else []) + starts))
+        click.echo("\n\n".join(([table(suite.rows, bw and bw["read_gbps"])] if suite.rows else []) + starts))
     if plot_path and suite.rows:
         plot(suite.rows, plot_path)
         log(f"plot written to {plot_path}")

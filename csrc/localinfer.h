@@ -97,6 +97,18 @@ typedef struct {
     const float *geglu_table;  /* NULL: SiLU gating; else GELU from ggml's f16 table (core/ops.c) */
 } li_decoder_config;
 
+/* core/moe.c: a sparse mixture-of-experts block (arch/moe.py): out (n, n_embd) = the weighted sum of each
+ * token's n_used most probable experts' gated MLPs on h (n, n_embd); SiLU gating, or GELU from
+ * glu_table (as li_glu). Every expert's matrices have one type per kind and no bias. */
+typedef struct li_moe {
+    li_linear router;          /* (n_expert, n_embd): the routing logits */
+    const li_linear *gate, *up;   /* n_expert of them, each (n_ff_exp, n_embd) */
+    const li_linear *down;     /* n_expert of them, each (n_embd, n_ff_exp) */
+    int64_t n_expert, n_used;
+    int normalize;             /* divide the chosen experts' probabilities by their sum (expert_weights_norm) */
+} li_moe;
+int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const float *glu_table);
+
 typedef struct {
     const float *attn_norm, *ffn_norm;   /* (n_embd) */
     const float *q_norm, *k_norm;        /* (head_dim) or NULL */
@@ -111,6 +123,7 @@ typedef struct {
     int64_t window;            /* sliding window (keys within the last `window` positions), 0: none */
     int ring;                  /* 0: K/V in the sequence's full cache, 1: in its ring (sliding window) */
     int64_t cache_layer;       /* this layer's index inside that cache */
+    const struct li_moe *moe;  /* routed experts in place of gate_up / down (qwen3moe, mixtral), or NULL */
 } li_decoder_layer;
 
 typedef struct {

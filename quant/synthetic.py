@@ -60,7 +60,7 @@ class Shape:
     """A model's blueprint: what its public config.json says (hidden size, layers, heads ...)."""
     name: str
     source: str  # the real model the numbers come from
-    arch: str  # GGUF general.architecture: "llama" or "qwen2"
+    arch: str  # GGUF general.architecture: "llama", "qwen2" or "qwen3moe"
     size_label: str
     n_embd: int
     n_layer: int
@@ -74,10 +74,14 @@ class Shape:
     tied: bool  # output.weight is token_embd.weight (no separate tensor)
     qkv_bias: bool = False  # qwen2: attn_q/k/v have biases
     llama3_rope: dict = field(default_factory=dict)  # "llama3" rope scaling, empty for none
+    head_dim_override: int = 0  # config.json's head_dim where it is not n_embd / n_head (Qwen3)
+    n_expert: int = 0  # routed experts per layer (qwen3moe); 0: a dense MLP of width n_ff
+    n_expert_used: int = 0
+    n_ff_exp: int = 0  # an expert's hidden width (moe_intermediate_size)
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.head_dim_override or self.n_embd // self.n_head
 
 
 SHAPES = {s.name: s for s in [
@@ -89,12 +93,25 @@ SHAPES = {s.name: s for s in [
           n_vocab=128256, rope_theta=500000.0, n_ctx_train=131072, rms_eps=1e-5, tied=False, llama3_rope=_LLAMA31_ROPE),
     Shape("qwen2-7b", "Qwen2-7B", "qwen2", "7B", n_embd=3584, n_layer=28, n_head=28, n_head_kv=4, n_ff=18944,
           n_vocab=152064, rope_theta=1e6, n_ctx_train=131072, rms_eps=1e-6, tied=False, qkv_bias=True),
+    # Qwen3-30B-A3B's config.json: 128 experts of width 768, 8 per token, head_dim 128 (not 2048 / 32);
+    # intermediate_size 6144 is written as feed_forward_length but sizes no tensor
+    Shape("qwen3moe-30b-a3b", "Qwen3-30B-A3B", "qwen3moe", "30B.A3B", n_embd=2048, n_layer=48, n_head=32,
+          n_head_kv=4, n_ff=6144, n_vocab=151936, rope_theta=1e6, n_ctx_train=40960, rms_eps=1e-6, tied=False,
+          head_dim_override=128, n_expert=128, n_expert_used=8, n_ff_exp=768),
+    # The same with 8 of its 48 layers (3.4 GB): a file that stays in a small machine's page cache, so
+    # that decode measures memory bandwidth, not the disk (the whole model's 18.6 GB may not fit)
+    Shape("qwen3moe-30b-a3b-8l", "Qwen3-30B-A3B, 8 of 48 layers", "qwen3moe", "30B.A3B-8L", n_embd=2048,
+          n_layer=8, n_head=32, n_head_kv=4, n_ff=6144, n_vocab=151936, rope_theta=1e6, n_ctx_train=40960,
+          rms_eps=1e-6, tied=False, head_dim_override=128, n_expert=128, n_expert_used=8, n_ff_exp=768),
     # For tests: tiny, but every code path of the real ones (GQA, padded vocab, biases, rope factors).
     Shape("tiny", "test shape", "llama", "tiny", n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128,
           n_vocab=49152 + 256, rope_theta=500000.0, n_ctx_train=2048, rms_eps=1e-5, tied=True,
           llama3_rope=dict(_LLAMA32_ROPE, original_max_position_embeddings=256)),
     Shape("tiny-qwen2", "test shape", "qwen2", "tiny", n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128,
           n_vocab=49152 + 256, rope_theta=1e6, n_ctx_train=2048, rms_eps=1e-6, tied=False, qkv_bias=True),
+    Shape("tiny-qwen3moe", "test shape", "qwen3moe", "tiny", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512,
+          n_vocab=49152 + 256, rope_theta=1e6, n_ctx_train=2048, rms_eps=1e-6, tied=False,
+          head_dim_override=64, n_expert=8, n_expert_used=2, n_ff_exp=256),
 ]}
 
 
@@ -109,10 +126,12 @@ class TensorSpec:
     name: str
     shape: tuple[int, ...]  # numpy order: shape[-1] is the row length
     init: str  # "normal" (weights, biases), "ones" (norms) or "rope_freqs"
+    f32: bool = False  # kept F32 although a matrix: the router, as llama.cpp's converter keeps it
 
     @property
     def ggml_type(self) -> T:
-        return T.F16 if len(self.shape) == 2 else T.F32  # 1-D tensors stay F32, as converters write them
+        # 1-D tensors stay F32, as converters write them
+        return T.F16 if len(self.shape) >= 2 and not self.f32 else T.F32
 
     @property
     def n_elements(self) -> int:
@@ -121,7 +140,7 @@ class TensorSpec:
 
 def tensor_specs(s: Shape) -> list[TensorSpec]:
     """Every tensor of the model, in file order, with llama.cpp's names."""
-    kv = s.n_head_kv * s.head_dim
+    q, kv = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
     out = []
     if s.llama3_rope:
         out.append(TensorSpec("rope_freqs.weight", (s.head_dim // 2,), "rope_freqs"))
@@ -129,15 +148,25 @@ def tensor_specs(s: Shape) -> list[TensorSpec]:
     for i in range(s.n_layer):
         p = f"blk.{i}."
         out.append(TensorSpec(p + "attn_norm.weight", (s.n_embd,), "ones"))
-        for w, rows in (("attn_q", s.n_embd), ("attn_k", kv), ("attn_v", kv)):
+        for w, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
             out.append(TensorSpec(p + w + ".weight", (rows, s.n_embd), "normal"))  # (heads*head_dim, embd)
             if s.qkv_bias:
                 out.append(TensorSpec(p + w + ".bias", (rows,), "normal"))
-        out += [TensorSpec(p + "attn_output.weight", (s.n_embd, s.n_embd), "normal"),
-                TensorSpec(p + "ffn_norm.weight", (s.n_embd,), "ones"),
-                TensorSpec(p + "ffn_gate.weight", (s.n_ff, s.n_embd), "normal"),  # (ff, embd)
-                TensorSpec(p + "ffn_up.weight", (s.n_ff, s.n_embd), "normal"),  # (ff, embd)
-                TensorSpec(p + "ffn_down.weight", (s.n_embd, s.n_ff), "normal")]  # (embd, ff)
+        out.append(TensorSpec(p + "attn_output.weight", (s.n_embd, q), "normal"))
+        if s.arch == "qwen3moe":  # qwen3's per-head Q/K norms
+            out += [TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "ones"),
+                    TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "ones")]
+        out.append(TensorSpec(p + "ffn_norm.weight", (s.n_embd,), "ones"))
+        if s.n_expert:
+            e, f = s.n_expert, s.n_ff_exp
+            out += [TensorSpec(p + "ffn_gate_inp.weight", (e, s.n_embd), "normal", f32=True),  # (expert, embd)
+                    TensorSpec(p + "ffn_gate_exps.weight", (e, f, s.n_embd), "normal"),  # (expert, ff_exp, embd)
+                    TensorSpec(p + "ffn_up_exps.weight", (e, f, s.n_embd), "normal"),  # (expert, ff_exp, embd)
+                    TensorSpec(p + "ffn_down_exps.weight", (e, s.n_embd, f), "normal")]  # (expert, embd, ff_exp)
+        else:
+            out += [TensorSpec(p + "ffn_gate.weight", (s.n_ff, s.n_embd), "normal"),  # (ff, embd)
+                    TensorSpec(p + "ffn_up.weight", (s.n_ff, s.n_embd), "normal"),  # (ff, embd)
+                    TensorSpec(p + "ffn_down.weight", (s.n_embd, s.n_ff), "normal")]  # (embd, ff)
     out.append(TensorSpec("output_norm.weight", (s.n_embd,), "ones"))
     if not s.tied:
         out.append(TensorSpec("output.weight", (s.n_vocab, s.n_embd), "normal"))  # (vocab, embd)
@@ -171,7 +200,7 @@ def _kv_array(key: str, item: V, values: list) -> bytes:
     return head + np.asarray(values, dtype=_SCALARS[item]).tobytes()
 
 
-def metadata_entries(s: Shape, seed: int, tokenizer_gguf) -> list[bytes]:
+def metadata_entries(s: Shape, seed: int, tokenizer_gguf, file_type: int = MOSTLY_F16) -> list[bytes]:
     """general.*, the {arch}.* hyper-parameters, and the tokenizer of `tokenizer_gguf` (a
     GGUFFile) with its token list padded to the shape's vocabulary size."""
     meta = tokenizer_gguf.metadata
@@ -200,8 +229,14 @@ def metadata_entries(s: Shape, seed: int, tokenizer_gguf) -> list[bytes]:
         _kv(f"{a}.rope.freq_base", V.FLOAT32, s.rope_theta),
         _kv(f"{a}.attention.layer_norm_rms_epsilon", V.FLOAT32, s.rms_eps),
         _kv(f"{a}.rope.dimension_count", V.UINT32, s.head_dim),
+        # only where head_dim is not n_embd / n_head: the dense shapes' bytes stay those of FORMAT_VERSION 1
+        *([_kv(f"{a}.attention.key_length", V.UINT32, s.head_dim),
+           _kv(f"{a}.attention.value_length", V.UINT32, s.head_dim)] if s.head_dim_override else []),
         _kv(f"{a}.vocab_size", V.UINT32, s.n_vocab),
-        _kv("general.file_type", V.UINT32, MOSTLY_F16),
+        *([_kv(f"{a}.expert_count", V.UINT32, s.n_expert),
+           _kv(f"{a}.expert_used_count", V.UINT32, s.n_expert_used),
+           _kv(f"{a}.expert_feed_forward_length", V.UINT32, s.n_ff_exp)] if s.n_expert else []),
+        _kv("general.file_type", V.UINT32, file_type),
         _kv("general.quantization_version", V.UINT32, 2),
         _kv_array("tokenizer.ggml.tokens", V.STRING, tokens),
         _kv_array("tokenizer.ggml.token_type", V.INT32, types),
@@ -223,10 +258,11 @@ def _tensor_slabs(s: Shape, spec: TensorSpec, index: int, seed: int):
         yield llama3_rope_factors(s.head_dim, dict(s.llama3_rope, rope_theta=s.rope_theta)).tobytes()
         return
     rng = np.random.default_rng([seed, index])  # one stream per tensor: any tensor is reproducible alone
-    if len(spec.shape) == 1:
+    if spec.ggml_type == T.F32:
         yield (rng.standard_normal(spec.shape, dtype=np.float32) * WEIGHT_SCALE).tobytes()
         return
-    n_rows, n_cols = spec.shape
+    n_cols = spec.shape[-1]
+    n_rows = spec.n_elements // n_cols  # a 3-D expert tensor: its experts' rows one after another
     step = max(1, SLAB_ELEMENTS // n_cols)
     for r in range(0, n_rows, step):
         x = rng.standard_normal((min(step, n_rows - r), n_cols), dtype=np.float32)
@@ -286,7 +322,8 @@ def synthetic_model(shape: str | Shape, ftype: str = "F16", seed: int = 0, *, to
                     log: Callable[[str], None] = lambda msg: None,
                     progress: Callable[[str], Callable[[int, int], None] | None] = lambda what: None) -> Path:
     """The cached file of `shape` in llama.cpp file type `ftype` (F16, Q8_0, Q4_0, Q4_K_M ...),
-    written first if absent: F16 from the seed, any other type quantized from the cached F16.
+    written first if absent: F16 from the seed, any other type quantized from the cached F16 --
+    except for shapes with experts, whose quantized files synthetic_quantized.py writes directly.
     `progress(what)` may return a `(done, total)` callback for each file written."""
     from .mixes import get_file_type
     from .quantize_file import quantize_file
@@ -297,6 +334,10 @@ def synthetic_model(shape: str | Shape, ftype: str = "F16", seed: int = 0, *, to
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    if s.n_expert and ft != "F16":  # Qwen3-30B-A3B's F16 is 61 GB: quantized tensors are written directly
+        from .synthetic_quantized import write_quantized
+        log(f"writing {path} ({n_params(s) / 1e9:,.1f}B parameters, {ft} written directly, seed {seed})")
+        return write_quantized(s, path, ft, seed, tokenizer_path, progress(f"writing {s.name} {ft}"))
     f16 = cache_path(s.name, "F16", seed)
     if not f16.exists():
         log(f"writing {f16} ({n_params(s) / 1e6:,.0f}M parameters, random weights, seed {seed})")

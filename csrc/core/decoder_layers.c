@@ -15,6 +15,7 @@
  *   x += a . Wo (+ bias)
  *   (gemma3: the branch output goes through attn_post_norm before the add)
  *   h = rms_norm(x, ffn_norm);  x += down(silu(gate(h)) * up(h)), gate | up one matmul or two
+ *   (qwen3moe, mixtral: x += the routed experts' weighted sum instead, core/moe.c)
  *   (gemma3: GELU from the f16 table, and ffn_post_norm before the add)
  * The Python wrapper (arch/fused.py) checks every shape and pointer before calling.
  */
@@ -187,7 +188,9 @@ int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers
         for (int64_t i = 0; i < n * d; i++) x[i] += o[i];
         /* gated MLP */
         li_rms_norm(x, L->ffn_norm, h, n, d, c->eps);
-        if (L->n_gate_up == 1) {
+        if (L->moe) {   /* routed experts (core/moe.c) */
+            if ((rc = li_moe_ffn(L->moe, h, n, o, c->geglu_table)) != LI_OK) break;
+        } else if (L->n_gate_up == 1) {
             if ((rc = linear(&L->gate_up[0], h, n, gu)) != LI_OK) break;
             li_glu(gu, 2 * n_ff, gu + n_ff, 2 * n_ff, act, n, n_ff, c->geglu_table);
         } else {
@@ -196,7 +199,7 @@ int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers
                 break;
             li_glu(gu, n_ff, gu + n * n_ff, n_ff, act, n, n_ff, c->geglu_table);
         }
-        if ((rc = linear(&L->down, act, n, o)) != LI_OK) break;
+        if (!L->moe && (rc = linear(&L->down, act, n, o)) != LI_OK) break;
         if (L->ffn_post_norm) li_rms_norm(o, L->ffn_post_norm, o, n, d, c->eps);
         for (int64_t i = 0; i < n * d; i++) x[i] += o[i];
     }

@@ -136,6 +136,17 @@ def test_llama_bench_rows_and_ratios(tmp_path):
                                                                    weight_gbps=1) for r in ours])
 
 
+def test_decode_bandwidth_as_a_share_of_the_probe():
+    """With a bandwidth probe, the GB/s decode reads its (active) weights at is also given as its share."""
+    row = dict(runtime="localinfer", model="m", quant="Q4_K", n_threads=2, test="tg32", avg_ts=4.0, stddev_ts=0.1,
+               n_gen=32, load_s=1.0, peak_rss_mib=10, model_size=2**30, weight_bytes_per_token=2**29,
+               weight_gbps=2.147, ttft_ms=None)
+    assert "tg share of probe" not in table([row])
+    text = table([row], probe_gbps=3.0)
+    assert "tg share of probe" in text and "72%" in text  # 2.147 / 3.0
+    assert "| 72% |" in markdown([row], probe_gbps=3.0)
+
+
 def test_llama_bench_gets_the_depths(tmp_path):
     """-d goes to llama-bench (only when asked: older builds have no -d) and names its tests as it does."""
     fake = tmp_path / "llama-bench"

@@ -242,9 +242,6 @@ def test_fused_layers_are_the_loop_bit_for_bit(tiny, outtype):
         pytest.skip("C kernels not built")
     name, _, tok, folder, _ = tiny
     m, _ = _load(convert_hf(folder, folder / f"fused-{outtype}.gguf", outtype), "c")
-    if name in MOE:
-        assert m.fused_layers() is None  # routed experts run in the Python loop only
-        return
     assert m.fused_layers() is not None
     ids = _prompts(tok)[0]
     runs = {}
@@ -257,7 +254,23 @@ def test_fused_layers_are_the_loop_bit_for_bit(tiny, outtype):
         logits += m.forward_batch([(ids[:5], other), (ids[3:4], cache)])  # two sequences in one pass
         runs[fuse] = logits + [cache.k[:, :cache.offset].copy(), cache.v[:, :cache.offset].copy()]
     for got, want in zip(runs[True], runs[False]):
-        np.testing.assert_array_equal(got, want)
+        if name in MOE:
+            assert_moe_close(got, want, outtype)
+        else:
+            np.testing.assert_array_equal(got, want)
+
+
+def assert_moe_close(got, want, outtype):
+    """core/moe.c's softmax (expf) and numpy's (its own exp) may differ by an ulp, so a routed
+    expert's weight may too: on f32 weights the results then differ by rounding (~1e-6 of their
+    scale). On q8_0 weights an activation that moved by an ulp may round to the next of Q8_0's
+    255 steps (1/127 of its block's largest value), which moves a dot product by one step of
+    one term: well under 1% of the values' scale, and a wrong expert or weight would move it by
+    tens of percent."""
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    scale = float(np.abs(want).max())
+    tol = 1e-5 if outtype == "f32" else 1e-2
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale)
 
 
 def test_experts_are_written_as_llama_cpp_names_them(tiny):

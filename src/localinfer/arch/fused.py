@@ -1,4 +1,5 @@
-"""The decoder layers of the llama family and gemma3 in one C call (csrc/core/decoder_layers.c), for the C backend.
+"""The decoder layers of the llama family (with routed experts: qwen3moe, mixtral) and gemma3 in one C call
+(csrc/core/decoder_layers.c, csrc/core/moe.c), for the C backend.
 
 The architectures' Python loops (LlamaModel / Gemma3Model.layers) are the readable
 version; for a batch whose caches are all f16 or q8_0 / q4_0 rows (kv_types.py; plain, or gemma3's
@@ -18,7 +19,18 @@ import numpy as np
 from ..kernels import _check
 from ..kv_cache import InterleavedKVCache, KVCache
 from ..kv_types import CACHE_TYPES, KVCacheTypes, row_width
+from .blocks import GatedMLP
+from .moe import SOFTMAX, SparseMoE
 from .weights import KernelLinear
+
+
+
+def _moe_in_c(moe: SparseMoE) -> bool:
+    """Whether core/moe.c computes this block as moe.py does: softmax over every router logit, then
+    the top-k (renormalised or not), experts without biases. Other gatings and biases (gpt-oss) keep
+    the Python loop, as do shared experts (qwen2moe's SharedExpertMoE is not a SparseMoE)."""
+    linears = [moe.gate_inp, *moe.gate, *moe.up, *moe.down]
+    return moe.gating == SOFTMAX and all(getattr(lin, "bias", None) is None for lin in linears)
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,9 @@ class FusedLayers:
             for i, (lin, shape) in enumerate(projections):
                 self._linear(spec.qkv[i], lin, shape)
             self._linear(spec.wo, attn.wo, (d, q_dim))
+            if isinstance(mlp, SparseMoE):
+                spec.moe = self._moe(mlp)
+                continue
             if mlp.w_gate is None:
                 gate_up = [(mlp.w_up, (2 * c.n_ff, d))]
             else:
@@ -100,11 +115,20 @@ class FusedLayers:
         from .. import kernels
         if not kernels.available():
             return None
-        if getattr(model.config, "n_expert", 0):
-            return None  # routed experts (moe.py) run in the Python loop, over the same C matmuls
         for layer in model.weights.layers:
             a, m = layer.attn, layer.mlp
-            linears = [a.wqkv, a.wq, a.wk, a.wv, a.wo, m.w_gate, m.w_up, m.w_down]
+            if isinstance(m, SparseMoE):
+                if not _moe_in_c(m):
+                    return None  # routing that core/moe.c does not know (yet) stays in the Python loop
+                expert_linears = [m.gate_inp, *m.gate, *m.up, *m.down]
+            elif isinstance(m, GatedMLP):
+                expert_linears = [m.w_gate, m.w_up, m.w_down]
+            else:
+                return None  # a block the C layers do not have (a shared expert beside the routed ones)
+            head_dim = model.config.head_dim
+            if any(n is not None and n.shape != (head_dim,) for n in (a.q_norm, a.k_norm)):
+                return None  # Q/K norms over the whole projection (olmoe): the C layers norm each head
+            linears = [a.wqkv, a.wq, a.wk, a.wv, a.wo, *expert_linears]
             if not all(lin is None or isinstance(lin, KernelLinear) for lin in linears):
                 return None
         return cls(model, kernels._ffi, kernels._lib, **options)
@@ -115,6 +139,28 @@ class FusedLayers:
             raise ValueError(f"fused layers: expected ({n},) floats, got {a.shape}")
         self._keep.append(a)
         return self.ffi.from_buffer("float[]", a)
+
+    def _moe(self, moe: SparseMoE):
+        """The li_moe of a layer's routed experts: its router and one li_linear per expert matrix."""
+        c, ffi = self.config, self.ffi
+        n, d, f = c.n_expert, c.n_embd, c.n_ff_exp
+        spec = ffi.new("li_moe *")
+        self._linear(spec.router, moe.gate_inp, (n, d))
+        for name, lins, shape in (("gate", moe.gate, (f, d)), ("up", moe.up, (f, d)), ("down", moe.down, (d, f))):
+            if len(lins) != n or any(lin.bias is not None for lin in lins):
+                raise ValueError(f"fused layers: {len(lins)} {name} experts (with biases?) where {n} belong")
+            if len({lin.mat._wtype_id for lin in lins}) != 1:
+                raise ValueError(f"fused layers: {name} experts of several types")  # one 3-D tensor has one
+            specs = ffi.new("li_linear[]", n)
+            for e, lin in enumerate(lins):
+                self._linear(specs[e], lin, shape)
+            setattr(spec, name, specs)
+            self._keep.append(specs)
+        if not 1 <= moe.n_used <= n:
+            raise ValueError(f"fused layers: {moe.n_used} experts used of {n}")
+        spec.n_expert, spec.n_used, spec.normalize = n, moe.n_used, int(moe.normalize)
+        self._keep.append(spec)
+        return spec
 
     def _linear(self, spec, lin: KernelLinear, shape: tuple[int, int]) -> None:
         mat = lin.mat

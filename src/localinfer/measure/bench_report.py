@@ -20,7 +20,7 @@ def _cells(r: dict) -> list[str]:
             _ts(r), r.get("backend", "")]
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], probe_gbps: float | None = None) -> str:
     cells = [COLUMNS] + [_cells(r) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
     lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(COLUMNS))) for c in cells]
@@ -31,11 +31,11 @@ def table(rows: list[dict]) -> str:
                                   for x in rat)
     extras = [r for r in rows if r["runtime"] == "localinfer"]
     if extras:
-        out += "\n\n" + extras_table(extras, markdown=False)
+        out += "\n\n" + extras_table(extras, markdown=False, probe_gbps=probe_gbps)
     return out
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], probe_gbps: float | None = None) -> str:
     out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     out += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
     if rat := ratios(rows):
@@ -44,14 +44,18 @@ def markdown(rows: list[dict]) -> str:
                 f"| **{x['ratio']:.2f}** |" for x in rat]
     extras = [r for r in rows if r["runtime"] == "localinfer"]
     if extras:
-        out += ["", extras_table(extras, markdown=True)]
+        out += ["", extras_table(extras, markdown=True, probe_gbps=probe_gbps)]
     return "\n".join(out)
 
 
-def extras_table(rows: list[dict], markdown: bool) -> str:
-    """Per model x threads: load time, TTFT, peak RSS, size, bytes/token, GB/s."""
+def extras_table(rows: list[dict], markdown: bool, probe_gbps: float | None = None) -> str:
+    """Per model x threads: load time, TTFT, peak RSS, size, the weight bytes a decode step reads
+    (of a mixture of experts only the chosen experts': bench.weight_bytes_per_token) and the GB/s
+    decode reads them at -- with `probe_gbps` (the bandwidth probe's read figure), also as a share of it."""
     seen, lines = set(), []
     head = ["model", "threads", "load s", "TTFT ms (pp)", "peak RSS MiB", "file MiB", "weights MiB/token", "tg GB/s"]
+    if probe_gbps:
+        head.append("tg share of probe")
     for r in rows:
         key = (r["model"], r["n_threads"])
         if key in seen:
@@ -66,6 +70,8 @@ def extras_table(rows: list[dict], markdown: bool) -> str:
                       f"{fmt(pp, 'ttft_ms', '.0f')} ({pp['test']})" if pp else "-", fmt(r, "peak_rss_mib", ".0f"),
                       fmt(r, "model_size", ".1f", 2**-20), fmt(r, "weight_bytes_per_token", ".1f", 2**-20),
                       fmt(tg, "weight_gbps", ".2f")])
+        if probe_gbps:
+            lines[-1].append(f"{tg['weight_gbps'] / probe_gbps:.0%}" if tg and tg.get("weight_gbps") else "-")
     if markdown:
         return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
                          + ["| " + " | ".join(x) + " |" for x in lines])
@@ -142,7 +148,7 @@ def report(s: Suite, membw: dict | None, command: str, plot_path: str | None) ->
         lines += [membw_line(membw), ""]
     if s.interrupted:
         lines += ["**This run was interrupted; the tables hold the tests that finished.**", ""]
-    lines += ["## Results", "", markdown(s.rows), ""]
+    lines += ["## Results", "", markdown(s.rows, membw["read_gbps"] if membw else None), ""]
     if s.startup:
         lines += ["Start to first token, whole process (`localinfer run MODEL --raw -p Hi -n 1` against",
                   "`llama-completion -m MODEL -p Hi -n 1 -no-cnv`, alternating; medians; cold = page cache dropped):",

@@ -1,0 +1,287 @@
+/* moe.c -- a sparse mixture-of-experts feed-forward block (qwen3moe; mixtral) in one call: what
+ * src/localinfer/arch/moe.py's SparseMoE does with a Python loop over the C matmuls.
+ *
+ *   p = softmax(h . router^T)                 per token, (n_expert) floats
+ *   the k = n_used largest p (ties: the lower index); w = p / sum(p over the k) when normalize
+ *   out = sum over the chosen experts e, in ascending e, of w_e * down_e(silu(gate_e(h)) * up_e(h))
+ *
+ * Each expert's matrices are their own li_linear (a slice of the 3-D ffn_*_exps tensor in the
+ * mmap), so only the chosen experts' bytes are read. The products and sums are those of the Python
+ * loop, in its order (experts ascending, each y * w added to a zero start), with the same kernels:
+ *   one token (decode): the activation is quantized once per weight type, then one pool run
+ *     computes the gate and up rows of all k experts (each thread a share of each expert's rows)
+ *     and one the down rows, each thread summing its own output rows over the experts -- two pool
+ *     runs per layer instead of six li_matmul calls per expert. The rows are the vec_dot of
+ *     li_matmul's GEMV on the same quantized activation, so the bits are li_matmul's.
+ *   several tokens (prefill, a batch): per chosen expert, ascending, one li_matmul each for gate,
+ *     up and down over the tokens routed to it (a GEMM once enough tokens share an expert).
+ * Only the softmax differs from numpy's (expf here, numpy's own exp there): a weight may differ by
+ * an ulp, so the result matches the Python loop to rounding, not bit for bit.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+#include "core/li.h"
+#include "localinfer.h"
+
+#define MOE_ROW_ALIGN 16                /* rows per chunk of a thread's share: one cache line of y */
+#define MOE_PREFETCH_BYTES 4096         /* how far ahead the rows are prefetched (as matmul.c's GEMV) */
+
+/* rows [lo, hi) of n for thread ith of nth, in chunks of `align` (matmul.c's split) */
+static void split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
+    const int64_t units = (n + align - 1) / align, per = units / nth, rem = units % nth;
+    const int64_t u0 = ith * per + (ith < rem ? ith : rem), u1 = u0 + per + (ith < rem);
+    *lo = u0 * align < n ? u0 * align : n;
+    *hi = u1 * align < n ? u1 * align : n;
+}
+
+/* softmax of one token's router logits; its k most probable experts and their weights, sorted
+ * by expert index (the order the weighted sum adds them in). p: (n_expert) scratch */
+static void route_token(const float *logits, int64_t n_expert, int64_t k, int normalize, float *p, int32_t *experts,
+                        float *weights) {
+    float mx = logits[0], sum = 0.0f;
+    for (int64_t e = 1; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
+    for (int64_t e = 0; e < n_expert; e++) sum += p[e] = expf(logits[e] - mx);
+    for (int64_t e = 0; e < n_expert; e++) p[e] /= sum;
+    float chosen_sum = 0.0f;
+    for (int64_t j = 0; j < k; j++) {   /* k passes: k is small (8 of 128 for Qwen3-30B-A3B) */
+        int64_t best = -1;
+        for (int64_t e = 0; e < n_expert; e++)
+            if (p[e] >= 0.0f && (best < 0 || p[e] > p[best])) best = e;
+        for (int64_t e = 0; best < 0; e++)   /* NaN logits (a corrupt router): the first expert not taken */
+            if (p[e] != -1.0f) best = e;
+        experts[j] = (int32_t)best, weights[j] = p[best], p[best] = -1.0f;   /* taken */
+        chosen_sum += weights[j];
+    }
+    if (normalize)
+        for (int64_t j = 0; j < k; j++) weights[j] /= chosen_sum;
+    for (int64_t j = 1; j < k; j++)   /* insertion sort by expert index */
+        for (int64_t i = j; i > 0 && experts[i - 1] > experts[i]; i--) {
+            const int32_t e = experts[i]; experts[i] = experts[i - 1]; experts[i - 1] = e;
+            const float w = weights[i]; weights[i] = weights[i - 1]; weights[i - 1] = w;
+        }
+}
+
+/* Ask the kernel to read the chosen experts' matrices ahead (MADV_WILLNEED on their pages) when they
+ * are not in memory: a 17 GB model on a machine whose page cache cannot hold it then has all of a
+ * layer's expert reads in flight at once, instead of faulting in one readahead window at a time as
+ * the GEMV reaches them. A matrix whose first page is resident is taken as resident (experts are
+ * read whole) and costs one mincore of one page; WILLNEED on resident pages would cost a page-cache
+ * lookup per page (~10 us per expert matrix measured, ~12 ms per token of a 48-layer model). */
+static void advise_experts(const li_moe *m, const int32_t *experts, int64_t count) {
+#if defined(__linux__) && defined(MADV_WILLNEED)
+    static long page = 0;
+    if (!page) page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    for (int64_t s = 0; s < count; s++) {
+        const li_linear *ws[3] = {&m->gate[experts[s]], &m->up[experts[s]], &m->down[experts[s]]};
+        for (int i = 0; i < 3; i++) {
+            const uintptr_t lo = (uintptr_t)ws[i]->w / (uintptr_t)page * (uintptr_t)page;
+            const uintptr_t hi = (uintptr_t)ws[i]->w + ws[i]->row_bytes * (size_t)ws[i]->n_out;
+            unsigned char resident = 0;
+            if (mincore((void *)lo, (size_t)page, &resident) == 0 && (resident & 1)) continue;
+            madvise((void *)lo, hi - lo, MADV_WILLNEED);   /* advice only: a failure changes nothing */
+        }
+    }
+#else
+    (void)m, (void)experts, (void)count;
+#endif
+}
+
+/* y[r] = dot(row r of w, a) for r in [lo, hi): matmul.c's GEMV loop for one activation row. A thread
+ * reads several experts' row ranges in turn, so near the end of this one the prefetch runs on into
+ * the next range (`next`, its first bytes; NULL: none) instead of stopping: small ranges (384 rows of
+ * a 768-row expert) would otherwise start each time on memory the prefetcher has not asked for. */
+static void gemv_rows(const li_linear *w, int64_t lo, int64_t hi, const uint8_t *a, const float *a_sums, float *y,
+                      const uint8_t *next, size_t next_bytes) {
+    const li_type_traits *t = li_traits(w->wtype);
+    const int step = t->vec_dot_rows ? LI_DOT_ROWS : 1;
+    const size_t ahead = MOE_PREFETCH_BYTES / w->row_bytes + 1;   /* rows */
+    const uint8_t *base = w->w;
+    for (int64_t r = lo; r < hi; r += step) {
+        const int nr = (int)(hi - r < step ? hi - r : step);
+        const size_t chunk = (size_t)nr * w->row_bytes;
+        if (r + (int64_t)ahead < hi) {
+            const uint8_t *pf = base + (r + (int64_t)ahead) * w->row_bytes;
+            for (size_t b = 0; b < chunk; b += 64) __builtin_prefetch(pf + b, 0, 3);
+        } else if (next) {   /* bytes of the next range this far past the end of this one */
+            const size_t at = (size_t)(r + (int64_t)ahead - hi) * w->row_bytes;
+            for (size_t b = at; b < at + chunk && b < next_bytes; b += 64) __builtin_prefetch(next + b, 0, 3);
+        }
+        if (t->vec_dot_rows) t->vec_dot_rows(w->k, y + r, base + r * w->row_bytes, w->row_bytes, nr, a, a_sums);
+        else t->vec_dot(w->k, y + r, base + r * w->row_bytes, a, a_sums);
+    }
+}
+
+/* one activation row in a weight type's vec_dot type, with its sums (as matmul.c's task_quantize) */
+typedef struct {
+    uint8_t *q;
+    float *sums;   /* NULL when the type has none */
+} act_row;
+
+static size_t act_row_bytes(const li_type_traits *t, int64_t k) {
+    const li_type_traits *at = li_traits(t->vec_dot_type);
+    return ((size_t)(k / at->block_size) * (size_t)at->type_size + 63) / 64 * 64 +
+           ((size_t)li_act_sums_count(t->vec_dot_type, k) * sizeof(float) + 63) / 64 * 64;
+}
+
+static act_row quantize_act(const li_type_traits *t, const float *x, int64_t k, uint8_t *buf) {
+    const li_type_traits *at = li_traits(t->vec_dot_type);
+    const size_t q_bytes = ((size_t)(k / at->block_size) * (size_t)at->type_size + 63) / 64 * 64;
+    act_row r = {buf, li_act_sums_count(t->vec_dot_type, k) ? (float *)(buf + q_bytes) : NULL};
+    at->from_float(x, r.q, k);
+    if (r.sums) li_act_sums(t->vec_dot_type, r.q, k, r.sums);
+    return r;
+}
+
+typedef struct {
+    const li_moe *m;
+    int64_t k, d, f;
+    const int32_t *experts;        /* (k) ascending */
+    const float *weights;          /* (k) */
+    act_row x_gate, x_up;          /* the token in gate's / up's vec_dot type */
+    const act_row *acts;           /* (k) each expert's activation in down's vec_dot type */
+    float *g, *u;                  /* (k, f) */
+    float *y;                      /* (k, d) each expert's down output */
+    float *out;                    /* (d) */
+} token_job;
+
+/* the first byte of rows [lo, hi) of w, and their size */
+static const uint8_t *rows_at(const li_linear *w, int64_t lo, int64_t hi, size_t *bytes) {
+    *bytes = (size_t)(hi - lo) * w->row_bytes;
+    return (const uint8_t *)w->w + (size_t)lo * w->row_bytes;
+}
+
+static void task_gate_up(void *ctx, int ith, int nth) {
+    const token_job *j = ctx;
+    int64_t lo, hi;
+    split(j->f, MOE_ROW_ALIGN, ith, nth, &lo, &hi);
+    if (lo >= hi) return;
+    for (int64_t s = 0; s < j->k; s++) {
+        const int32_t e = j->experts[s];
+        size_t up_bytes, next_bytes = 0;
+        const uint8_t *up = rows_at(&j->m->up[e], lo, hi, &up_bytes);
+        const uint8_t *next = s + 1 < j->k ? rows_at(&j->m->gate[j->experts[s + 1]], lo, hi, &next_bytes) : NULL;
+        gemv_rows(&j->m->gate[e], lo, hi, j->x_gate.q, j->x_gate.sums, j->g + s * j->f, up, up_bytes);
+        gemv_rows(&j->m->up[e], lo, hi, j->x_up.q, j->x_up.sums, j->u + s * j->f, next, next_bytes);
+    }
+}
+
+static void task_down(void *ctx, int ith, int nth) {
+    const token_job *j = ctx;
+    int64_t lo, hi;
+    split(j->d, MOE_ROW_ALIGN, ith, nth, &lo, &hi);
+    if (lo >= hi) return;
+    for (int64_t s = 0; s < j->k; s++) {
+        size_t next_bytes = 0;
+        const uint8_t *next = s + 1 < j->k ? rows_at(&j->m->down[j->experts[s + 1]], lo, hi, &next_bytes) : NULL;
+        gemv_rows(&j->m->down[j->experts[s]], lo, hi, j->acts[s].q, j->acts[s].sums, j->y + s * j->d, next, next_bytes);
+    }
+    for (int64_t r = lo; r < hi; r++) {   /* the Python loop's out[t] += y * w, expert by expert */
+        float acc = 0.0f;
+        for (int64_t s = 0; s < j->k; s++) acc += j->y[s * j->d + r] * j->weights[s];
+        j->out[r] = acc;
+    }
+}
+
+static int one_token(const li_moe *m, const float *h, const int32_t *experts, const float *weights, float *out,
+                     const float *glu_table) {
+    const int64_t k = m->n_used, d = m->router.k, f = m->gate[0].n_out;
+    const li_type_traits *tg = li_traits(m->gate[0].wtype), *tu = li_traits(m->up[0].wtype),
+                         *td = li_traits(m->down[0].wtype);
+    const size_t xg_bytes = act_row_bytes(tg, d), xu_bytes = act_row_bytes(tu, d), a_bytes = act_row_bytes(td, f);
+    /* g, u, act: (k, f) floats each | y: (k, d) | the quantized rows | acts: (k); 64-byte aligned
+     * like li_matmul's scratch (the rows as the SIMD dots expect them) */
+    const size_t floats = (size_t)(3 * k * f + k * d + 15) / 16 * 16;
+    const size_t bytes = floats * sizeof(float) + xg_bytes + xu_bytes + (size_t)k * a_bytes + (size_t)k * sizeof(act_row);
+    uint8_t *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!buf) return LI_ENOMEM;
+    float *g = (float *)buf, *u = g + k * f, *act = u + k * f, *y = act + k * f;
+    uint8_t *q = buf + floats * sizeof(float);
+    act_row *acts = (act_row *)(q + xg_bytes + xu_bytes + (size_t)k * a_bytes);
+    token_job j = {m, k, d, f, experts, weights, quantize_act(tg, h, d, q), quantize_act(tu, h, d, q + xg_bytes),
+                   acts, g, u, y, out};
+    const int threads = li_get_threads();
+    advise_experts(m, experts, k);
+    li_pool_run(task_gate_up, &j, threads);
+    int rc = li_glu(g, f, u, f, act, k, f, glu_table);
+    for (int64_t s = 0; s < k && rc == LI_OK; s++)
+        acts[s] = quantize_act(td, act + s * f, f, q + xg_bytes + xu_bytes + (size_t)s * a_bytes);
+    if (rc == LI_OK) li_pool_run(task_down, &j, threads);
+    free(buf);
+    return rc;
+}
+
+/* several tokens: per chosen expert, ascending, its tokens (ascending) through three li_matmul */
+static int many_tokens(const li_moe *m, const float *h, int64_t n, const int32_t *experts, const float *weights,
+                       float *out, const float *glu_table) {
+    const int64_t k = m->n_used, d = m->router.k, f = m->gate[0].n_out;
+    /* rows: (n) token indices | w: (n) their weights | x: (n, d) | g, u, act: (n, f) | y: (n, d) */
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)n + sizeof(float) * (size_t)n * (size_t)(1 + 2 * d + 3 * f));
+    if (!rows) return LI_ENOMEM;
+    float *w = (float *)(rows + n), *x = w + n, *g = x + n * d, *u = g + n * f, *act = u + n * f, *y = act + n * f;
+    memset(out, 0, sizeof(float) * (size_t)(n * d));
+    int rc = LI_OK;
+    for (int64_t e = 0; e < m->n_expert && rc == LI_OK; e++) {
+        int64_t me = 0;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t s = 0; s < k; s++)
+                if (experts[t * k + s] == e) {
+                    rows[me] = t, w[me] = weights[t * k + s];
+                    memcpy(x + me * d, h + t * d, sizeof(float) * (size_t)d);
+                    me++;
+                }
+        if (!me) continue;   /* no token chose it: never read */
+        const int32_t chosen = (int32_t)e;
+        advise_experts(m, &chosen, 1);
+        if ((rc = li_matmul(m->gate[e].wtype, m->gate[e].w, m->gate[e].row_bytes, f, d, x, me, g)) != LI_OK ||
+            (rc = li_matmul(m->up[e].wtype, m->up[e].w, m->up[e].row_bytes, f, d, x, me, u)) != LI_OK ||
+            (rc = li_glu(g, f, u, f, act, me, f, glu_table)) != LI_OK ||
+            (rc = li_matmul(m->down[e].wtype, m->down[e].w, m->down[e].row_bytes, d, f, act, me, y)) != LI_OK)
+            break;
+        for (int64_t i = 0; i < me; i++) {
+            float *o = out + rows[i] * d;
+            for (int64_t c = 0; c < d; c++) o[c] += y[i * d + c] * w[i];
+        }
+    }
+    free(rows);
+    return rc;
+}
+
+static int linear_ok(const li_linear *w, int64_t n_out, int64_t k) {
+    const li_type_traits *t = w->w ? li_traits(w->wtype) : NULL;
+    return t && t->vec_dot && w->n_out == n_out && w->k == k && !w->bias && k % t->block_size == 0 &&
+           k % li_traits(t->vec_dot_type)->block_size == 0 &&
+           w->row_bytes == (size_t)(k / t->block_size) * (size_t)t->type_size;
+}
+
+int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const float *glu_table) {
+    if (!m || !h || !out || n <= 0 || !m->gate || !m->up || !m->down || m->n_expert <= 0 || m->n_used <= 0 ||
+        m->n_used > m->n_expert || m->router.n_out != m->n_expert || m->router.bias)
+        return LI_EINVAL;
+    const int64_t d = m->router.k, f = m->gate[0].n_out, ne = m->n_expert, k = m->n_used;
+    for (int64_t e = 0; e < ne; e++)   /* cheap beside the matmuls: 3 * n_expert comparisons */
+        if (!linear_ok(&m->gate[e], f, d) || !linear_ok(&m->up[e], f, d) || !linear_ok(&m->down[e], d, f) ||
+            m->gate[e].wtype != m->gate[0].wtype || m->up[e].wtype != m->up[0].wtype ||
+            m->down[e].wtype != m->down[0].wtype)
+            return LI_EINVAL;
+    /* logits: (n, ne) | p: (ne) | weights: (n, k) | experts: (n, k) */
+    float *logits = malloc(sizeof(float) * (size_t)(n * ne + ne + n * k) + sizeof(int32_t) * (size_t)(n * k));
+    if (!logits) return LI_ENOMEM;
+    float *p = logits + n * ne, *weights = p + ne;
+    int32_t *experts = (int32_t *)(weights + n * k);
+    int rc = li_matmul(m->router.wtype, m->router.w, m->router.row_bytes, ne, d, h, n, logits);
+    if (rc == LI_OK) {
+        for (int64_t t = 0; t < n; t++)
+            route_token(logits + t * ne, ne, k, m->normalize, p, experts + t * k, weights + t * k);
+        rc = n == 1 ? one_token(m, h, experts, weights, out, glu_table)
+                    : many_tokens(m, h, n, experts, weights, out, glu_table);
+    }
+    free(logits);
+    return rc;
+}
