@@ -1,4 +1,4 @@
-"""Synthetic mixture-of-experts files (quant/synthetic_quantized.py) and the fused C path of their
+"""Synthetic mixture-of-experts files (quant/synthetic.py) and the fused C path of their
 expert layers (csrc/core/moe.c) against the Python loop.
 
 The real shape is checked from its tensor list against Qwen3-30B-A3B's public numbers; only the
@@ -14,8 +14,7 @@ from localinfer.arch import build_model
 from localinfer.gguf_file import GGUFFile
 from localinfer.quant import synthetic
 from localinfer.quant.formats import dequantize
-from localinfer.quant.synthetic import SHAPES, WEIGHT_SCALE, n_params, tensor_specs
-from localinfer.quant.synthetic_quantized import planned_types
+from localinfer.quant.synthetic import SHAPES, WEIGHT_SCALE, n_params, planned_types, tensor_specs
 from localinfer.quant.formats import row_nbytes
 
 
@@ -99,12 +98,33 @@ def test_fused_routing_sees_every_damage(tiny_moe):
 
 
 @pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
-def test_routing_the_c_path_does_not_know_keeps_the_loop(tiny_moe):
-    """A SparseMoE with a field core/moe.c does not implement (shared experts, another gating) must
-    not be run as if it were plain top-k routing: the model keeps the Python loop."""
+def _sigmoid_gating(moe):
+    from localinfer.arch.moe import SIGMOID
+    moe.gating = SIGMOID
+
+
+def _softmax_after_top_k(moe):
+    from localinfer.arch.moe import SOFTMAX_AFTER_TOP_K
+    moe.gating = SOFTMAX_AFTER_TOP_K
+
+
+def _router_bias(moe):
+    moe.gate_inp.bias = np.ones(len(moe.gate), np.float32)
+
+
+def _expert_bias(moe):
+    moe.down[3].bias = np.zeros(1, np.float32)  # only whether there is one matters to the check
+
+
+@pytest.mark.parametrize("change", [_sigmoid_gating, _softmax_after_top_k, _router_bias, _expert_bias])
+def test_routing_the_c_path_does_not_know_keeps_the_loop(tiny_moe, change):
+    """A SparseMoE that computes what core/moe.c does not (another gating, biases: gpt-oss) must
+    not be run as if it were plain softmax top-k routing: the model keeps the Python loop."""
     with GGUFFile(tiny_moe) as f:
         m = build_model(f, "c")
-    m.weights.layers[1].mlp.shared_experts = m.weights.layers[1].mlp.gate[0]
+    assert m.fused_layers() is not None
+    m._fused = None  # built again below, from the changed block
+    change(m.weights.layers[1].mlp)
     assert m.fused_layers() is None
 
 
@@ -112,7 +132,7 @@ def test_a_file_larger_than_the_free_disk_is_refused_before_writing(tmp_path, sm
     import shutil
     from collections import namedtuple
     from localinfer.quant.synthetic import SyntheticError
-    from localinfer.quant.synthetic_quantized import write_quantized
+    from localinfer.quant.synthetic import write_quantized
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 2**20, 2**20))
     with pytest.raises(SyntheticError, match="not enough disk space"):
