@@ -30,6 +30,9 @@ GGUF_ARCH = {"llama3": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "
              "phi3_longrope": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama", "qwen2moe": "qwen2moe",
              "olmoe": "olmoe", "gptoss": "gpt-oss"}
 MOE = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "gptoss"}
+# what core/moe.c computes (softmax then top-k, no biases); the others keep the Python loop (arch/fused.py):
+# qwen2moe's shared expert, olmoe's whole-projection Q/K norms, gpt-oss's gating, biases and sinks
+FUSED_MOE = {"qwen3moe", "mixtral"}
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))
@@ -242,6 +245,9 @@ def test_fused_layers_are_the_loop_bit_for_bit(tiny, outtype):
         pytest.skip("C kernels not built")
     name, _, tok, folder, _ = tiny
     m, _ = _load(convert_hf(folder, folder / f"fused-{outtype}.gguf", outtype), "c")
+    if name in MOE - FUSED_MOE:
+        assert m.fused_layers() is None  # run as the C layers would not compute them: wrong logits
+        return
     assert m.fused_layers() is not None
     ids = _prompts(tok)[0]
     runs = {}
