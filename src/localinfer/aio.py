@@ -17,6 +17,7 @@ returns, so a chat session's next turn finds its context free.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 
@@ -96,6 +97,18 @@ def _relay(chunks: Iterator[GenerationChunk]) -> AsyncIterator[GenerationChunk]:
 
 
 async def _engine_chunks(request) -> AsyncIterator[GenerationChunk]:
+    async with contextlib.aclosing(polled(request, request.poll_chunk)) as chunks:
+        async for chunk in chunks:
+            yield chunk
+            if chunk.finish_reason:
+                return
+
+
+async def polled(source, poll: Callable[[], Any]) -> AsyncIterator[Any]:
+    """Every item `poll()` returns (None: nothing yet), the loop waiting in between without blocking:
+    `source.on_put` wakes it from the engine thread when something arrives (a Request, or a group of
+    Choices). When the iteration stops (the caller's end, an error, a cancelled task) the wake-ups
+    stop and `source.cancel()` runs: a no-op for what has finished."""
     loop = asyncio.get_running_loop()
     arrived = asyncio.Event()
 
@@ -105,22 +118,20 @@ async def _engine_chunks(request) -> AsyncIterator[GenerationChunk]:
         except RuntimeError:
             pass  # the loop is closed: nobody is waiting any more
 
-    request.on_put(wake)
+    source.on_put(wake)
     try:
         while True:
             # cleared before polling: a chunk put after the poll schedules a set() that runs after
             # this clear (both happen on the loop's thread), so no wakeup is lost
             arrived.clear()
-            chunk = request.poll_chunk()
-            if chunk is None:
+            item = poll()
+            if item is None:
                 await arrived.wait()
                 continue
-            yield chunk
-            if chunk.finish_reason:
-                return
+            yield item
     finally:
-        request.on_put(None)
-        request.cancel()  # a no-op once the request is done
+        source.on_put(None)
+        source.cancel()
 
 
 async def _thread_chunks(chunks: Iterator[GenerationChunk]) -> AsyncIterator[GenerationChunk]:

@@ -12,8 +12,10 @@ slots at its next step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import AsyncIterator, Awaitable, Callable
 
+from ..aio import polled
 from ..batching.engine import Engine, EngineClosedError, QueueFullError
 from ..batching.fork import Choices
 from ..generate import GenerationChunk
@@ -44,32 +46,14 @@ def submit(engine: Engine, choices: Choices) -> None:
 async def choice_events(choices: Choices) -> AsyncIterator[tuple[int, GenerationChunk]]:
     """(choice index, chunk) as the engine delivers them, until every choice has finished; raises a
     choice's error (batching.request.Cancelled when the request was cancelled elsewhere)."""
-    loop = asyncio.get_running_loop()
-    arrived = asyncio.Event()
-
-    def wake() -> None:  # on the engine thread
-        try:
-            loop.call_soon_threadsafe(arrived.set)
-        except RuntimeError:
-            pass  # the loop is closed: nobody waits any more
-
     left = len(choices.requests)
-    choices.on_put(wake)
-    try:
-        while left:
-            # cleared before polling: a chunk put after the poll schedules a set() that runs after
-            # this clear (both on the loop's thread), so no wake-up is lost
-            arrived.clear()
-            event = choices.poll_event()
-            if event is None:
-                await arrived.wait()
-                continue
+    async with contextlib.aclosing(polled(choices, choices.poll_event)) as events:  # cancels them at the end
+        async for event in events:
+            yield event
             if event[1].finish_reason:
                 left -= 1
-            yield event
-    finally:
-        choices.on_put(None)
-        choices.cancel()  # a no-op for the choices that finished
+                if not left:
+                    return
 
 
 async def wait_for_disconnect(receive: Callable[[], Awaitable[dict]]) -> None:
