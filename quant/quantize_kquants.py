@@ -208,11 +208,18 @@ def _block_q2_K(xb, ob, ddb):
         dmin = fp16_round(max_min / f32(15))
     ddb[0] = d
     ddb[1] = dmin
+    _finish_q2_K(xb, d, dmin, L, ob)
+
+
+@_jit
+def _finish_q2_K(xb, d, dmin, L, ob):
+    """Q2_K's second pass once d, dmin and the packed scales (ob[0:16]) are final: each value's
+    2-bit level under its sub-block's rounded scale and min, packed into qs (ob[16:80])."""
     for j in range(16):
-        dl = d * f32(int(sc[j]) & 0xF)
+        dl = d * f32(int(ob[j]) & 0xF)
         if dl == 0:
             continue
-        dm = dmin * f32(int(sc[j]) >> 4)
+        dm = dmin * f32(int(ob[j]) >> 4)
         for ii in range(16):
             L[16 * j + ii] = max(0, min(3, nearest_int((xb[16 * j + ii] + dm) / dl)))
     _pack_2bit(L, ob[16:80])
@@ -246,19 +253,30 @@ def _block_q3_K(xb, ob, ddb):
     if max_scale != 0:
         iscale = f32(-32) / max_scale
         for j in range(16):
-            l = max(-32, min(31, nearest_int(iscale * scales[j]))) + 32
-            if j < 8:
-                sc[j] = l & 0xF
-            else:
-                sc[j - 8] |= (l & 0xF) << 4
-            sc[j % 4 + 8] |= (l >> 4) << (2 * (j // 4))
+            _put_scale_q3_K(sc, j, max(-32, min(31, nearest_int(iscale * scales[j]))) + 32)
         d = fp16_round(f32(1) / iscale)
     ddb[0] = d
+    _finish_q3_K(xb, d, L, ob)
+
+
+@_jit
+def _put_scale_q3_K(sc, j, l):
+    """Sub-block j's 6-bit scale l (0..63, i.e. scale + 32) into the 12 packed bytes: low nibble in
+    byte j (j < 8) or the high nibble of byte j - 8, the top two bits in byte 8 + j % 4."""
+    if j < 8:
+        sc[j] = l & 0xF
+    else:
+        sc[j - 8] |= (l & 0xF) << 4
+    sc[j % 4 + 8] |= (l >> 4) << (2 * (j // 4))
+
+
+@_jit
+def _finish_q3_K(xb, d, L, ob):
+    """Q3_K's second pass once d and the packed scales (ob[96:108]) are final: each value's 3-bit
+    level under its sub-block's rounded scale, the high bits into hmask, the low two into qs."""
+    sc = ob[96:108]
     for j in range(16):
-        if j < 8:
-            low = np.int32(sc[j] & 0xF)
-        else:
-            low = np.int32(sc[j - 8] >> 4)
+        low = np.int32(sc[j] & 0xF) if j < 8 else np.int32(sc[j - 8] >> 4)
         high = np.int32((sc[8 + j % 4] >> (2 * (j // 4))) & 3)
         dl = d * f32((low | (high << 4)) - 32)
         if dl == 0:

@@ -22,7 +22,8 @@ from gguf import GGMLQuantizationType as T
 from .dequant_kquants import Q2_K_TYPE_SIZE, Q3_K_TYPE_SIZE, Q4_K_TYPE_SIZE, Q5_K_TYPE_SIZE, Q6_K_TYPE_SIZE, QK_K
 from .kquant_search import GROUP_MAX_EPS, f32, fp16_round, make_qkx2_quants, nearest_int
 from .kquant_search_weighted import best_index_int8, make_qp_quants, make_qx_quants_w
-from .quantize_kquants import _finish_q6_K, _get_scale_min_k4, _pack_2bit, _requantize_k4
+from .quantize_kquants import (_finish_q2_K, _finish_q3_K, _finish_q6_K, _put_scale_q3_K,
+                               _requantize_k4)
 
 _jit = numba.njit(cache=True, nogil=True)
 _par = numba.njit(cache=True, nogil=True, parallel=True)
@@ -122,14 +123,7 @@ def _block_q2_K_w(x, qw, ob, ddb):
     ddb[1] = dmin
     for j in range(16):
         ob[j] = (Ls[j] | (Lm[j] << 4)) & 0xFF
-    for j in range(16):
-        dl = d * f32(int(ob[j]) & 0xF)
-        if dl == 0:
-            continue
-        dm = dmin * f32(int(ob[j]) >> 4)
-        for ii in range(16):
-            L[16 * j + ii] = max(0, min(3, nearest_int((x[16 * j + ii] + dm) / dl)))
-    _pack_2bit(L, ob[16:80])
+    _finish_q2_K(x, d, dmin, L, ob)
 
 
 @_jit
@@ -150,29 +144,10 @@ def _block_q3_K_w(x, qw, ob, ddb):
     sc = ob[96:108]
     sc[:] = 0
     for j in range(16):
-        l = Ls[j]
-        if j < 8:
-            sc[j] = l & 0xF
-        else:
-            sc[j - 8] |= (l & 0xF) << 4
-        sc[j % 4 + 8] |= (l >> 4) << (2 * (j // 4))
+        _put_scale_q3_K(sc, j, Ls[j])
     d = fp16_round(d_block)
     ddb[0] = d
-    for j in range(16):
-        low = np.int32(sc[j] & 0xF) if j < 8 else np.int32(sc[j - 8] >> 4)
-        high = np.int32((sc[8 + j % 4] >> (2 * (j // 4))) & 3)
-        dl = d * f32((low | (high << 4)) - 32)
-        if dl == 0:
-            continue
-        for ii in range(16):
-            L[16 * j + ii] = max(-4, min(3, nearest_int(x[16 * j + ii] / dl))) + 4
-    hmask = ob[0:32]
-    hmask[:] = 0
-    for j in range(QK_K):  # high bit of element 32s + m goes to bit s of hmask[m]
-        if L[j] > 3:
-            hmask[j % 32] |= 1 << (j // 32)
-            L[j] -= 4
-    _pack_2bit(L, ob[32:96])
+    _finish_q3_K(x, d, L, ob)
 
 
 @_jit
