@@ -18,9 +18,8 @@ Float32 arithmetic in ggml's order, ints converted to float32 before they meet a
 from __future__ import annotations
 
 import numba
-import numpy as np
 
-from .kquant_search import GROUP_MAX_EPS, f32, nearest_int
+from .kquant_search import GROUP_MAX_EPS, _signed_max, f32, nearest_int
 
 _jit = numba.njit(cache=True, nogil=True)
 
@@ -48,13 +47,7 @@ def _qx_store(nmax, x, iscale, L):
 def make_qx_quants_w(nmax, x, L, qw):
     """Symmetric quants L in 0..2*nmax-1 (offset nmax) fitting x ~ scale * (L - nmax) under
     weights qw. Returns scale (0 for an all-zero group)."""
-    mx = f32(0)
-    amax = f32(0)
-    for i in range(x.shape[0]):
-        ax = abs(x[i])
-        if ax > amax:
-            amax = ax
-            mx = x[i]
+    mx, amax = _signed_max(x)
     if amax < GROUP_MAX_EPS:
         L[:] = 0
         return f32(0)
