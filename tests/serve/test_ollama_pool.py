@@ -1,5 +1,5 @@
 """Ollama's API over the model pool: a model loads on its first request, /api/ps lists it, and
-keep_alive 0 unloads it (skipped where the pool, serve/pool.py, is not part of the build)."""
+keep_alive 0 unloads it."""
 from __future__ import annotations
 
 import threading
@@ -9,15 +9,13 @@ import ollama
 import pytest
 import uvicorn
 
-from localinfer.serve import create_app
+from localinfer.serve import ModelPool, create_app
 from localinfer.serve.registry import EngineOptions
-
-pool_module = pytest.importorskip("localinfer.serve.pool")
 
 
 @pytest.fixture(scope="module")
 def url(smollm2_path, gemma3_path):
-    pool = pool_module.ModelPool({"smollm2": smollm2_path, "gemma3": gemma3_path},
+    pool = ModelPool({"smollm2": smollm2_path, "gemma3": gemma3_path},
                                  EngineOptions(parallel=1, ctx_size=256), keep_alive="5m")
     server = uvicorn.Server(uvicorn.Config(create_app(pool), host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
