@@ -123,9 +123,12 @@ def markdown(r: Result, command: str, plot_path: str | None) -> str:
         "## Serving (`localinfer serve`)", "",
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {m['cpu']} ({isa()} kernels, "
         f"{m['n_cpus']} CPUs), "
-        f"model {r.model}, {r.params['parallel']} slots of {r.params['ctx_size']} tokens. The machine was busy with "
-        f"other work (load average {r.load_before[0]:.1f} before, {r.load_after[0]:.1f} after), so absolute "
-        f"figures are low and noisy; the ratios come from one run.", "",
+        f"model {r.model}, {r.params['parallel']} slots of {r.params['ctx_size']} tokens, "
+        + (f"the machine busy with other work (load average {r.load_before[0]:.1f} before, {r.load_after[0]:.1f} "
+           "after), so absolute figures are low and noisy; the ratios come from one run."
+           if max(r.load_before[0], r.load_after[0]) > 0.5 * m["n_cpus"] else
+           f"the machine otherwise idle (load average {r.load_before[0]:.1f} before, {r.load_after[0]:.1f} after)."),
+        "",
         "Regenerate with:", "", "```sh", command, "```", "",
         "Each client streams completions over HTTP on loopback one after another (different prompts, "
         f"{r.params['max_tokens']} tokens each, default sampling with a seed); throughput is all generated tokens "
