@@ -114,7 +114,13 @@ def _block_q4_K(x, ob, ddb):
     ddb[0] = d
     ddb[1] = dmin
     _requantize_k4(x, L, 15, d, dmin, packed)
-    for c in range(4):  # 64 elements per 32 bytes: low nibbles, then high nibbles
+    _pack_levels_q4_K(L, ob)
+
+
+@_jit
+def _pack_levels_q4_K(L, ob):
+    """Q4_K's 4-bit levels into qs (ob[16:144]): 64 elements per 32 bytes, low nibbles then high."""
+    for c in range(4):
         for l in range(32):
             ob[16 + 32 * c + l] = L[64 * c + l] | (L[64 * c + 32 + l] << 4)
 
@@ -138,6 +144,12 @@ def _block_q5_K(x, ob, ddb):
     ddb[0] = d
     ddb[1] = dmin
     _requantize_k4(x, L, 31, d, dmin, packed)
+    _pack_levels_q5_K(L, ob)
+
+
+@_jit
+def _pack_levels_q5_K(L, ob):
+    """Q5_K's 5-bit levels: the high bits into qh (ob[16:48]), the low nibbles into qs (ob[48:176])."""
     qh = ob[16:48]
     qh[:] = 0
     for c in range(4):  # bit 2c of qh[l]: element 64c + l, bit 2c+1: element 64c + 32 + l

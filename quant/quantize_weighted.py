@@ -22,8 +22,8 @@ from gguf import GGMLQuantizationType as T
 from .dequant_kquants import Q2_K_TYPE_SIZE, Q3_K_TYPE_SIZE, Q4_K_TYPE_SIZE, Q5_K_TYPE_SIZE, Q6_K_TYPE_SIZE, QK_K
 from .kquant_search import GROUP_MAX_EPS, f32, fp16_round, make_qkx2_quants, nearest_int
 from .kquant_search_weighted import best_index_int8, make_qp_quants, make_qx_quants_w
-from .quantize_kquants import (_finish_q2_K, _finish_q3_K, _finish_q6_K, _put_scale_q3_K,
-                               _requantize_k4)
+from .quantize_kquants import (_finish_q2_K, _finish_q3_K, _finish_q6_K, _pack_levels_q4_K, _pack_levels_q5_K,
+                               _put_scale_q3_K, _requantize_k4)
 
 _jit = numba.njit(cache=True, nogil=True)
 _par = numba.njit(cache=True, nogil=True, parallel=True)
@@ -199,9 +199,7 @@ def _block_q4_K_w(x, qw, ob, ddb):
     ddb[0] = d
     ddb[1] = dmin
     _requantize_k4(x, L, 15, d, dmin, ob[4:16])
-    for c in range(4):
-        for l in range(32):
-            ob[16 + 32 * c + l] = L[64 * c + l] | (L[64 * c + 32 + l] << 4)
+    _pack_levels_q4_K(L, ob)
 
 
 @_jit
@@ -216,19 +214,7 @@ def _block_q5_K_w(x, qw, ob, ddb):
     ddb[0] = d
     ddb[1] = dmin
     _requantize_k4(x, L, 31, d, dmin, ob[4:16])
-    qh = ob[16:48]
-    qh[:] = 0
-    for c in range(4):
-        for l in range(32):
-            l1 = L[64 * c + l]
-            l2 = L[64 * c + 32 + l]
-            if l1 > 15:
-                l1 -= 16
-                qh[l] |= 1 << (2 * c)
-            if l2 > 15:
-                l2 -= 16
-                qh[l] |= 2 << (2 * c)
-            ob[48 + 32 * c + l] = l1 | (l2 << 4)
+    _pack_levels_q5_K(L, ob)
 
 
 @_jit
