@@ -37,10 +37,8 @@ def tensors(seed: int = 0, untied: bool = False) -> dict[str, np.ndarray]:
     return t
 
 
-def write(path, weight_dtype=np.float16, seed: int = 0, untied: bool = False) -> dict[str, np.ndarray]:
-    """Write the model with 2-D weights in `weight_dtype` (norms stay F32); returns the tensors as written."""
-    w = GGUFWriter(str(path), "llama")
-    w.add_name("synthetic")
+def add_hparams(w: GGUFWriter) -> None:
+    """The llama hyper-parameters of this shape (every file made from these tensors states them)."""
     w.add_context_length(128)
     w.add_embedding_length(N_EMBD)
     w.add_block_count(N_LAYER)
@@ -50,6 +48,13 @@ def write(path, weight_dtype=np.float16, seed: int = 0, untied: bool = False) ->
     w.add_rope_dimension_count(N_EMBD // N_HEAD)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(N_VOCAB)
+
+
+def write(path, weight_dtype=np.float16, seed: int = 0, untied: bool = False) -> dict[str, np.ndarray]:
+    """Write the model with 2-D weights in `weight_dtype` (norms stay F32); returns the tensors as written."""
+    w = GGUFWriter(str(path), "llama")
+    w.add_name("synthetic")
+    add_hparams(w)
     w.add_file_type(1 if weight_dtype == np.float16 else 0)
     w.add_tokenizer_model("gpt2")
     w.add_token_list([f"t{i}" for i in range(N_VOCAB)])

@@ -352,15 +352,7 @@ def _write_model(path, chat_template: str):
     """synthetic_gguf's random llama, with one-character tokens (so text tokenizes) and a template."""
     w = GGUFWriter(str(path), "llama")
     w.add_name("synthetic")
-    w.add_context_length(128)
-    w.add_embedding_length(sg.N_EMBD)
-    w.add_block_count(sg.N_LAYER)
-    w.add_feed_forward_length(sg.N_FF)
-    w.add_head_count(sg.N_HEAD)
-    w.add_head_count_kv(sg.N_HEAD_KV)
-    w.add_rope_dimension_count(sg.N_EMBD // sg.N_HEAD)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(sg.N_VOCAB)
+    sg.add_hparams(w)
     w.add_file_type(1)
     w.add_tokenizer_model("gpt2")
     chars = [chr(c) for c in range(33, 127)] + ["\u0120"]  # byte-level BPE's space

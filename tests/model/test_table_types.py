@@ -105,15 +105,7 @@ MAX_ERROR = {T.IQ4_NL: 0.3, T.IQ4_XS: 0.3, T.MXFP4: 0.3, T.TQ1_0: 1.0, T.TQ2_0: 
 def write_model(path, qtype: T) -> int:
     """The synthetic llama with its matrices in `qtype` where the rows fit; returns how many are."""
     w = GGUFWriter(str(path), "llama")
-    w.add_context_length(128)
-    w.add_embedding_length(sg.N_EMBD)
-    w.add_block_count(sg.N_LAYER)
-    w.add_feed_forward_length(sg.N_FF)
-    w.add_head_count(sg.N_HEAD)
-    w.add_head_count_kv(sg.N_HEAD_KV)
-    w.add_rope_dimension_count(sg.N_EMBD // sg.N_HEAD)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(sg.N_VOCAB)
+    sg.add_hparams(w)
     w.add_tokenizer_model("gpt2")
     w.add_token_list([f"t{i}" for i in range(sg.N_VOCAB)])
     w.add_token_types([1] * sg.N_VOCAB)
