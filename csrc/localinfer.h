@@ -99,13 +99,17 @@ typedef struct {
 
 /* core/moe.c: a sparse mixture-of-experts block (arch/moe.py): out (n, n_embd) = the weighted sum of each
  * token's n_used most probable experts' gated MLPs on h (n, n_embd); SiLU gating, or GELU from
- * glu_table (as li_glu). Every expert's matrices have one type per kind and no bias. */
+ * glu_table (as li_glu). Every expert's matrices have one type per kind and no bias. With a shared
+ * expert (qwen2moe), out += sigmoid(h . shexp_gate_inp) * shexp_down(glu(shexp_gate(h), shexp_up(h))). */
 typedef struct li_moe {
     li_linear router;          /* (n_expert, n_embd): the routing logits */
     const li_linear *gate, *up;   /* n_expert of them, each (n_ff_exp, n_embd) */
     const li_linear *down;     /* n_expert of them, each (n_embd, n_ff_exp) */
     int64_t n_expert, n_used;
     int normalize;             /* divide the chosen experts' probabilities by their sum (expert_weights_norm) */
+    const float *shexp_gate_inp;   /* (n_embd) the shared expert's gate vector, or NULL: no shared expert */
+    li_linear shexp_gate, shexp_up;   /* (n_ff_shexp, n_embd) each, when shexp_gate_inp */
+    li_linear shexp_down;      /* (n_embd, n_ff_shexp) */
 } li_moe;
 int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const float *glu_table);
 

@@ -63,7 +63,7 @@ class Shape:
     """A model's blueprint: what its public config.json says (hidden size, layers, heads ...)."""
     name: str
     source: str  # the real model the numbers come from
-    arch: str  # GGUF general.architecture: "llama", "qwen2" or "qwen3moe"
+    arch: str  # GGUF general.architecture: "llama", "qwen2", "qwen3moe", "qwen2moe" or "olmoe"
     size_label: str
     n_embd: int
     n_layer: int
@@ -81,6 +81,7 @@ class Shape:
     n_expert: int = 0  # routed experts per layer (qwen3moe); 0: a dense MLP of width n_ff
     n_expert_used: int = 0
     n_ff_exp: int = 0  # an expert's hidden width (moe_intermediate_size)
+    n_ff_shexp: int = 0  # qwen2moe's shared expert's width (shared_expert_intermediate_size); 0: none
 
     @property
     def head_dim(self) -> int:
@@ -106,6 +107,15 @@ SHAPES = {s.name: s for s in [
     Shape("qwen3moe-30b-a3b-8l", "Qwen3-30B-A3B, 8 of 48 layers", "qwen3moe", "30B.A3B-8L", n_embd=2048,
           n_layer=8, n_head=32, n_head_kv=4, n_ff=6144, n_vocab=151936, rope_theta=1e6, n_ctx_train=40960,
           rms_eps=1e-6, tied=False, head_dim_override=128, n_expert=128, n_expert_used=8, n_ff_exp=768),
+    # Small expert models for measuring the layer stack itself (C against the Python loop): Qwen1.5-MoE-A2.7B's
+    # and OLMoE-1B-7B's layouts (a shared expert beside the routed ones; whole-projection Q/K norms) at a
+    # quarter of their width and a few layers, so a decode step is dominated by the per-layer work, not the disk
+    Shape("qwen2moe-small", "Qwen1.5-MoE-A2.7B's layout, scaled down", "qwen2moe", "small", n_embd=512, n_layer=4,
+          n_head=8, n_head_kv=8, n_ff=1408, n_vocab=49152 + 256, rope_theta=1e6, n_ctx_train=8192, rms_eps=1e-6,
+          tied=True, qkv_bias=True, n_expert=16, n_expert_used=4, n_ff_exp=352, n_ff_shexp=1408),
+    Shape("olmoe-small", "OLMoE-1B-7B's layout, scaled down", "olmoe", "small", n_embd=512, n_layer=4, n_head=8,
+          n_head_kv=8, n_ff=256, n_vocab=49152 + 256, rope_theta=10000.0, n_ctx_train=4096, rms_eps=1e-5,
+          tied=True, n_expert=16, n_expert_used=4, n_ff_exp=256),
     # For tests: tiny, but every code path of the real ones (GQA, padded vocab, biases, rope factors).
     Shape("tiny", "test shape", "llama", "tiny", n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128,
           n_vocab=49152 + 256, rope_theta=500000.0, n_ctx_train=2048, rms_eps=1e-5, tied=True,
@@ -115,6 +125,12 @@ SHAPES = {s.name: s for s in [
     Shape("tiny-qwen3moe", "test shape", "qwen3moe", "tiny", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512,
           n_vocab=49152 + 256, rope_theta=1e6, n_ctx_train=2048, rms_eps=1e-6, tied=False,
           head_dim_override=64, n_expert=8, n_expert_used=2, n_ff_exp=256),
+    Shape("tiny-qwen2moe", "test shape", "qwen2moe", "tiny", n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512,
+          n_vocab=49152 + 256, rope_theta=1e6, n_ctx_train=2048, rms_eps=1e-6, tied=False, qkv_bias=True,
+          n_expert=8, n_expert_used=2, n_ff_exp=256, n_ff_shexp=512),
+    Shape("tiny-olmoe", "test shape", "olmoe", "tiny", n_embd=256, n_layer=2, n_head=4, n_head_kv=4, n_ff=256,
+          n_vocab=49152 + 256, rope_theta=10000.0, n_ctx_train=2048, rms_eps=1e-5, tied=False,
+          n_expert=8, n_expert_used=2, n_ff_exp=256),
 ]}
 
 
@@ -159,6 +175,9 @@ def tensor_specs(s: Shape) -> list[TensorSpec]:
         if s.arch == "qwen3moe":  # qwen3's per-head Q/K norms
             out += [TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "ones"),
                     TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "ones")]
+        if s.arch == "olmoe":  # norms of the whole Q and K projections
+            out += [TensorSpec(p + "attn_q_norm.weight", (q,), "ones"),
+                    TensorSpec(p + "attn_k_norm.weight", (kv,), "ones")]
         out.append(TensorSpec(p + "ffn_norm.weight", (s.n_embd,), "ones"))
         if s.n_expert:
             e, f = s.n_expert, s.n_ff_exp
@@ -166,6 +185,12 @@ def tensor_specs(s: Shape) -> list[TensorSpec]:
                     TensorSpec(p + "ffn_gate_exps.weight", (e, f, s.n_embd), "normal"),  # (expert, ff_exp, embd)
                     TensorSpec(p + "ffn_up_exps.weight", (e, f, s.n_embd), "normal"),  # (expert, ff_exp, embd)
                     TensorSpec(p + "ffn_down_exps.weight", (e, s.n_embd, f), "normal")]  # (expert, embd, ff_exp)
+            if s.n_ff_shexp:  # the shared expert and its sigmoid gate vector
+                fs = s.n_ff_shexp
+                out += [TensorSpec(p + "ffn_gate_inp_shexp.weight", (s.n_embd,), "normal"),  # (embd)
+                        TensorSpec(p + "ffn_gate_shexp.weight", (fs, s.n_embd), "normal"),  # (ff_shexp, embd)
+                        TensorSpec(p + "ffn_up_shexp.weight", (fs, s.n_embd), "normal"),  # (ff_shexp, embd)
+                        TensorSpec(p + "ffn_down_shexp.weight", (s.n_embd, fs), "normal")]  # (embd, ff_shexp)
         else:
             out += [TensorSpec(p + "ffn_gate.weight", (s.n_ff, s.n_embd), "normal"),  # (ff, embd)
                     TensorSpec(p + "ffn_up.weight", (s.n_ff, s.n_embd), "normal"),  # (ff, embd)
@@ -239,6 +264,7 @@ def metadata_entries(s: Shape, seed: int, tokenizer_gguf, file_type: int = MOSTL
         *([_kv(f"{a}.expert_count", V.UINT32, s.n_expert),
            _kv(f"{a}.expert_used_count", V.UINT32, s.n_expert_used),
            _kv(f"{a}.expert_feed_forward_length", V.UINT32, s.n_ff_exp)] if s.n_expert else []),
+        *([_kv(f"{a}.expert_shared_feed_forward_length", V.UINT32, s.n_ff_shexp)] if s.n_ff_shexp else []),
         _kv("general.file_type", V.UINT32, file_type),
         _kv("general.quantization_version", V.UINT32, 2),
         _kv_array("tokenizer.ggml.tokens", V.STRING, tokens),

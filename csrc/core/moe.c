@@ -1,9 +1,11 @@
-/* moe.c -- a sparse mixture-of-experts feed-forward block (qwen3moe; mixtral) in one call: what
- * src/localinfer/arch/moe.py's SparseMoE does with a Python loop over the C matmuls.
+/* moe.c -- a sparse mixture-of-experts feed-forward block (qwen3moe; mixtral; qwen2moe with its shared
+ * expert) in one call: what src/localinfer/arch/moe.py's SparseMoE (and SharedExpertMoE) does with a
+ * Python loop over the C matmuls.
  *
  *   p = softmax(h . router^T)                 per token, (n_expert) floats
  *   the k = n_used largest p (ties: the lower index); w = p / sum(p over the k) when normalize
  *   out = sum over the chosen experts e, in ascending e, of w_e * down_e(silu(gate_e(h)) * up_e(h))
+ *   out += sigmoid(h . shexp_gate_inp) * shexp_down(silu(shexp_gate(h)) * shexp_up(h))   (qwen2moe only)
  *
  * Each expert's matrices are their own li_linear (a slice of the 3-D ffn_*_exps tensor in the
  * mmap), so only the chosen experts' bytes are read. The products and sums are those of the Python
@@ -253,6 +255,32 @@ static int many_tokens(const li_moe *m, const float *h, int64_t n, const int32_t
     return rc;
 }
 
+/* qwen2moe's shared expert, which every token runs: out += sigmoid(h . shexp_gate_inp) * its gated MLP,
+ * added after the routed sum as SharedExpertMoE adds it (routed + shared * gate). Three li_matmul:
+ * one expert's rows are few (a decode step's GEMV spreads them over the pool as well as moe.c would) */
+static int shared_expert(const li_moe *m, const float *h, int64_t n, float *out, const float *glu_table) {
+    const int64_t d = m->router.k, f = m->shexp_gate.n_out;
+    /* g, u, act: (n, f) each | y: (n, d) */
+    float *g = malloc(sizeof(float) * (size_t)n * (size_t)(3 * f + d));
+    if (!g) return LI_ENOMEM;
+    float *u = g + n * f, *act = u + n * f, *y = act + n * f;
+    const li_linear *wg = &m->shexp_gate, *wu = &m->shexp_up, *wd = &m->shexp_down;
+    int rc;
+    if ((rc = li_matmul(wg->wtype, wg->w, wg->row_bytes, f, d, h, n, g)) == LI_OK &&
+        (rc = li_matmul(wu->wtype, wu->w, wu->row_bytes, f, d, h, n, u)) == LI_OK &&
+        (rc = li_glu(g, f, u, f, act, n, f, glu_table)) == LI_OK &&
+        (rc = li_matmul(wd->wtype, wd->w, wd->row_bytes, d, f, act, n, y)) == LI_OK) {
+        for (int64_t t = 0; t < n; t++) {
+            float z = 0.0f;
+            for (int64_t c = 0; c < d; c++) z += h[t * d + c] * m->shexp_gate_inp[c];
+            const float s = 1.0f / (1.0f + expf(-z));
+            for (int64_t c = 0; c < d; c++) out[t * d + c] += y[t * d + c] * s;
+        }
+    }
+    free(g);
+    return rc;
+}
+
 static int linear_ok(const li_linear *w, int64_t n_out, int64_t k) {
     const li_type_traits *t = w->w ? li_traits(w->wtype) : NULL;
     return t && t->vec_dot && w->n_out == n_out && w->k == k && !w->bias && k % t->block_size == 0 &&
@@ -270,6 +298,10 @@ int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const flo
             m->gate[e].wtype != m->gate[0].wtype || m->up[e].wtype != m->up[0].wtype ||
             m->down[e].wtype != m->down[0].wtype)
             return LI_EINVAL;
+    const int64_t fs = m->shexp_gate.n_out;
+    if (m->shexp_gate_inp && (fs <= 0 || !linear_ok(&m->shexp_gate, fs, d) || !linear_ok(&m->shexp_up, fs, d) ||
+                              !linear_ok(&m->shexp_down, d, fs)))
+        return LI_EINVAL;
     /* logits: (n, ne) | p: (ne) | weights: (n, k) | experts: (n, k) */
     float *logits = malloc(sizeof(float) * (size_t)(n * ne + ne + n * k) + sizeof(int32_t) * (size_t)(n * k));
     if (!logits) return LI_ENOMEM;
@@ -281,6 +313,7 @@ int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const flo
             route_token(logits + t * ne, ne, k, m->normalize, p, experts + t * k, weights + t * k);
         rc = n == 1 ? one_token(m, h, experts, weights, out, glu_table)
                     : many_tokens(m, h, n, experts, weights, out, glu_table);
+        if (rc == LI_OK && m->shexp_gate_inp) rc = shared_expert(m, h, n, out, glu_table);
     }
     free(logits);
     return rc;

@@ -1,4 +1,5 @@
-"""The decoder layers of the llama family (with routed experts: qwen3moe, mixtral) and gemma3 in one C call
+"""The decoder layers of the llama family (with routed experts: qwen3moe, mixtral; and a shared
+expert: qwen2moe) and gemma3 in one C call
 (csrc/core/decoder_layers.c, csrc/core/moe.c), for the C backend.
 
 The architectures' Python loops (LlamaModel / Gemma3Model.layers) are the readable
@@ -20,17 +21,28 @@ from ..kernels import _check
 from ..kv_cache import InterleavedKVCache, KVCache
 from ..kv_types import CACHE_TYPES, KVCacheTypes, row_width
 from .blocks import GatedMLP
-from .moe import SOFTMAX, SparseMoE
+from .moe import SOFTMAX, SharedExpertMoE, SparseMoE
 from .weights import KernelLinear
 
 
 
-def _moe_in_c(moe: SparseMoE) -> bool:
+def _moe_linears(moe: SparseMoE | SharedExpertMoE) -> list:
+    """Every linear layer of an expert block: router, routed experts, and the shared expert's (qwen2moe)."""
+    routed = moe.routed if isinstance(moe, SharedExpertMoE) else moe
+    linears = [routed.gate_inp, *routed.gate, *routed.up, *routed.down]
+    if isinstance(moe, SharedExpertMoE):
+        linears += [moe.shared.w_gate, moe.shared.w_up, moe.shared.w_down]
+    return linears
+
+
+def _moe_in_c(moe: SparseMoE | SharedExpertMoE) -> bool:
     """Whether core/moe.c computes this block as moe.py does: softmax over every router logit, then
-    the top-k (renormalised or not), experts without biases. Other gatings and biases (gpt-oss) keep
-    the Python loop, as do shared experts (qwen2moe's SharedExpertMoE is not a SparseMoE)."""
-    linears = [moe.gate_inp, *moe.gate, *moe.up, *moe.down]
-    return moe.gating == SOFTMAX and all(getattr(lin, "bias", None) is None for lin in linears)
+    the top-k (renormalised or not), experts without biases, and a shared expert with separate gate
+    and up matrices if any (qwen2moe). Other gatings and biases (gpt-oss) keep the Python loop."""
+    routed = moe.routed if isinstance(moe, SharedExpertMoE) else moe
+    if isinstance(moe, SharedExpertMoE) and moe.shared.w_gate is None:
+        return False
+    return routed.gating == SOFTMAX and all(getattr(lin, "bias", None) is None for lin in _moe_linears(moe))
 
 
 @dataclass(frozen=True)
@@ -97,7 +109,7 @@ class FusedLayers:
             for i, (lin, shape) in enumerate(projections):
                 self._linear(spec.qkv[i], lin, shape)
             self._linear(spec.wo, attn.wo, (d, q_dim))
-            if isinstance(mlp, SparseMoE):
+            if isinstance(mlp, (SparseMoE, SharedExpertMoE)):
                 spec.moe = self._moe(mlp)
                 continue
             if mlp.w_gate is None:
@@ -117,14 +129,14 @@ class FusedLayers:
             return None
         for layer in model.weights.layers:
             a, m = layer.attn, layer.mlp
-            if isinstance(m, SparseMoE):
+            if isinstance(m, (SparseMoE, SharedExpertMoE)):
                 if not _moe_in_c(m):
                     return None  # routing that core/moe.c does not know (yet) stays in the Python loop
-                expert_linears = [m.gate_inp, *m.gate, *m.up, *m.down]
+                expert_linears = _moe_linears(m)
             elif isinstance(m, GatedMLP):
                 expert_linears = [m.w_gate, m.w_up, m.w_down]
             else:
-                return None  # a block the C layers do not have (a shared expert beside the routed ones)
+                return None  # a block the C layers do not have
             head_dim = model.config.head_dim
             if any(n is not None and n.shape != (head_dim,) for n in (a.q_norm, a.k_norm)):
                 return None  # Q/K norms over the whole projection (olmoe): the C layers norm each head
@@ -140,9 +152,11 @@ class FusedLayers:
         self._keep.append(a)
         return self.ffi.from_buffer("float[]", a)
 
-    def _moe(self, moe: SparseMoE):
-        """The li_moe of a layer's routed experts: its router and one li_linear per expert matrix."""
+    def _moe(self, block: SparseMoE | SharedExpertMoE):
+        """The li_moe of a layer's experts: its router, one li_linear per expert matrix, and the
+        shared expert with its gate vector (qwen2moe) when the block has one."""
         c, ffi = self.config, self.ffi
+        moe = block.routed if isinstance(block, SharedExpertMoE) else block
         n, d, f = c.n_expert, c.n_embd, c.n_ff_exp
         spec = ffi.new("li_moe *")
         self._linear(spec.router, moe.gate_inp, (n, d))
@@ -159,6 +173,14 @@ class FusedLayers:
         if not 1 <= moe.n_used <= n:
             raise ValueError(f"fused layers: {moe.n_used} experts used of {n}")
         spec.n_expert, spec.n_used, spec.normalize = n, moe.n_used, int(moe.normalize)
+        if isinstance(block, SharedExpertMoE):
+            sh, fs = block.shared, block.shared.n_ff
+            self._linear(spec.shexp_gate, sh.w_gate, (fs, d))
+            self._linear(spec.shexp_up, sh.w_up, (fs, d))
+            self._linear(spec.shexp_down, sh.w_down, (d, fs))
+            if any(lin.bias is not None for lin in (sh.w_gate, sh.w_up, sh.w_down)):
+                raise ValueError("fused layers: a shared expert with biases")
+            spec.shexp_gate_inp = self._floats(block.shared_gate, d)
         self._keep.append(spec)
         return spec
 
