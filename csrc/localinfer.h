@@ -115,7 +115,8 @@ int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const flo
 
 typedef struct {
     const float *attn_norm, *ffn_norm;   /* (n_embd) */
-    const float *q_norm, *k_norm;        /* (head_dim) or NULL */
+    const float *q_norm, *k_norm;        /* (head_dim) or NULL; (n_head * head_dim), (n_head_kv * head_dim) with qk_norm_whole */
+    int qk_norm_whole;         /* 1: one RMSNorm over each token's whole Q and K projections (olmoe), 0: per head */
     li_linear qkv[3];
     int n_qkv;                 /* 1: qkv[0] rows are q | k | v; 3: q, k, v */
     li_linear wo;

@@ -8,14 +8,14 @@
  * Per layer, for the n rows of a batch (the tokens of each sequence in turn, at positions pos;
  * each sequence's go to rows [offset, offset + n_tokens) of its own cache):
  *   h = rms_norm(x, attn_norm);  q | k | v = h . Wqkv (+ bias), one stacked matmul or three
- *   q, k = per-head rms_norm (if the layer has q_norm / k_norm), rope, times rope_mscale on the
+ *   q, k = rms_norm per head, or of the whole projection (olmoe), if the layer has q_norm / k_norm; rope, times rope_mscale on the
  *   rotated dimensions; q *= q_scale (if > 0)
  *   per sequence: cache[offset ..] = f16(k), f16(v) (or q8_0 / q4_0 rows: li_kv_seq's type_k / type_v);
  *   a = attention(q, cache[0 .. offset + n_tokens))
  *   x += a . Wo (+ bias)
  *   (gemma3: the branch output goes through attn_post_norm before the add)
  *   h = rms_norm(x, ffn_norm);  x += down(silu(gate(h)) * up(h)), gate | up one matmul or two
- *   (qwen3moe, mixtral: x += the routed experts' weighted sum instead, core/moe.c)
+ *   (qwen3moe, mixtral, qwen2moe, olmoe: x += the routed experts' weighted sum instead, core/moe.c)
  *   (gemma3: GELU from the f16 table, and ffn_post_norm before the add)
  * The Python wrapper (arch/fused.py) checks every shape and pointer before calling.
  */
@@ -161,8 +161,11 @@ int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers
                 (rc = linear(&L->qkv[2], h, n, v)) != LI_OK)
                 break;
         }
-        if (L->q_norm) li_rms_norm(q, L->q_norm, q, n * c->n_head, hd, c->eps);
-        if (L->k_norm) li_rms_norm(k, L->k_norm, k, n * c->n_head_kv, hd, c->eps);
+        if (L->q_norm)   /* per head (qwen3, gemma3) or over the whole projection (olmoe) */
+            li_rms_norm(q, L->q_norm, q, L->qk_norm_whole ? n : n * c->n_head, L->qk_norm_whole ? q_dim : hd, c->eps);
+        if (L->k_norm)
+            li_rms_norm(k, L->k_norm, k, L->qk_norm_whole ? n : n * c->n_head_kv, L->qk_norm_whole ? kv_dim : hd,
+                        c->eps);
         const double *freq = L->inv_freq ? L->inv_freq : c->inv_freq;
         if (li_rope(q, n, c->n_head, hd, c->n_rot, pos, freq, c->neox) ||
             li_rope(k, n, c->n_head_kv, hd, c->n_rot, pos, freq, c->neox)) {

@@ -30,9 +30,9 @@ GGUF_ARCH = {"llama3": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "
              "phi3_longrope": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama", "qwen2moe": "qwen2moe",
              "olmoe": "olmoe", "gptoss": "gpt-oss"}
 MOE = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "gptoss"}
-# what core/moe.c computes (softmax then top-k, no biases; qwen2moe's shared expert); the others keep the
-# Python loop (arch/fused.py): olmoe's whole-projection Q/K norms, gpt-oss's gating, biases and sinks
-FUSED_MOE = {"qwen3moe", "mixtral", "qwen2moe"}
+# what core/moe.c computes (softmax then top-k, no biases; qwen2moe's shared expert; olmoe's Q/K norms over the
+# whole projection in decoder_layers.c); gpt-oss keeps the Python loop (arch/fused.py): gating, biases, sinks
+FUSED_MOE = {"qwen3moe", "mixtral", "qwen2moe", "olmoe"}
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))

@@ -34,7 +34,7 @@ def _close(got, want):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * float(np.abs(want).max()))
 
 
-@pytest.mark.parametrize("shape", ["tiny-qwen2moe"])
+@pytest.mark.parametrize("shape", ["tiny-qwen2moe", "tiny-olmoe"])
 def test_fused_layers_match_the_loop(cache_dir, smollm2_path, shape):
     m = _model(shape, smollm2_path)
     fused = m.fused_layers()

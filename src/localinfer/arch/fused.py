@@ -45,6 +45,12 @@ def _moe_in_c(moe: SparseMoE | SharedExpertMoE) -> bool:
     return routed.gating == SOFTMAX and all(getattr(lin, "bias", None) is None for lin in _moe_linears(moe))
 
 
+def _qk_norm_whole(attn, head_dim: int) -> bool:
+    """Whether the layer's Q/K norms span the whole projection (olmoe) rather than each head (qwen3):
+    blocks.Attention took their shape from the file."""
+    return any(n is not None and n.shape != (head_dim,) for n in (attn.q_norm, attn.k_norm))
+
+
 @dataclass(frozen=True)
 class FusedParams:
     """The per-call arguments of FusedLayers.run besides the activations and the batch: what the
@@ -97,10 +103,13 @@ class FusedLayers:
             spec.attn_norm = self._floats(layer.attn_norm, c.n_embd)
             spec.ffn_norm = self._floats(layer.ffn_norm, c.n_embd)
             attn, mlp = layer.attn, layer.mlp
-            spec.q_norm = self._floats(attn.q_norm, c.head_dim) if attn.q_norm is not None else ffi.NULL
-            spec.k_norm = self._floats(attn.k_norm, c.head_dim) if attn.k_norm is not None else ffi.NULL
             # the shapes C sizes its buffers by (the loader checked them against the file; again here)
             q_dim, kv_dim, d = c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_embd
+            whole = _qk_norm_whole(attn, c.head_dim)
+            spec.qk_norm_whole = int(whole)
+            q_len, k_len = (q_dim, kv_dim) if whole else (c.head_dim, c.head_dim)
+            spec.q_norm = self._floats(attn.q_norm, q_len) if attn.q_norm is not None else ffi.NULL
+            spec.k_norm = self._floats(attn.k_norm, k_len) if attn.k_norm is not None else ffi.NULL
             if attn.wqkv is not None:
                 projections = [(attn.wqkv, (q_dim + 2 * kv_dim, d))]
             else:
@@ -137,9 +146,12 @@ class FusedLayers:
                 expert_linears = [m.w_gate, m.w_up, m.w_down]
             else:
                 return None  # a block the C layers do not have
-            head_dim = model.config.head_dim
-            if any(n is not None and n.shape != (head_dim,) for n in (a.q_norm, a.k_norm)):
-                return None  # Q/K norms over the whole projection (olmoe): the C layers norm each head
+            c = model.config
+            whole = _qk_norm_whole(a, c.head_dim)
+            q_len, k_len = (c.n_head * c.head_dim, c.n_head_kv * c.head_dim) if whole else (c.head_dim, c.head_dim)
+            if (a.q_norm is not None and a.q_norm.shape != (q_len,)) or \
+                    (a.k_norm is not None and a.k_norm.shape != (k_len,)):
+                return None  # one norm per head and the other over the whole projection: no layout does that
             linears = [a.wqkv, a.wq, a.wk, a.wv, a.wo, *expert_linears]
             if not all(lin is None or isinstance(lin, KernelLinear) for lin in linears):
                 return None
