@@ -63,7 +63,8 @@ int li_set_threads(int n);
 int li_get_threads(void);
 int li_default_threads(void);
 
-/* core/ops.c, core/attention.c: the non-matmul ops of a layer */
+/* core/ops.c, core/attention.c: the non-matmul ops of a layer. The attention's sinks: (n_head) logits that
+ * join each head's softmax denominator and attend to nothing (gpt-oss), or NULL */
 int li_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t dim, float eps);
 int li_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
             const int64_t *pos, const double *inv_freq, int neox);
@@ -71,12 +72,12 @@ int li_glu(const float *g, int64_t ldg, const float *u, int64_t ldu, float *y, i
            const float *table);
 int li_attention_f16(const float *q, const void *k, const void *v, float *out, int64_t n_q, int64_t n_head,
                      int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos, int64_t key_start,
-                     float scale, int64_t window, float softcap);
+                     float scale, int64_t window, float softcap, const float *sinks);
 /* core/attention_kv.c: the same with K and V rows of type k_type / v_type (F16, Q8_0 or Q4_0; head_dim a
  * multiple of the block sizes), read in place: (n_kv, n_head_kv, head_dim / block * type_size) bytes each */
 int li_attention_kv(const float *q, int k_type, const void *k, int v_type, const void *v, float *out, int64_t n_q,
                     int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos,
-                    int64_t key_start, float scale, int64_t window, float softcap);
+                    int64_t key_start, float scale, int64_t window, float softcap, const float *sinks);
 
 typedef struct {
     int wtype;                 /* ggml type id of w's rows */
@@ -129,6 +130,7 @@ typedef struct {
     int ring;                  /* 0: K/V in the sequence's full cache, 1: in its ring (sliding window) */
     int64_t cache_layer;       /* this layer's index inside that cache */
     const struct li_moe *moe;  /* routed experts in place of gate_up / down (qwen3moe, mixtral), or NULL */
+    const float *attn_sinks;   /* (n_head) the attention's sink logits (gpt-oss), or NULL */
 } li_decoder_layer;
 
 typedef struct {

@@ -2,7 +2,8 @@
  * attention (the reference data's setting):
  *
  *   scores = K . f16(Q)          (n_kv, n_q) per head, f32 lanes, tinyBLAS order (li_dot_rows_fn)
- *   P      = f16(softmax(scores * scale, causal / sliding-window mask, optional soft cap))
+ *   P      = f16(softmax(scores * scale, causal / sliding-window mask, optional soft cap; a sink logit
+ *            per head in the denominator, gpt-oss))
  *   out    = V^T . P             the dot runs over keys (llama.cpp stores V transposed)
  *
  * K is read in place from the f16 cache (rows of a multiple of 16 elements; otherwise it is
@@ -32,6 +33,7 @@ typedef struct {
     float *vt;                     /* (n_head_kv, d, n_kvp) widened, transposed V, or NULL: in place */
     float *out;                    /* (n_q, n_head, d) */
     const int64_t *q_pos;          /* (n_q) absolute positions */
+    const float *sinks;            /* (n_head) sink logits (gpt-oss), or NULL */
     int64_t n_q, n_head, n_head_kv, d, dp, n_kv, n_kvp, key_start, window;
     float scale, softcap;
     li_dot_rows_fn dot;
@@ -101,7 +103,7 @@ static void task_attend(void *ctx, int ith, int nth) {
         const int64_t b0 = j0 / 16 * 16, b1 = up16(j1);   /* the 16-aligned span P.V^T runs over */
         for (int64_t h = 0; h < group; h++) {
             float *p = s + h * n_kvp;
-            a->softmax(p + j0, j1 - j0, a->scale, a->softcap);
+            a->softmax(p + j0, j1 - j0, a->scale, a->softcap, a->sinks ? a->sinks[hk * group + h] : -INFINITY);
             if (!a->vt) continue;
             for (int64_t j = b0; j < j0; j++) p[j] = 0.0f;
             for (int64_t j = j1; j < b1; j++) p[j] = 0.0f;
@@ -115,11 +117,11 @@ static void task_attend(void *ctx, int ith, int nth) {
  * cache with grouped K/V heads. */
 int li_attention_f16(const float *q, const void *k, const void *v, float *out, int64_t n_q, int64_t n_head,
                      int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos, int64_t key_start,
-                     float scale, int64_t window, float softcap) {
+                     float scale, int64_t window, float softcap, const float *sinks) {
     if (n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_q < 0 || n_kv < 0) return LI_EINVAL;
     if (n_q == 0) return LI_OK;
     attn_job a = {0};
-    a.q = q, a.k16 = k, a.v16 = v, a.out = out, a.q_pos = q_pos;
+    a.q = q, a.k16 = k, a.v16 = v, a.out = out, a.q_pos = q_pos, a.sinks = sinks;
     a.n_q = n_q, a.n_head = n_head, a.n_head_kv = n_head_kv, a.d = head_dim, a.dp = up16(head_dim);
     a.n_kv = n_kv, a.n_kvp = up16(n_kv > 0 ? n_kv : 1), a.key_start = key_start, a.window = window;
     a.scale = scale, a.softcap = softcap;

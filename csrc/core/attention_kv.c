@@ -14,6 +14,7 @@
  * Both f16 goes to li_attention_f16 (attention.c), unchanged. The numpy oracle is
  * ops_reference.attention with k_type / v_type (tests/kernels/test_attention_kv.py).
  */
+#include <math.h>
 #include <stdatomic.h>
 
 #include "core/li.h"
@@ -26,6 +27,7 @@ typedef struct {
     const uint8_t *k, *v;          /* (n_kv, n_head_kv, row bytes): key j at position key_start + j */
     float *out;                    /* (n_q, n_head, d) */
     const int64_t *q_pos;          /* (n_q) absolute positions */
+    const float *sinks;            /* (n_head) sink logits (gpt-oss), or NULL */
     int64_t n_q, n_head, n_head_kv, d, n_kv, key_start, window;
     size_t k_row, v_row, q_row;    /* bytes of one head's row: K, V, and the query in K's vec_dot_type */
     int n_sums;                    /* a_sums floats per query row (li_act_sums; 0 for f16) */
@@ -76,7 +78,7 @@ static void task_attend_kv(void *ctx, int ith, int nth) {
                 for (; j + LI_DOT_ROWS <= j1; j += LI_DOT_ROWS)
                     a->kt->vec_dot_rows(d, sh + j, k0 + j * ld_k, ld_k, LI_DOT_ROWS, qh, sum_h);
             for (; j < j1; j++) a->kt->vec_dot(d, sh + j, k0 + j * ld_k, qh, sum_h);
-            a->softmax(sh + j0, j1 - j0, a->scale, a->softcap);
+            a->softmax(sh + j0, j1 - j0, a->scale, a->softcap, a->sinks ? a->sinks[hk * group + h] : -INFINITY);
         }
         for (int64_t j = j0; j < j1; j++) {
             if (a->axpy) {
@@ -93,18 +95,18 @@ static int kv_type_ok(int type) { return type == LI_TYPE_F16 || type == LI_TYPE_
 
 int li_attention_kv(const float *q, int k_type, const void *k, int v_type, const void *v, float *out, int64_t n_q,
                     int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos,
-                    int64_t key_start, float scale, int64_t window, float softcap) {
+                    int64_t key_start, float scale, int64_t window, float softcap, const float *sinks) {
     if (!kv_type_ok(k_type) || !kv_type_ok(v_type)) return LI_ETYPE;
     if (k_type == LI_TYPE_F16 && v_type == LI_TYPE_F16)
         return li_attention_f16(q, k, v, out, n_q, n_head, n_head_kv, head_dim, n_kv, q_pos, key_start, scale,
-                                window, softcap);
+                                window, softcap, sinks);
     if (n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_q < 0 || n_kv < 0) return LI_EINVAL;
     kv_job a = {0};
     a.kt = li_traits(k_type), a.vt = li_traits(v_type), a.qt = li_traits(a.kt->vec_dot_type);
     if (head_dim % a.kt->block_size || head_dim % a.vt->block_size || head_dim % a.qt->block_size)
         return LI_EINVAL;
     if (n_q == 0) return LI_OK;
-    a.q = q, a.k = k, a.v = v, a.out = out, a.q_pos = q_pos;
+    a.q = q, a.k = k, a.v = v, a.out = out, a.q_pos = q_pos, a.sinks = sinks;
     a.n_q = n_q, a.n_head = n_head, a.n_head_kv = n_head_kv, a.d = head_dim, a.n_kv = n_kv;
     a.key_start = key_start, a.window = window, a.scale = scale, a.softcap = softcap;
     a.k_row = (size_t)(head_dim / a.kt->block_size * a.kt->type_size);

@@ -94,7 +94,8 @@ static int attend_seq(attn_seqs_job *j, int s) {
         keys = kb, values = vb;
     }
     return li_attention_kv(j->q + row * q_dim, sq->type_k, keys, sq->type_v, values, j->a + row * q_dim, m, c->n_head,
-                           c->n_head_kv, hd, n_kv, j->pos + row, key_start, c->attn_scale, L->window, 0.0f);
+                           c->n_head_kv, hd, n_kv, j->pos + row, key_start, c->attn_scale, L->window, 0.0f,
+                           L->attn_sinks);
 }
 
 static void task_attend_seqs(void *ctx, int ith, int nth) {

@@ -134,9 +134,11 @@ typedef void (*li_axpy_rows_f16_fn)(int64_t n, const float *p, int na, int64_t l
 /* The attention's row steps (attention.c; the readable versions in generic/attention_generic.c), in
  * place on n floats:
  * softmax: p = f16(softmax(cap(p * scale))) with cap(x) = tanh(x / softcap) * softcap when softcap > 0,
- *   the exponentials summed in double (ggml_vec_soft_max_f32);
+ *   the exponentials summed in double (ggml_vec_soft_max_f32); a finite `sink` (gpt-oss's attention sink)
+ *   is one more logit that joins the max and the denominator and is dropped (ggml_soft_max_ext's sinks);
+ *   -INFINITY: none, the same bits as without;
  * round_f16: y = f16(x) widened back; widen_f16: y = x (f16 -> f32, exact). */
-typedef void (*li_softmax_f16_fn)(float *p, int64_t n, float scale, float softcap);
+typedef void (*li_softmax_f16_fn)(float *p, int64_t n, float scale, float softcap, float sink);
 /* P.V over a quantized cache (attention_kv.c), one value row of d values (d / 32 blocks) at a time:
  * out[h*d + e] += p[h*ldp] * x[e] for h < na, x = the row dequantized as ggml does (q * d, f32 mul,
  * then a separate mul and add: the same bits in every variant). */

@@ -10,8 +10,8 @@
 static inline float round_f16(float x) { return li_fp16_to_fp32(li_fp32_to_fp16(x)); }
 
 /* li_softmax_f16_fn */
-void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap) {
-    float max = -INFINITY;
+void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap, float sink) {
+    float max = sink;   /* the sink's logit joins the max (-INFINITY: no sink) */
     for (int64_t j = 0; j < n; j++) {
         float x = p[j] * scale;
         if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;
@@ -23,6 +23,7 @@ void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap) {
         p[j] = expf(p[j] - max);
         sum += p[j];
     }
+    if (sink > -INFINITY) sum += expf(sink - max);   /* ... and the denominator, then attends to nothing */
     const float inv = 1.0f / (float)sum;
     for (int64_t j = 0; j < n; j++) p[j] = round_f16(p[j] * inv);
 }

@@ -146,7 +146,7 @@ void li_dot_rows_f16_generic(int64_t n, const float *a, int na, int64_t lda, con
                              int64_t ldb, float *c, int64_t ldc);
 void li_axpy_rows_f16_generic(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
                               int64_t ldv, float *out, int64_t ldo);
-void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap);
+void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap, float sink);
 void li_round_f16_generic(const float *x, float *y, int64_t n);
 void li_widen_f16_generic(const ggml_half *x, float *y, int64_t n);
 

@@ -152,8 +152,8 @@ void quantize_row_f16_avx2(const float *x, void *dst, int64_t n) {
     for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap) {
-    float max = -INFINITY;
+void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap, float sink) {
+    float max = sink;   /* the sink's logit joins the max (-INFINITY: no sink) */
     int64_t j = 0;
     if (softcap > 0.0f) {
         for (; j < n; j++) {
@@ -188,6 +188,7 @@ void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap) {
     _mm256_storeu_pd(lanes, acc);
     double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
     for (; j < n; j++) sum += p[j];
+    if (sink > -INFINITY) sum += expf(sink - max);   /* ... and the denominator, then attends to nothing */
     const float inv = 1.0f / (float)sum;
     const __m256 iv = _mm256_set1_ps(inv);
     for (j = 0; j + 8 <= n; j += 8)

@@ -377,12 +377,26 @@ def quantize_kv(x: np.ndarray, cache_type) -> np.ndarray:
     return out
 
 
+def check_sinks(sinks, n_head: int) -> np.ndarray | None:
+    """Attention sink logits as C reads them: float32 (n_head,), contiguous; None stays None. -inf
+    is allowed (no sink for that head); NaN is refused (it would make every probability NaN)."""
+    if sinks is None:
+        return None
+    s = np.ascontiguousarray(sinks, dtype=np.float32)
+    if s.shape != (n_head,):
+        raise ValueError(f"sinks must have shape ({n_head},), one logit per query head, got {s.shape}")
+    if np.isnan(s).any() or (s == np.inf).any():
+        raise ValueError("sinks must be finite or -inf")
+    return s
+
+
 def attention_kv(q: np.ndarray, k: np.ndarray, k_type, v: np.ndarray, v_type, q_positions: np.ndarray, scale: float,
-                 window: int = 0, softcap: float = 0.0, key_start: int = 0) -> np.ndarray:
+                 window: int = 0, softcap: float = 0.0, key_start: int = 0, sinks=None) -> np.ndarray:
     """Causal attention over a cache of K rows of `k_type` and V rows of `v_type` (F16, Q8_0, Q4_0),
     read in place by C (csrc/core/attention_kv.c). q: float32 (n, n_head, head_dim); k, v: (n_kv,
     n_head_kv, head_dim) float16 or (n_kv, n_head_kv, row bytes) uint8 blocks; key j at position
-    key_start + j. Returns float32 (n, n_head, head_dim)."""
+    key_start + j; sinks: (n_head,) logits in each head's softmax denominator (gpt-oss), or None.
+    Returns float32 (n, n_head, head_dim)."""
     lib = _need_lib()
     _check_array(q, "q", (np.float32,))
     if q.ndim != 3:
@@ -410,12 +424,14 @@ def attention_kv(q: np.ndarray, k: np.ndarray, k_type, v: np.ndarray, v_type, q_
     for name, val in (("window", window), ("key_start", key_start)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 0:
             raise ValueError(f"{name} must be a non-negative int, got {val!r}")
+    sinks = check_sinks(sinks, n_head)
     out = np.empty_like(q)
     if n:
         _check(lib.li_attention_kv(_ffi.from_buffer("float[]", q), int(kinds[0]), _ffi.from_buffer(k), int(kinds[1]),
                                    _ffi.from_buffer(v), _ffi.from_buffer("float[]", out, require_writable=True), n, n_head,
                                    k.shape[1], head_dim, k.shape[0], _ffi.from_buffer("int64_t[]", pos), int(key_start),
-                                   float(scale), int(window), float(softcap or 0.0)), "attention_kv")
+                                   float(scale), int(window), float(softcap or 0.0),
+                                   _ffi.NULL if sinks is None else _ffi.from_buffer("float[]", sinks)), "attention_kv")
     return out
 
 

@@ -7,7 +7,6 @@ op does not cover (an f32 KV cache, say) goes to the reference.
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGMLQuantizationType
 
 from . import kernels
 from . import ops_reference as reference
@@ -72,22 +71,14 @@ def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, neox:
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray, scale: float,
               kv_dtype=np.float16, sliding_window: int | None = None, softcap: float | None = None,
               key_start: int = 0, kv_types=None, sinks: np.ndarray | None = None) -> np.ndarray:
-    if sinks is not None:  # gpt-oss's attention sinks: the C attention has no sink column, so the C result
-        # is scaled by the share the keys keep (numpy: a q.K^T and a logsumexp, no softmax or P.V)
-        if k.dtype != np.float16 or kv_dtype != np.float16 or (kv_types is not None and kv_types.quantized):
-            return reference.attention(q, k, v, q_positions, scale, kv_dtype, sliding_window, softcap, key_start,
-                                       kv_types, sinks)
-        out = attention(q, k, v, q_positions, scale, kv_dtype, sliding_window, softcap, key_start, kv_types)
-        k32 = kernels.dequantize_row(np.ascontiguousarray(k).reshape(-1), GGMLQuantizationType.F16, k.size)
-        share = reference.attention_sink_share(q, k32.reshape(k.shape), q_positions, scale, sinks, sliding_window,
-                                               softcap, key_start)  # K widened in C: numpy's f16 casts are slow
-        return out * share[:, :, None]
+    # sinks (gpt-oss): (n_head,) logits that join each head's softmax denominator, inside the C softmax
     if kv_types is not None and kv_types.quantized:  # q8_0 / q4_0 rows, read in place by C
         return kernels.attention_kv(_f32(q), k, CACHE_TYPES[kv_types.k], v, CACHE_TYPES[kv_types.v],
                                     np.ascontiguousarray(q_positions, dtype=np.int64), scale,
-                                    int(sliding_window or 0), float(softcap or 0.0), int(key_start))
+                                    int(sliding_window or 0), float(softcap or 0.0), int(key_start), sinks)
     if k.dtype != np.float16 or v.dtype != np.float16 or kv_dtype != np.float16:
-        return reference.attention(q, k, v, q_positions, scale, kv_dtype, sliding_window, softcap, key_start)
+        return reference.attention(q, k, v, q_positions, scale, kv_dtype, sliding_window, softcap, key_start,
+                                   sinks=sinks)
     n, n_head, head_dim = q.shape
     n_kv, n_head_kv, kd = k.shape
     if v.shape != k.shape or kd != head_dim or n_head % n_head_kv:
@@ -97,10 +88,12 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     pos = np.ascontiguousarray(q_positions, dtype=np.int64)
     if pos.shape != (n,):
         raise ValueError(f"attention: {pos.shape} positions for {n} queries")
+    sinks = kernels.check_sinks(sinks, n_head)
     out = np.empty_like(q)
     rc = _lib.li_attention_f16(_ptr(q), _ptr(k, "void *"), _ptr(v, "void *"), _ptr(out), n, n_head, n_head_kv,
                                head_dim, n_kv, _ptr(pos, "int64_t *"), int(key_start), float(scale),
-                               int(sliding_window or 0), float(softcap or 0.0))
+                               int(sliding_window or 0), float(softcap or 0.0),
+                               _ffi.NULL if sinks is None else _ptr(sinks))
     _check(rc, "attention")
     return out
 

@@ -115,40 +115,6 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     return out.transpose(2, 0, 1, 3).reshape(n, n_head, head_dim)
 
 
-def attention_sink_share(q: np.ndarray, k: np.ndarray, q_positions: np.ndarray, scale: float, sinks: np.ndarray,
-                         sliding_window: int | None = None, softcap: float | None = None, key_start: int = 0,
-                         kv_dtype=np.float16, rows: int = 64) -> np.ndarray:
-    """(n, n_head) float32: the share of each softmax the keys keep when a sink logit per head joins
-    it, sum_j exp(s_j) / (sum_j exp(s_j) + exp(sink)) = sigmoid(logsumexp(s) - sink); attention with
-    sinks is attention without them times this share. q, k, masks and rounding as `attention`
-    (f16 K); `rows` queries at a time bound the scores to (n_head, rows, n_kv)."""
-    n, n_head, head_dim = q.shape
-    n_kv, n_head_kv = k.shape[:2]
-    group = n_head // n_head_kv
-    if kv_dtype is not None:
-        q = q.astype(kv_dtype).astype(np.float32)
-    q = q.reshape(n, n_head_kv, group, head_dim)
-    key_pos = key_start + np.arange(n_kv)
-    lse = np.empty((n, n_head_kv, group), np.float32)
-    for h in range(n_head_kv):  # 2-D products, which numpy hands to BLAS
-        kh = np.ascontiguousarray(k[:, h], dtype=np.float32)  # (n_kv, head_dim)
-        for r in range(0, n, rows):
-            pos = q_positions[r:r + rows]
-            qh = np.ascontiguousarray(q[r:r + rows, h]).reshape(-1, head_dim)  # (rows*group, head_dim)
-            scores = (qh @ kh.T).reshape(len(pos), group, n_kv) * np.float32(scale)
-            if softcap is not None:
-                scores = np.tanh(scores / softcap) * softcap
-            mask = key_pos[None, :] > pos[:, None]
-            if sliding_window is not None:
-                mask |= key_pos[None, :] <= pos[:, None] - sliding_window
-            scores = np.where(mask[:, None, :], np.float32(-np.inf), scores)
-            m = scores.max(axis=-1, keepdims=True)
-            m = np.where(np.isfinite(m), m, np.float32(0))
-            lse[r:r + rows, h] = np.log(np.exp(scores - m).sum(axis=-1)) + m[..., 0]  # -inf: no visible key
-    lse = lse.reshape(n, n_head)
-    return (1 / (1 + np.exp(np.asarray(sinks, np.float32)[None, :] - lse))).astype(np.float32)
-
-
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (np.float32(1.0) + np.exp(-x))
 

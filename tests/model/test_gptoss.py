@@ -69,10 +69,8 @@ def test_attention_sinks_join_the_softmax_denominator(window):
 @pytest.mark.parametrize("n_q, n_kv, window, head_dim", [(1, 37, None, 64), (5, 5, None, 16), (70, 90, 8, 64),
                                                        (3, 200, 16, 24)])
 def test_the_c_attention_with_sinks_is_the_reference(n_q, n_kv, window, head_dim):
-    """The C backend scales its attention by the share the keys keep (ops_reference.attention_sink_share,
-    in chunks of 64 queries); the reference puts the sink in the softmax. They differ by where the
-    probabilities are rounded to f16 (before or after the share), ~2^-11 of each: the C attention's
-    own tolerance against the reference (tests/kernels/test_ops.py) covers it."""
+    """The C backend puts the sink in its softmax, as the reference does (tests/kernels/test_attention_sinks.py
+    on every ISA and cache type): the C attention's own tolerance against the reference (tests/kernels/test_ops.py)."""
     from localinfer import kernels, ops
     if not kernels.available():
         pytest.skip("C kernels not built")

@@ -2,9 +2,7 @@
 src/models/openai-moe.cpp, transformers' GptOssForCausalLM): llama's pre-norm layout with
 
 - attention sinks: a learned logit per head (attn_sinks, (n_head,)) that joins each softmax's
-  denominator and attends to nothing (ops.attention's `sinks`). The C attention has no sink
-  column: on the C backend its result is scaled by the share the keys keep (numpy q.K^T and
-  logsumexp, ops_reference.attention_sink_share);
+  denominator and attends to nothing (ops.attention's `sinks`; in the C softmax on the C backend);
 - sliding-window (attention.sliding_window, 128) and full attention alternating, the even
   layers sliding (llama.cpp's load_swa_pattern(ml, 2); transformers' layer_types); their
   K/V live in a ring (InterleavedKVCache, as gemma3's);
