@@ -100,14 +100,23 @@ typedef struct {
 
 /* core/moe.c: a sparse mixture-of-experts block (arch/moe.py): out (n, n_embd) = the weighted sum of each
  * token's n_used most probable experts' gated MLPs on h (n, n_embd); SiLU gating, or GELU from
- * glu_table (as li_glu). Every expert's matrices have one type per kind and no bias. With a shared
- * expert (qwen2moe), out += sigmoid(h . shexp_gate_inp) * shexp_down(glu(shexp_gate(h), shexp_up(h))). */
+ * glu_table (as li_glu), or gpt-oss's clamped SwiGLU. Every expert's matrices have one type per kind;
+ * biases (router, experts) are optional. With a shared expert (qwen2moe, no biases),
+ * out += sigmoid(h . shexp_gate_inp) * shexp_down(glu(shexp_gate(h), shexp_up(h))). */
+typedef enum {
+    LI_MOE_GLU = 0,            /* li_glu: SiLU, or GELU from the table */
+    LI_MOE_SWIGLU_OAI = 1,     /* gpt-oss: min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1) */
+} li_moe_act;
+
 typedef struct li_moe {
-    li_linear router;          /* (n_expert, n_embd): the routing logits */
-    const li_linear *gate, *up;   /* n_expert of them, each (n_ff_exp, n_embd) */
-    const li_linear *down;     /* n_expert of them, each (n_embd, n_ff_exp) */
+    li_linear router;          /* (n_expert, n_embd): the routing logits, bias optional (gpt-oss) */
+    const li_linear *gate, *up;   /* n_expert of them, each (n_ff_exp, n_embd), bias optional */
+    const li_linear *down;     /* n_expert of them, each (n_embd, n_ff_exp), bias optional */
     int64_t n_expert, n_used;
-    int normalize;             /* divide the chosen experts' probabilities by their sum (expert_weights_norm) */
+    int normalize;             /* divide the chosen experts' weights by their sum (expert_weights_norm) */
+    int after_top_k;           /* 0: softmax over every logit, then the top k; 1: the k largest logits, then
+                                  softmax over those k (gpt-oss) */
+    int act;                   /* li_moe_act */
     const float *shexp_gate_inp;   /* (n_embd) the shared expert's gate vector, or NULL: no shared expert */
     li_linear shexp_gate, shexp_up;   /* (n_ff_shexp, n_embd) each, when shexp_gate_inp */
     li_linear shexp_down;      /* (n_embd, n_ff_shexp) */

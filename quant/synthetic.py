@@ -63,7 +63,7 @@ class Shape:
     """A model's blueprint: what its public config.json says (hidden size, layers, heads ...)."""
     name: str
     source: str  # the real model the numbers come from
-    arch: str  # GGUF general.architecture: "llama", "qwen2", "qwen3moe", "qwen2moe" or "olmoe"
+    arch: str  # GGUF general.architecture: "llama", "qwen2", "qwen3moe", "qwen2moe", "olmoe" or "gpt-oss"
     size_label: str
     n_embd: int
     n_layer: int
@@ -82,6 +82,7 @@ class Shape:
     n_expert_used: int = 0
     n_ff_exp: int = 0  # an expert's hidden width (moe_intermediate_size)
     n_ff_shexp: int = 0  # qwen2moe's shared expert's width (shared_expert_intermediate_size); 0: none
+    sliding_window: int = 0  # gpt-oss: the even layers' window (attention.sliding_window)
 
     @property
     def head_dim(self) -> int:
@@ -116,6 +117,12 @@ SHAPES = {s.name: s for s in [
     Shape("olmoe-small", "OLMoE-1B-7B's layout, scaled down", "olmoe", "small", n_embd=512, n_layer=4, n_head=8,
           n_head_kv=8, n_ff=256, n_vocab=49152 + 256, rope_theta=10000.0, n_ctx_train=4096, rms_eps=1e-5,
           tied=True, n_expert=16, n_expert_used=4, n_ff_exp=256),
+    # gpt-oss-20b's layout (sinks, biases everywhere, a 128-token window on the even layers) at about a quarter
+    # of its width, 8 of its 32 experts and 4 of its 24 layers
+    Shape("gptoss-small", "gpt-oss-20b's layout, scaled down", "gpt-oss", "small", n_embd=768, n_layer=4, n_head=16,
+          n_head_kv=2, n_ff=768, n_vocab=49152 + 256, rope_theta=150000.0, n_ctx_train=4096, rms_eps=1e-5,
+          tied=True, qkv_bias=True, head_dim_override=64, n_expert=8, n_expert_used=4, n_ff_exp=768,
+          sliding_window=128),
     # For tests: tiny, but every code path of the real ones (GQA, padded vocab, biases, rope factors).
     Shape("tiny", "test shape", "llama", "tiny", n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128,
           n_vocab=49152 + 256, rope_theta=500000.0, n_ctx_train=2048, rms_eps=1e-5, tied=True,
@@ -172,19 +179,28 @@ def tensor_specs(s: Shape) -> list[TensorSpec]:
             if s.qkv_bias:
                 out.append(TensorSpec(p + w + ".bias", (rows,), "normal"))
         out.append(TensorSpec(p + "attn_output.weight", (s.n_embd, q), "normal"))
+        if s.arch == "gpt-oss":  # the output's bias and a sink logit per head
+            out += [TensorSpec(p + "attn_output.bias", (s.n_embd,), "normal"),
+                    TensorSpec(p + "attn_sinks.weight", (s.n_head,), "normal")]
         if s.arch == "qwen3moe":  # qwen3's per-head Q/K norms
             out += [TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "ones"),
                     TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "ones")]
         if s.arch == "olmoe":  # norms of the whole Q and K projections
             out += [TensorSpec(p + "attn_q_norm.weight", (q,), "ones"),
                     TensorSpec(p + "attn_k_norm.weight", (kv,), "ones")]
-        out.append(TensorSpec(p + "ffn_norm.weight", (s.n_embd,), "ones"))
+        out.append(TensorSpec(p + ("post_attention_norm" if s.arch == "gpt-oss" else "ffn_norm") + ".weight",
+                              (s.n_embd,), "ones"))
         if s.n_expert:
             e, f = s.n_expert, s.n_ff_exp
             out += [TensorSpec(p + "ffn_gate_inp.weight", (e, s.n_embd), "normal", f32=True),  # (expert, embd)
                     TensorSpec(p + "ffn_gate_exps.weight", (e, f, s.n_embd), "normal"),  # (expert, ff_exp, embd)
                     TensorSpec(p + "ffn_up_exps.weight", (e, f, s.n_embd), "normal"),  # (expert, ff_exp, embd)
                     TensorSpec(p + "ffn_down_exps.weight", (e, s.n_embd, f), "normal")]  # (expert, embd, ff_exp)
+            if s.arch == "gpt-oss":  # biases on the router and on every expert matrix
+                out += [TensorSpec(p + "ffn_gate_inp.bias", (e,), "normal"),  # (expert)
+                        TensorSpec(p + "ffn_gate_exps.bias", (e, f), "normal", f32=True),  # (expert, ff_exp)
+                        TensorSpec(p + "ffn_up_exps.bias", (e, f), "normal", f32=True),  # (expert, ff_exp)
+                        TensorSpec(p + "ffn_down_exps.bias", (e, s.n_embd), "normal", f32=True)]  # (expert, embd)
             if s.n_ff_shexp:  # the shared expert and its sigmoid gate vector
                 fs = s.n_ff_shexp
                 out += [TensorSpec(p + "ffn_gate_inp_shexp.weight", (s.n_embd,), "normal"),  # (embd)
@@ -265,6 +281,7 @@ def metadata_entries(s: Shape, seed: int, tokenizer_gguf, file_type: int = MOSTL
            _kv(f"{a}.expert_used_count", V.UINT32, s.n_expert_used),
            _kv(f"{a}.expert_feed_forward_length", V.UINT32, s.n_ff_exp)] if s.n_expert else []),
         *([_kv(f"{a}.expert_shared_feed_forward_length", V.UINT32, s.n_ff_shexp)] if s.n_ff_shexp else []),
+        *([_kv(f"{a}.attention.sliding_window", V.UINT32, s.sliding_window)] if s.sliding_window else []),
         _kv("general.file_type", V.UINT32, file_type),
         _kv("general.quantization_version", V.UINT32, 2),
         _kv_array("tokenizer.ggml.tokens", V.STRING, tokens),

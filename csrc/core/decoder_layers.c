@@ -15,7 +15,8 @@
  *   x += a . Wo (+ bias)
  *   (gemma3: the branch output goes through attn_post_norm before the add)
  *   h = rms_norm(x, ffn_norm);  x += down(silu(gate(h)) * up(h)), gate | up one matmul or two
- *   (qwen3moe, mixtral, qwen2moe, olmoe: x += the routed experts' weighted sum instead, core/moe.c)
+ *   (qwen3moe, mixtral, qwen2moe, olmoe, gpt-oss: x += the routed experts' weighted sum instead, core/moe.c;
+ *   gpt-oss's attention has a sink logit per head in its softmax, attn_sinks)
  *   (gemma3: GELU from the f16 table, and ffn_post_norm before the add)
  * The Python wrapper (arch/fused.py) checks every shape and pointer before calling.
  */

@@ -1,10 +1,13 @@
-/* moe.c -- a sparse mixture-of-experts feed-forward block (qwen3moe; mixtral; qwen2moe with its shared
- * expert) in one call: what src/localinfer/arch/moe.py's SparseMoE (and SharedExpertMoE) does with a
- * Python loop over the C matmuls.
+/* moe.c -- a sparse mixture-of-experts feed-forward block (qwen3moe; mixtral; olmoe; qwen2moe with its
+ * shared expert; gpt-oss) in one call: what src/localinfer/arch/moe.py's SparseMoE (and SharedExpertMoE)
+ * does with a Python loop over the C matmuls.
  *
- *   p = softmax(h . router^T)                 per token, (n_expert) floats
- *   the k = n_used largest p (ties: the lower index); w = p / sum(p over the k) when normalize
- *   out = sum over the chosen experts e, in ascending e, of w_e * down_e(silu(gate_e(h)) * up_e(h))
+ *   l = h . router^T (+ bias)                 per token, (n_expert) floats
+ *   p = softmax(l); the k = n_used largest p (ties: the lower index), w = their p;
+ *     or (after_top_k, gpt-oss) the k largest l, w = softmax over those k
+ *   w /= sum(w) when normalize
+ *   out = sum over the chosen experts e, in ascending e, of w_e * down_e(act(gate_e(h), up_e(h)))
+ *     (each matrix + its bias if it has one; act: silu(g) * u, or gpt-oss's clamped SwiGLU)
  *   out += sigmoid(h . shexp_gate_inp) * shexp_down(silu(shexp_gate(h)) * shexp_up(h))   (qwen2moe only)
  *
  * Each expert's matrices are their own li_linear (a slice of the 3-D ffn_*_exps tensor in the
@@ -17,8 +20,8 @@
  *     li_matmul's GEMV on the same quantized activation, so the bits are li_matmul's.
  *   several tokens (prefill, a batch): per chosen expert, ascending, one li_matmul each for gate,
  *     up and down over the tokens routed to it (a GEMM once enough tokens share an expert).
- * Only the softmax differs from numpy's (expf here, numpy's own exp there): a weight may differ by
- * an ulp, so the result matches the Python loop to rounding, not bit for bit.
+ * Only the exponentials differ from numpy's (expf here, numpy's own exp there: the softmax, gpt-oss's
+ * SwiGLU): a weight may differ by an ulp, so the result matches the Python loop to rounding, not bit for bit.
  */
 #include <math.h>
 #include <stdint.h>
@@ -43,31 +46,63 @@ static void split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64
     *hi = u1 * align < n ? u1 * align : n;
 }
 
-/* softmax of one token's router logits; its k most probable experts and their weights, sorted
- * by expert index (the order the weighted sum adds them in). p: (n_expert) scratch */
-static void route_token(const float *logits, int64_t n_expert, int64_t k, int normalize, float *p, int32_t *experts,
+/* one token's router logits -> its k experts and their weights, sorted by expert index (the order the
+ * weighted sum adds them in): softmax over every logit, then the k most probable; or, with
+ * after_top_k (gpt-oss), the k largest logits, then softmax over those k. Ties: the lower index.
+ * Then divided by their sum when normalize. p: (n_expert) scratch, taken: (n_expert) scratch */
+static void route_token(const li_moe *m, const float *logits, float *p, unsigned char *taken, int32_t *experts,
                         float *weights) {
-    float mx = logits[0], sum = 0.0f;
-    for (int64_t e = 1; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
-    for (int64_t e = 0; e < n_expert; e++) sum += p[e] = expf(logits[e] - mx);
-    for (int64_t e = 0; e < n_expert; e++) p[e] /= sum;
-    float chosen_sum = 0.0f;
-    for (int64_t j = 0; j < k; j++) {   /* k passes: k is small (8 of 128 for Qwen3-30B-A3B) */
-        int64_t best = -1;
-        for (int64_t e = 0; e < n_expert; e++)
-            if (p[e] >= 0.0f && (best < 0 || p[e] > p[best])) best = e;
-        for (int64_t e = 0; best < 0; e++)   /* NaN logits (a corrupt router): the first expert not taken */
-            if (p[e] != -1.0f) best = e;
-        experts[j] = (int32_t)best, weights[j] = p[best], p[best] = -1.0f;   /* taken */
-        chosen_sum += weights[j];
+    const int64_t n_expert = m->n_expert, k = m->n_used;
+    if (m->after_top_k) {
+        memcpy(p, logits, sizeof(float) * (size_t)n_expert);
+    } else {
+        float mx = logits[0], sum = 0.0f;
+        for (int64_t e = 1; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
+        for (int64_t e = 0; e < n_expert; e++) sum += p[e] = expf(logits[e] - mx);
+        for (int64_t e = 0; e < n_expert; e++) p[e] /= sum;
     }
-    if (normalize)
+    for (int64_t e = 0; e < n_expert; e++) taken[e] = 0;
+    for (int64_t j = 0; j < k; j++) {   /* k passes: k is small (8 of 128 for Qwen3-30B-A3B) */
+        int64_t best = -1;   /* NaN scores (a corrupt router) are passed over, yet some expert is taken */
+        for (int64_t e = 0; e < n_expert; e++)
+            if (!taken[e] && (best < 0 || p[e] > p[best] || (p[best] != p[best] && p[e] == p[e]))) best = e;
+        experts[j] = (int32_t)best, weights[j] = p[best], taken[best] = 1;
+    }
+    if (m->after_top_k) {   /* softmax over the k chosen logits (moe.py's route: its float32 exp and sum) */
+        float mx = weights[0], sum = 0.0f;
+        for (int64_t j = 1; j < k; j++) mx = weights[j] > mx ? weights[j] : mx;
+        for (int64_t j = 0; j < k; j++) sum += weights[j] = expf(weights[j] - mx);
+        for (int64_t j = 0; j < k; j++) weights[j] /= sum;
+    }
+    if (m->normalize) {
+        float chosen_sum = 0.0f;
+        for (int64_t j = 0; j < k; j++) chosen_sum += weights[j];
         for (int64_t j = 0; j < k; j++) weights[j] /= chosen_sum;
+    }
     for (int64_t j = 1; j < k; j++)   /* insertion sort by expert index */
         for (int64_t i = j; i > 0 && experts[i - 1] > experts[i]; i--) {
             const int32_t e = experts[i]; experts[i] = experts[i - 1]; experts[i - 1] = e;
             const float w = weights[i]; weights[i] = weights[i - 1]; weights[i - 1] = w;
         }
+}
+
+/* act (rows, f) = the block's gated activation of g and u (rows, f): li_glu, or gpt-oss's clamped SwiGLU
+ * written as arch/gptoss.py's swiglu_oai computes it */
+static int expert_act(const li_moe *m, const float *g, const float *u, float *act, int64_t rows, int64_t f,
+                      const float *glu_table) {
+    if (m->act != LI_MOE_SWIGLU_OAI) return li_glu(g, f, u, f, act, rows, f, glu_table);
+    for (int64_t i = 0; i < rows * f; i++) {
+        const float x = g[i] < 7.0f ? g[i] : 7.0f, y = u[i] < -7.0f ? -7.0f : (u[i] > 7.0f ? 7.0f : u[i]);
+        act[i] = x / (1.0f + expf(-1.702f * x)) * (y + 1.0f);
+    }
+    return LI_OK;
+}
+
+/* y (rows, n_out) += bias, when the matrix has one (gpt-oss's experts) */
+static void add_bias(const li_linear *w, float *y, int64_t rows, int64_t lo, int64_t hi, int64_t ld) {
+    if (!w->bias) return;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t o = lo; o < hi; o++) y[r * ld + o] += w->bias[o];
 }
 
 /* Ask the kernel to read the chosen experts' matrices ahead (MADV_WILLNEED on their pages) when they
@@ -171,6 +206,8 @@ static void task_gate_up(void *ctx, int ith, int nth) {
         const uint8_t *next = s + 1 < j->k ? rows_at(&j->m->gate[j->experts[s + 1]], lo, hi, &next_bytes) : NULL;
         gemv_rows(&j->m->gate[e], lo, hi, j->x_gate.q, j->x_gate.sums, j->g + s * j->f, up, up_bytes);
         gemv_rows(&j->m->up[e], lo, hi, j->x_up.q, j->x_up.sums, j->u + s * j->f, next, next_bytes);
+        add_bias(&j->m->gate[e], j->g + s * j->f, 1, lo, hi, j->f);
+        add_bias(&j->m->up[e], j->u + s * j->f, 1, lo, hi, j->f);
     }
 }
 
@@ -183,6 +220,7 @@ static void task_down(void *ctx, int ith, int nth) {
         size_t next_bytes = 0;
         const uint8_t *next = s + 1 < j->k ? rows_at(&j->m->down[j->experts[s + 1]], lo, hi, &next_bytes) : NULL;
         gemv_rows(&j->m->down[j->experts[s]], lo, hi, j->acts[s].q, j->acts[s].sums, j->y + s * j->d, next, next_bytes);
+        add_bias(&j->m->down[j->experts[s]], j->y + s * j->d, 1, lo, hi, j->d);
     }
     for (int64_t r = lo; r < hi; r++) {   /* the Python loop's out[t] += y * w, expert by expert */
         float acc = 0.0f;
@@ -211,7 +249,7 @@ static int one_token(const li_moe *m, const float *h, const int32_t *experts, co
     const int threads = li_get_threads();
     advise_experts(m, experts, k);
     li_pool_run(task_gate_up, &j, threads);
-    int rc = li_glu(g, f, u, f, act, k, f, glu_table);
+    int rc = expert_act(m, g, u, act, k, f, glu_table);
     for (int64_t s = 0; s < k && rc == LI_OK; s++)
         acts[s] = quantize_act(td, act + s * f, f, q + xg_bytes + xu_bytes + (size_t)s * a_bytes);
     if (rc == LI_OK) li_pool_run(task_down, &j, threads);
@@ -242,10 +280,14 @@ static int many_tokens(const li_moe *m, const float *h, int64_t n, const int32_t
         const int32_t chosen = (int32_t)e;
         advise_experts(m, &chosen, 1);
         if ((rc = li_matmul(m->gate[e].wtype, m->gate[e].w, m->gate[e].row_bytes, f, d, x, me, g)) != LI_OK ||
-            (rc = li_matmul(m->up[e].wtype, m->up[e].w, m->up[e].row_bytes, f, d, x, me, u)) != LI_OK ||
-            (rc = li_glu(g, f, u, f, act, me, f, glu_table)) != LI_OK ||
+            (rc = li_matmul(m->up[e].wtype, m->up[e].w, m->up[e].row_bytes, f, d, x, me, u)) != LI_OK)
+            break;
+        add_bias(&m->gate[e], g, me, 0, f, f);
+        add_bias(&m->up[e], u, me, 0, f, f);
+        if ((rc = expert_act(m, g, u, act, me, f, glu_table)) != LI_OK ||
             (rc = li_matmul(m->down[e].wtype, m->down[e].w, m->down[e].row_bytes, d, f, act, me, y)) != LI_OK)
             break;
+        add_bias(&m->down[e], y, me, 0, d, d);
         for (int64_t i = 0; i < me; i++) {
             float *o = out + rows[i] * d;
             for (int64_t c = 0; c < d; c++) o[c] += y[i * d + c] * w[i];
@@ -283,14 +325,15 @@ static int shared_expert(const li_moe *m, const float *h, int64_t n, float *out,
 
 static int linear_ok(const li_linear *w, int64_t n_out, int64_t k) {
     const li_type_traits *t = w->w ? li_traits(w->wtype) : NULL;
-    return t && t->vec_dot && w->n_out == n_out && w->k == k && !w->bias && k % t->block_size == 0 &&
+    return t && t->vec_dot && w->n_out == n_out && w->k == k && k % t->block_size == 0 &&
            k % li_traits(t->vec_dot_type)->block_size == 0 &&
            w->row_bytes == (size_t)(k / t->block_size) * (size_t)t->type_size;
 }
 
 int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const float *glu_table) {
     if (!m || !h || !out || n <= 0 || !m->gate || !m->up || !m->down || m->n_expert <= 0 || m->n_used <= 0 ||
-        m->n_used > m->n_expert || m->router.n_out != m->n_expert || m->router.bias)
+        m->n_used > m->n_expert || m->router.n_out != m->n_expert ||
+        (m->act != LI_MOE_GLU && m->act != LI_MOE_SWIGLU_OAI))
         return LI_EINVAL;
     const int64_t d = m->router.k, f = m->gate[0].n_out, ne = m->n_expert, k = m->n_used;
     for (int64_t e = 0; e < ne; e++)   /* cheap beside the matmuls: 3 * n_expert comparisons */
@@ -300,17 +343,21 @@ int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const flo
             return LI_EINVAL;
     const int64_t fs = m->shexp_gate.n_out;
     if (m->shexp_gate_inp && (fs <= 0 || !linear_ok(&m->shexp_gate, fs, d) || !linear_ok(&m->shexp_up, fs, d) ||
-                              !linear_ok(&m->shexp_down, d, fs)))
+                              !linear_ok(&m->shexp_down, d, fs) || m->shexp_gate.bias || m->shexp_up.bias ||
+                              m->shexp_down.bias))
         return LI_EINVAL;
-    /* logits: (n, ne) | p: (ne) | weights: (n, k) | experts: (n, k) */
-    float *logits = malloc(sizeof(float) * (size_t)(n * ne + ne + n * k) + sizeof(int32_t) * (size_t)(n * k));
+    /* logits: (n, ne) | p: (ne) | weights: (n, k) | experts: (n, k) | taken: (ne) */
+    float *logits = malloc(sizeof(float) * (size_t)(n * ne + ne + n * k) + sizeof(int32_t) * (size_t)(n * k) +
+                           (size_t)ne);
     if (!logits) return LI_ENOMEM;
     float *p = logits + n * ne, *weights = p + ne;
     int32_t *experts = (int32_t *)(weights + n * k);
+    unsigned char *taken = (unsigned char *)(experts + n * k);
     int rc = li_matmul(m->router.wtype, m->router.w, m->router.row_bytes, ne, d, h, n, logits);
     if (rc == LI_OK) {
+        add_bias(&m->router, logits, n, 0, ne, ne);
         for (int64_t t = 0; t < n; t++)
-            route_token(logits + t * ne, ne, k, m->normalize, p, experts + t * k, weights + t * k);
+            route_token(m, logits + t * ne, p, taken, experts + t * k, weights + t * k);
         rc = n == 1 ? one_token(m, h, experts, weights, out, glu_table)
                     : many_tokens(m, h, n, experts, weights, out, glu_table);
         if (rc == LI_OK && m->shexp_gate_inp) rc = shared_expert(m, h, n, out, glu_table);

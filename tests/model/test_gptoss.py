@@ -164,6 +164,35 @@ def test_mxfp4_experts_run_on_the_c_kernels(tiny_gptoss):
             np.testing.assert_allclose(lin(x), want, atol=0.05 * np.abs(want).max(), rtol=0)
 
 
+def test_mxfp4_experts_on_the_fused_c_layers_are_the_loop(tiny_gptoss):
+    """gpt-oss in one C call per token (arch/fused.py): sinks in the C softmax, the ring of the
+    sliding-window layers, biases on the router and the MXFP4 experts, softmax after the top-k and the
+    clamped SwiGLU in core/moe.c; every forward takes that path, and its logits and caches are the
+    Python loop's over the same kernels to test_hf_oracle.assert_moe_close's q8_0 tolerance (MXFP4
+    weights take q8_0 activations)."""
+    from localinfer import kernels
+    from hf_oracle import SENTENCES  # noqa: F401  (the fixture needs the oracle extra)
+    from test_hf_oracle import assert_moe_close
+    if not kernels.available():
+        pytest.skip("C kernels not built")
+    _, mxfp4, ids = tiny_gptoss
+    m = _load(mxfp4, "c")
+    fused = m.fused_layers()
+    assert fused is not None
+    taken = []
+    run = fused.run
+    fused.run = lambda *a: taken.append(1) or run(*a)
+    runs = {}
+    for fuse in (True, False):
+        m.fuse = fuse
+        cache = m.new_cache(64)
+        logits = [m.forward(np.array(ids[:7]), cache)] + [m.forward(np.array([t]), cache) for t in ids[7:12]]
+        runs[fuse] = logits + [cache.full.k[:, :cache.offset].copy(), cache.swa.v.copy()]
+    assert len(taken) == 6
+    for got, want in zip(runs[True], runs[False]):
+        assert_moe_close(got, want, "q8_0")
+
+
 def test_a_gpt_oss_file_without_experts_is_an_error(tiny_gptoss, tmp_path):
     from localinfer.gguf_file import GGUFError
     from localinfer.arch.gptoss import GptOssConfig, GptOssModel

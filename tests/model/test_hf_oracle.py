@@ -32,7 +32,7 @@ GGUF_ARCH = {"llama3": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "
 MOE = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "gptoss"}
 # what core/moe.c computes (softmax then top-k, no biases; qwen2moe's shared expert; olmoe's Q/K norms over the
 # whole projection in decoder_layers.c); gpt-oss keeps the Python loop (arch/fused.py): gating, biases, sinks
-FUSED_MOE = {"qwen3moe", "mixtral", "qwen2moe", "olmoe"}
+FUSED_MOE = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "gptoss"}
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))
@@ -262,7 +262,8 @@ def test_fused_layers_are_the_loop_bit_for_bit(tiny, outtype):
         logits += [m.forward(np.array([t]), cache) for t in ids[:3]]
         other = m.new_cache(64)
         logits += m.forward_batch([(ids[:5], other), (ids[3:4], cache)])  # two sequences in one pass
-        runs[fuse] = logits + [cache.k[:, :cache.offset].copy(), cache.v[:, :cache.offset].copy()]
+        parts = [cache.full, cache.swa] if hasattr(cache, "swa") else [cache]  # gpt-oss: full layers and a ring
+        runs[fuse] = logits + [a[:, :cache.offset].copy() for p in parts for a in (p.k, p.v)]
     assert len(taken) == 6  # two prefill chunks, three decode steps, one batch of two sequences
     for got, want in zip(runs[True], runs[False]):
         if name in MOE:

@@ -104,22 +104,61 @@ def _sigmoid_gating(moe):
 
 
 def _softmax_after_top_k(moe):
+    """gpt-oss's gating, not renormalised (renormalised, it equals softmax-then-top-k)."""
     from localinfer.arch.moe import SOFTMAX_AFTER_TOP_K
-    moe.gating = SOFTMAX_AFTER_TOP_K
+    moe.gating, moe.normalize = SOFTMAX_AFTER_TOP_K, False
+
+
+def _not_renormalised(moe):
+    moe.normalize = False
+
+
+def _unchanged(moe):
+    pass
 
 
 def _router_bias(moe):
-    moe.gate_inp.bias = np.ones(len(moe.gate), np.float32)
+    moe.gate_inp.bias = np.linspace(-3, 3, len(moe.gate), dtype=np.float32)  # not all equal: routing moves
 
 
 def _expert_bias(moe):
-    moe.down[3].bias = np.zeros(1, np.float32)  # only whether there is one matters to the check
+    rng = np.random.default_rng(2)
+    for mats in (moe.gate, moe.up, moe.down):
+        for lin in mats:
+            lin.bias = rng.standard_normal(lin.shape[0]).astype(np.float32) * 0.5
 
 
-@pytest.mark.parametrize("change", [_sigmoid_gating, _softmax_after_top_k, _router_bias, _expert_bias])
+@pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
+@pytest.mark.parametrize("change, baseline", [(_softmax_after_top_k, _not_renormalised), (_router_bias, _unchanged),
+                                              (_expert_bias, _unchanged)])
+def test_gpt_oss_routing_and_biases_run_in_c_as_in_the_loop(tiny_moe, change, baseline):
+    """What gpt-oss adds to a block (softmax over the top-k logits, a router bias, expert biases) is
+    computed by core/moe.c, in its one-token and many-token paths: the fused model still takes the C
+    layers, matches the loop with the change, and moves far from the model without it."""
+    ids = np.arange(100, 110)
+    with GGUFFile(tiny_moe) as f:
+        m = build_model(f, "c")
+    for layer in m.weights.layers:
+        baseline(layer.mlp)
+    before = m.forward(ids, m.new_cache(64))
+    for layer in m.weights.layers:
+        change(layer.mlp)
+    m._fused = None  # built again, from the changed blocks
+    assert m.fused_layers() is not None
+    runs = {}
+    for fuse in (True, False):
+        m.fuse = fuse
+        cache = m.new_cache(64)
+        runs[fuse] = [m.forward(ids, cache), m.forward(np.array([7]), cache)]
+    for got, want in zip(runs[True], runs[False]):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-2 * float(np.abs(want).max()))
+    assert np.abs(runs[True][0] - before).max() > 0.05 * np.abs(before).max()
+
+
+@pytest.mark.parametrize("change", [_sigmoid_gating])
 def test_routing_the_c_path_does_not_know_keeps_the_loop(tiny_moe, change):
-    """A SparseMoE that computes what core/moe.c does not (another gating, biases: gpt-oss) must
-    not be run as if it were plain softmax top-k routing: the model keeps the Python loop."""
+    """A SparseMoE that computes what core/moe.c does not (sigmoid gating) must not be run as if it
+    were softmax top-k routing: the model keeps the Python loop."""
     with GGUFFile(tiny_moe) as f:
         m = build_model(f, "c")
     assert m.fused_layers() is not None

@@ -1,5 +1,5 @@
-"""The decoder layers of the llama family (with routed experts: qwen3moe, mixtral; and a shared
-expert: qwen2moe) and gemma3 in one C call
+"""The decoder layers of the llama family (with routed experts: qwen3moe, mixtral, olmoe, gpt-oss; and
+a shared expert: qwen2moe) and gemma3 in one C call
 (csrc/core/decoder_layers.c, csrc/core/moe.c), for the C backend.
 
 The architectures' Python loops (LlamaModel / Gemma3Model.layers) are the readable
@@ -21,7 +21,7 @@ from ..kernels import _check
 from ..kv_cache import InterleavedKVCache, KVCache
 from ..kv_types import CACHE_TYPES, KVCacheTypes, row_width
 from .blocks import GatedMLP
-from .moe import SOFTMAX, SharedExpertMoE, SparseMoE
+from .moe import SOFTMAX, SOFTMAX_AFTER_TOP_K, SharedExpertMoE, SparseMoE
 from .weights import KernelLinear
 
 
@@ -37,12 +37,15 @@ def _moe_linears(moe: SparseMoE | SharedExpertMoE) -> list:
 
 def _moe_in_c(moe: SparseMoE | SharedExpertMoE) -> bool:
     """Whether core/moe.c computes this block as moe.py does: softmax over every router logit, then
-    the top-k (renormalised or not), experts without biases, and a shared expert with separate gate
-    and up matrices if any (qwen2moe). Other gatings and biases (gpt-oss) keep the Python loop."""
-    routed = moe.routed if isinstance(moe, SharedExpertMoE) else moe
-    if isinstance(moe, SharedExpertMoE) and moe.shared.w_gate is None:
-        return False
-    return routed.gating == SOFTMAX and all(getattr(lin, "bias", None) is None for lin in _moe_linears(moe))
+    the top-k, or softmax over the top-k logits (gpt-oss), renormalised or not; router and routed
+    experts with or without biases; a shared expert (qwen2moe) with separate gate and up matrices
+    and no biases. Sigmoid gating keeps the Python loop."""
+    if isinstance(moe, SharedExpertMoE):
+        shared = [moe.shared.w_gate, moe.shared.w_up, moe.shared.w_down]
+        if moe.shared.w_gate is None or any(getattr(lin, "bias", None) is not None for lin in shared):
+            return False
+        moe = moe.routed
+    return moe.gating in (SOFTMAX, SOFTMAX_AFTER_TOP_K)
 
 
 def _qk_norm_whole(attn, head_dim: int) -> bool:
@@ -73,10 +76,12 @@ def _parts(cache):
 
 
 class FusedLayers:
-    def __init__(self, model, ffi, lib, ring_layers=(), window: int = 0, layer_freqs=(), geglu: bool = False):
-        """ring_layers: per layer, whether its K/V live in a sliding-window ring (gemma3);
+    def __init__(self, model, ffi, lib, ring_layers=(), window: int = 0, layer_freqs=(), geglu: bool = False,
+                 swiglu_oai: bool = False):
+        """ring_layers: per layer, whether its K/V live in a sliding-window ring (gemma3, gpt-oss);
         layer_freqs: per layer rope frequencies (else the call's); geglu: GELU gating (ggml's
-        f16 table, as ops.geglu) instead of SiLU."""
+        f16 table, as ops.geglu) instead of SiLU; swiglu_oai: the experts' activation is gpt-oss's
+        clamped SwiGLU (gptoss.swiglu_oai). A layer's `sinks` (gpt-oss) go into its attention."""
         from .. import ops
         c, w = model.config, model.weights
         self.ffi, self.lib, self.config = ffi, lib, c
@@ -84,6 +89,7 @@ class FusedLayers:
         self.ring_flags = [bool(r) for r in ring_layers] or [False] * c.n_layer
         self.window = int(window)
         self.geglu_table = self._floats(ops._GELU_F16, 65536) if geglu else None
+        self.moe_act = lib.LI_MOE_SWIGLU_OAI if swiglu_oai else lib.LI_MOE_GLU
         self.layers = ffi.new("li_decoder_layer[]", c.n_layer)
         self.layer_freq_sizes = set()  # each must match the call's frequencies (C reads n_rot / 2 of each)
         counts = {False: 0, True: 0}
@@ -100,6 +106,8 @@ class FusedLayers:
             post = getattr(layer, "attn_post_norm", None), getattr(layer, "ffn_post_norm", None)
             spec.attn_post_norm = self._floats(post[0], c.n_embd) if post[0] is not None else ffi.NULL
             spec.ffn_post_norm = self._floats(post[1], c.n_embd) if post[1] is not None else ffi.NULL
+            sinks = getattr(layer, "sinks", None)
+            spec.attn_sinks = self._floats(sinks, c.n_head) if sinks is not None else ffi.NULL
             spec.attn_norm = self._floats(layer.attn_norm, c.n_embd)
             spec.ffn_norm = self._floats(layer.ffn_norm, c.n_embd)
             attn, mlp = layer.attn, layer.mlp
@@ -173,8 +181,8 @@ class FusedLayers:
         spec = ffi.new("li_moe *")
         self._linear(spec.router, moe.gate_inp, (n, d))
         for name, lins, shape in (("gate", moe.gate, (f, d)), ("up", moe.up, (f, d)), ("down", moe.down, (d, f))):
-            if len(lins) != n or any(lin.bias is not None for lin in lins):
-                raise ValueError(f"fused layers: {len(lins)} {name} experts (with biases?) where {n} belong")
+            if len(lins) != n:
+                raise ValueError(f"fused layers: {len(lins)} {name} experts where {n} belong")
             if len({lin.mat._wtype_id for lin in lins}) != 1:
                 raise ValueError(f"fused layers: {name} experts of several types")  # one 3-D tensor has one
             specs = ffi.new("li_linear[]", n)
@@ -185,6 +193,7 @@ class FusedLayers:
         if not 1 <= moe.n_used <= n:
             raise ValueError(f"fused layers: {moe.n_used} experts used of {n}")
         spec.n_expert, spec.n_used, spec.normalize = n, moe.n_used, int(moe.normalize)
+        spec.after_top_k, spec.act = int(moe.gating == SOFTMAX_AFTER_TOP_K), self.moe_act
         if isinstance(block, SharedExpertMoE):
             sh, fs = block.shared, block.shared.n_ff
             self._linear(spec.shexp_gate, sh.w_gate, (fs, d))

@@ -29,6 +29,7 @@ from ..kv_cache import InterleavedKVCache
 from .. import ops_reference
 from .batch import Batch
 from .blocks import Attention, attention_block
+from .fused import FusedParams
 from .gemma3 import _swa_layers
 from .hparams import HParams
 from .llama import LlamaConfig, LlamaLayer, LlamaModel, LlamaWeights
@@ -130,8 +131,14 @@ class GptOssModel(LlamaModel):
         c = self.config
         return InterleavedKVCache(list(c.is_swa), n_ctx, c.n_head_kv, c.head_dim, c.sliding_window, dtype)
 
-    def fused_layers(self):
-        return None  # sinks and routed experts: the Python loop over the C matmuls
+    def fused_options(self) -> dict:
+        c = self.config
+        return dict(ring_layers=c.is_swa, window=c.sliding_window, swiglu_oai=True)
+
+    def fused_params(self, batch: Batch) -> FusedParams:
+        # what `layers` passes: the (YaRN) frequencies, scale on the scores, YaRN's mscale, NeoX pairs
+        c = self.config
+        return FusedParams(self.inv_freq, 1.0 / np.sqrt(c.head_dim), None, c.rope_mscale, self.rope_neox)
 
     def layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
         c, w, ops = self.config, self.weights, self.ops
