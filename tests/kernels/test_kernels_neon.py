@@ -36,11 +36,25 @@ def neon_binary(tmp_path_factory) -> Path:
     return out
 
 
-def test_neon_matches_generic(neon_binary):
-    r = subprocess.run([QEMU, str(neon_binary)], capture_output=True, text=True, timeout=300, env=ENV)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "isa at start: neon" in r.stdout  # qemu's default CPU has dotprod: dispatch picks neon
-    assert "all ok" in r.stdout
+@pytest.fixture(scope="module")
+def neon_run(neon_binary) -> subprocess.CompletedProcess:
+    return subprocess.run([QEMU, str(neon_binary)], capture_output=True, text=True, timeout=300, env=ENV)
+
+
+def test_neon_matches_generic(neon_run):
+    assert neon_run.returncode == 0, neon_run.stdout + neon_run.stderr
+    assert "isa at start: neon" in neon_run.stdout  # qemu's default CPU has dotprod: dispatch picks neon
+    assert "all ok" in neon_run.stdout
+
+
+# the types the neon table gives a dot product of its own (arm/neon_table.c): a slot lost from the
+# table would leave the comparison above running generic against generic
+NEON_DOTS = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0"]
+
+
+@pytest.mark.parametrize("name", NEON_DOTS)
+def test_neon_table_has_its_own_dot(neon_run, name):
+    assert f"{name}: neon vec_dot yes" in neon_run.stdout.splitlines()
 
 
 def test_without_dotprod_dispatch_falls_back_to_generic(neon_binary):
