@@ -40,6 +40,28 @@ void vec_dot_rows_tq1_0_q8_K_neon(int64_t n, float *s, const void *w, size_t row
 void vec_dot_tq2_0_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_rows_tq2_0_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                   const float *a_sums);
+/* quants_iq2_neon.c, quants_iq3_neon.c, quants_iq1_neon.c: the grid i-quants */
+void vec_dot_iq2_xxs_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq2_xxs_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                    const float *a_sums);
+void vec_dot_iq2_xs_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq2_xs_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                   const float *a_sums);
+void vec_dot_iq2_s_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq2_s_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
+void vec_dot_iq3_xxs_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq3_xxs_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                    const float *a_sums);
+void vec_dot_iq3_s_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq3_s_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
+void vec_dot_iq1_s_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq1_s_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
+void vec_dot_iq1_m_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq1_m_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                  const float *a_sums);
 
 /* quants_neon.c: the integer GEMM tile, LI_NEON_Q_NW weight rows x LI_NEON_Q_NA activation rows */
 #define LI_NEON_Q_NW 4
