@@ -26,6 +26,13 @@ void vec_dot_rows_mxfp4_q8_0_neon(int64_t n, float *s, const void *w, size_t row
 void vec_dot_iq4_xs_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_rows_iq4_xs_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                    const float *a_sums);
+/* quants_q5_neon.c: Q5_0, Q5_1 */
+void vec_dot_q5_0_q8_0_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_q5_0_q8_0_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+void vec_dot_q5_1_q8_1_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_q5_1_q8_1_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
 /* quants_k_neon.c: Q4_K, Q6_K */
 void vec_dot_q4_K_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_rows_q4_K_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,

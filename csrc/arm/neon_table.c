@@ -20,6 +20,7 @@ const li_isa_kernels li_kernels_neon = {
         [LI_TYPE_Q8_0] = vec_dot_q8_0_q8_0_neon,
         [LI_TYPE_IQ4_NL] = vec_dot_iq4_nl_q8_0_neon, [LI_TYPE_MXFP4] = vec_dot_mxfp4_q8_0_neon,
         [LI_TYPE_IQ4_XS] = vec_dot_iq4_xs_q8_K_neon,
+        [LI_TYPE_Q5_0] = vec_dot_q5_0_q8_0_neon, [LI_TYPE_Q5_1] = vec_dot_q5_1_q8_1_neon,
         [LI_TYPE_Q4_K] = vec_dot_q4_K_q8_K_neon, [LI_TYPE_Q6_K] = vec_dot_q6_K_q8_K_neon,
         [LI_TYPE_TQ1_0] = vec_dot_tq1_0_q8_K_neon, [LI_TYPE_TQ2_0] = vec_dot_tq2_0_q8_K_neon,
         [LI_TYPE_IQ2_XXS] = vec_dot_iq2_xxs_q8_K_neon, [LI_TYPE_IQ2_XS] = vec_dot_iq2_xs_q8_K_neon,
@@ -30,6 +31,7 @@ const li_isa_kernels li_kernels_neon = {
     .vec_dot_rows = {
         [LI_TYPE_IQ4_NL] = vec_dot_rows_iq4_nl_q8_0_neon, [LI_TYPE_MXFP4] = vec_dot_rows_mxfp4_q8_0_neon,
         [LI_TYPE_IQ4_XS] = vec_dot_rows_iq4_xs_q8_K_neon,
+        [LI_TYPE_Q5_0] = vec_dot_rows_q5_0_q8_0_neon, [LI_TYPE_Q5_1] = vec_dot_rows_q5_1_q8_1_neon,
         [LI_TYPE_Q4_K] = vec_dot_rows_q4_K_q8_K_neon, [LI_TYPE_Q6_K] = vec_dot_rows_q6_K_q8_K_neon,
         [LI_TYPE_TQ1_0] = vec_dot_rows_tq1_0_q8_K_neon, [LI_TYPE_TQ2_0] = vec_dot_rows_tq2_0_q8_K_neon,
         [LI_TYPE_IQ2_XXS] = vec_dot_rows_iq2_xxs_q8_K_neon, [LI_TYPE_IQ2_XS] = vec_dot_rows_iq2_xs_q8_K_neon,
