@@ -12,6 +12,12 @@ extern const li_isa_kernels li_kernels_neon;
 void vec_dot_q4_0_q8_0_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_q4_1_q8_1_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_q8_0_q8_0_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_q4_0_q8_0_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+void vec_dot_rows_q4_1_q8_1_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+void vec_dot_rows_q8_0_q8_0_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
 
 /* The dot products against Q8-style activations, one row (vec_dot_*) and LI_DOT_ROWS rows sharing
  * the activation loads (vec_dot_rows_*, per row bit for bit vec_dot's); their shared pieces are

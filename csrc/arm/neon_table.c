@@ -29,6 +29,8 @@ const li_isa_kernels li_kernels_neon = {
         [LI_TYPE_IQ1_M] = vec_dot_iq1_m_q8_K_neon,
     },
     .vec_dot_rows = {
+        [LI_TYPE_Q4_0] = vec_dot_rows_q4_0_q8_0_neon, [LI_TYPE_Q4_1] = vec_dot_rows_q4_1_q8_1_neon,
+        [LI_TYPE_Q8_0] = vec_dot_rows_q8_0_q8_0_neon,
         [LI_TYPE_IQ4_NL] = vec_dot_rows_iq4_nl_q8_0_neon, [LI_TYPE_MXFP4] = vec_dot_rows_mxfp4_q8_0_neon,
         [LI_TYPE_IQ4_XS] = vec_dot_rows_iq4_xs_q8_K_neon,
         [LI_TYPE_Q5_0] = vec_dot_rows_q5_0_q8_0_neon, [LI_TYPE_Q5_1] = vec_dot_rows_q5_1_q8_1_neon,
