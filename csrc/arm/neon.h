@@ -39,12 +39,22 @@ void vec_dot_rows_q5_0_q8_0_neon(int64_t n, float *s, const void *w, size_t row_
 void vec_dot_q5_1_q8_1_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_rows_q5_1_q8_1_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                  const float *a_sums);
-/* quants_k_neon.c: Q4_K, Q6_K */
+/* quants_k_neon.c: Q4_K, Q5_K, Q6_K */
 void vec_dot_q4_K_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_rows_q4_K_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                  const float *a_sums);
+void vec_dot_q5_K_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_q5_K_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
 void vec_dot_q6_K_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_rows_q6_K_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+/* quants_k_low_neon.c: Q2_K, Q3_K */
+void vec_dot_q2_K_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_q2_K_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                 const float *a_sums);
+void vec_dot_q3_K_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_q3_K_q8_K_neon(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                  const float *a_sums);
 /* quants_ternary_neon.c: TQ1_0, TQ2_0 */
 void vec_dot_tq1_0_q8_K_neon(int64_t n, float *s, const void *w, const void *a, const float *a_sums);

@@ -39,7 +39,9 @@ static void set_scales(int type, uint8_t *blk, int mode, uint16_t h) {
     switch (type) {
     case LI_TYPE_F16: D(0); break;
     case LI_TYPE_Q4_1: case LI_TYPE_Q5_1: D(0); D(2); break;
-    case LI_TYPE_Q4_K: D(offsetof(block_q4_K, d)); D(offsetof(block_q4_K, dmin)); break;
+    case LI_TYPE_Q4_K: case LI_TYPE_Q5_K: D(offsetof(block_q4_K, d)); D(offsetof(block_q4_K, dmin)); break;
+    case LI_TYPE_Q2_K: D(offsetof(block_q2_K, d)); D(offsetof(block_q2_K, dmin)); break;
+    case LI_TYPE_Q3_K: D(offsetof(block_q3_K, d)); break;
     case LI_TYPE_Q6_K: D(offsetof(block_q6_K, d)); break;
     case LI_TYPE_TQ1_0: D(offsetof(block_tq1_0, d)); break;
     case LI_TYPE_TQ2_0: D(offsetof(block_tq2_0, d)); break;
@@ -190,10 +192,11 @@ static void check_dots(int type, int bs, int ts, int vt) {
 }
 
 int main(void) {
-    const int types[] = {LI_TYPE_Q4_0, LI_TYPE_Q4_1, LI_TYPE_Q8_0, LI_TYPE_Q5_0, LI_TYPE_Q5_1, LI_TYPE_Q4_K, LI_TYPE_Q6_K,
-                         LI_TYPE_F16, LI_TYPE_IQ4_NL, LI_TYPE_IQ4_XS, LI_TYPE_MXFP4, LI_TYPE_TQ1_0, LI_TYPE_TQ2_0,
-                         LI_TYPE_IQ2_XXS, LI_TYPE_IQ2_XS, LI_TYPE_IQ2_S, LI_TYPE_IQ3_XXS, LI_TYPE_IQ3_S,
-                         LI_TYPE_IQ1_S, LI_TYPE_IQ1_M};
+    const int types[] = {LI_TYPE_Q4_0, LI_TYPE_Q4_1, LI_TYPE_Q8_0, LI_TYPE_Q5_0, LI_TYPE_Q5_1, LI_TYPE_Q2_K,
+                         LI_TYPE_Q3_K, LI_TYPE_Q4_K, LI_TYPE_Q5_K, LI_TYPE_Q6_K, LI_TYPE_F16, LI_TYPE_IQ4_NL,
+                         LI_TYPE_IQ4_XS, LI_TYPE_MXFP4, LI_TYPE_TQ1_0, LI_TYPE_TQ2_0, LI_TYPE_IQ2_XXS,
+                         LI_TYPE_IQ2_XS, LI_TYPE_IQ2_S, LI_TYPE_IQ3_XXS, LI_TYPE_IQ3_S, LI_TYPE_IQ1_S,
+                         LI_TYPE_IQ1_M};
     printf("isa at start: %s (built: %s), neon supported: %d\n", li_isa_name(), li_isa_built(), li_isa_supported("neon"));
     if (li_force_isa("neon") != LI_OK) { printf("cannot force neon\n"); return 1; }
     for (unsigned i = 0; i < sizeof(types) / sizeof(types[0]); i++) {

@@ -49,7 +49,8 @@ def test_neon_matches_generic(neon_run):
 
 # the types the neon table gives a dot product of its own (arm/neon_table.c): a slot lost from the
 # table would leave the comparison above running generic against generic
-NEON_DOTS = ["Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q4_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0",
+NEON_DOTS = ["Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+             "IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0",
              "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]
 
 
