@@ -2,12 +2,19 @@
  * the loop over rows and super-blocks of the Q8_K types, the sign helpers of the grid i-quants and
  * the two entry points (one row, LI_DOT_ROWS rows) every type's kernel is wrapped in.
  *
- * Include after the file's `#pragma GCC target` (so these inline functions get dotprod too) and after
- * <arm_neon.h>.
+ * Include after the file's `#pragma GCC target` / `#pragma clang attribute` (so these inline
+ * functions get dotprod too), in place of <arm_neon.h>, which it includes.
  */
 #ifndef LI_ARM_DOT_NEON_H
 #define LI_ARM_DOT_NEON_H
 
+/* clang 14's arm_neon.h (the one checked) declares the dotprod intrinsics only when this macro is
+ * set, which -march would do for the whole file; the including file's `#pragma clang attribute`
+ * already gives every function from here on, arm_neon.h's included, the dotprod target. gcc declares
+ * them always and takes the feature from its `#pragma GCC target`. */
+#if defined(__clang__) && !defined(__ARM_FEATURE_DOTPROD)
+#define __ARM_FEATURE_DOTPROD 1
+#endif
 #include <arm_neon.h>
 
 #include "core/li.h"

@@ -16,8 +16,6 @@
 #pragma GCC target("arch=armv8.2-a+dotprod")
 #endif
 
-#include <arm_neon.h>
-
 #include "arm/dot_neon.h"
 #include "arm/neon.h"
 #include "core/iq_grids.h"

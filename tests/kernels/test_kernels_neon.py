@@ -64,3 +64,22 @@ def test_without_dotprod_dispatch_falls_back_to_generic(neon_binary):
                        env=ENV)
     assert "isa at start: generic" in r.stdout
     assert "neon supported: 0" in r.stdout
+
+
+CLANG = shutil.which("clang")
+
+
+def test_neon_sources_build_with_clang(tmp_path):
+    """The arm files under clang, which enables dotprod per function with `#pragma clang attribute`
+    (arm/dot_neon.h says what older clangs need beside it). Compile only: the run is gcc's above."""
+    if not CLANG:
+        pytest.skip("no clang")
+    probe = tmp_path / "probe.c"
+    probe.write_text("#include <stdint.h>\n#include <arm_neon.h>\nint8x16_t f(void) { return vdupq_n_s8(1); }\n")
+    target = [CLANG, "--target=aarch64-linux-gnu", "-O2", "-std=gnu11", f"-I{CSRC}"]
+    if subprocess.run([*target, "-c", str(probe), "-o", str(tmp_path / "probe.o")], capture_output=True).returncode:
+        pytest.skip("clang cannot build for aarch64-linux-gnu here (no target headers)")
+    for src in sorted((CSRC / "arm").glob("*.c")):
+        r = subprocess.run([*target, "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror", "-c", str(src),
+                            "-o", str(tmp_path / (src.stem + ".o"))], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"{src.name}:\n{r.stderr}"
