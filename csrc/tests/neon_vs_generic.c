@@ -6,9 +6,11 @@
  *    ordinary and extreme scales (fp16 subnormals, the largest fp16, MXFP4 exponents far from 0)
  *    and activation rows from 1e-3 to 1e3 with all-zero blocks. Tolerance: the float parts sum the
  *    block terms in a different order (f32 lanes vs generic's double), so each side is off by at
- *    most (blocks + 8) * 2^-24 of S = sum |w| |a| over the row (a the quantized activations); with
- *    at most 24 blocks per row here that is < 2e-6 S, checked as 1e-5 S.
+ *    most about (blocks + 8) * 2^-24 of S = sum |w| |a| over the row (a the quantized activations);
+ *    with at most 24 blocks per row here that is about 2e-6 S, checked as 1e-5 S.
  * 2. vec_dot_rows for 1..4 rows gives, bit for bit, vec_dot per row.
+ * 2 and 3 read the weight and activation rows from buffers that end at an inaccessible page, so a
+ *    kernel that loads past a row's last block crashes the test.
  * 3. Exact case: power-of-two scales and |q| <= 31 activations make every product a multiple of a
  *    granule g (1, or 1/4, 1/8 for the i-quants' fractional scales) and S < 2^24 g, so every partial
  *    sum in any order is an exact float: neon must equal generic bit for bit. This catches an
@@ -18,6 +20,8 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "core/li.h"
 #include "generic/generic.h"
 
@@ -86,6 +90,14 @@ static double abs_dot(const float *w, const float *a, int64_t n) {
     return s;
 }
 
+/* `bytes` that end where an inaccessible page starts (never freed: a few per type) */
+static void *guarded(size_t bytes) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), span = (bytes + page - 1) / page * page;
+    uint8_t *p = mmap(NULL, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED || mprotect(p + span, page, PROT_NONE) != 0) { perror("guarded"); exit(2); }
+    return p + span - bytes;
+}
+
 static int fails = 0;
 
 /* check 1 */
@@ -133,7 +145,7 @@ static void check_matmul(int type, int bs, int ts, int vt, int extreme) {
 static void check_dots(int type, int bs, int ts, int vt) {
     const int n = 256, n_rows = 4;   /* one super-block, or 8 blocks of 32 */
     const size_t rb = (size_t)n / bs * ts;
-    uint8_t w[4 * 8 * 256];
+    uint8_t *w = guarded(rb * n_rows);
     for (size_t i = 0; i < rb * n_rows; i++) w[i] = rand();
     const int granule_log2 = type == LI_TYPE_IQ3_XXS ? -2 :
         (type == LI_TYPE_IQ2_XXS || type == LI_TYPE_IQ2_XS || type == LI_TYPE_IQ2_S || type == LI_TYPE_IQ1_S ||
@@ -160,25 +172,29 @@ static void check_dots(int type, int bs, int ts, int vt) {
             else a.q80[b].d = 0x2400, memcpy(a.q80[b].qs, q + 32 * b, 32);
         }
     }
-    act_values(vt, &a, n, av);
+    const size_t a_bytes = vt == LI_TYPE_Q8_K ? sizeof(block_q8_K) : vt == LI_TYPE_Q8_1 ? 8 * sizeof(block_q8_1)
+                                                                                   : 8 * sizeof(block_q8_0);
+    void *ag = guarded(a_bytes);
+    memcpy(ag, &a, a_bytes);
+    act_values(vt, ag, n, av);
     float sums[16];
-    li_act_sums(vt, &a, n, sums);
+    li_act_sums(vt, ag, n, sums);
 
     li_force_isa("neon");
     const li_type_traits *t = li_traits(type);
     float single[4], rows[4];
-    for (int r = 0; r < n_rows; r++) t->vec_dot(n, &single[r], w + r * rb, &a, sums);
+    for (int r = 0; r < n_rows; r++) t->vec_dot(n, &single[r], w + r * rb, ag, sums);
     int rows_bad = 0;
     if (t->vec_dot_rows)
         for (int nr = 1; nr <= n_rows; nr++) {
-            t->vec_dot_rows(n, rows, w, rb, nr, &a, sums);
+            t->vec_dot_rows(n, rows, w, rb, nr, ag, sums);
             rows_bad += memcmp(rows, single, sizeof(float) * nr) != 0;
         }
     li_force_isa("generic");
     int exact_bad = 0, range_bad = 0;
     for (int r = 0; r < n_rows; r++) {
         float ref;
-        li_vec_dot(type, n, w + r * rb, &a, &ref);
+        li_vec_dot(type, n, w + r * rb, ag, &ref);
         li_dequantize_row(type, w + r * rb, wv, n);
         const double S = abs_dot(wv, av, n) / ((double)dw * da * ldexp(1.0, granule_log2));
         range_bad += !(S < 16777216.0);   /* the case is exact only below 2^24 granules */
@@ -197,6 +213,7 @@ int main(void) {
                          LI_TYPE_IQ4_XS, LI_TYPE_MXFP4, LI_TYPE_TQ1_0, LI_TYPE_TQ2_0, LI_TYPE_IQ2_XXS,
                          LI_TYPE_IQ2_XS, LI_TYPE_IQ2_S, LI_TYPE_IQ3_XXS, LI_TYPE_IQ3_S, LI_TYPE_IQ1_S,
                          LI_TYPE_IQ1_M};
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* a crash (a load past a guarded row) shows the type it hit */
     printf("isa at start: %s (built: %s), neon supported: %d\n", li_isa_name(), li_isa_built(), li_isa_supported("neon"));
     if (li_force_isa("neon") != LI_OK) { printf("cannot force neon\n"); return 1; }
     for (unsigned i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
