@@ -9,12 +9,12 @@
  *    most about (blocks + 8) * 2^-24 of S = sum |w| |a| over the row (a the quantized activations);
  *    with at most 24 blocks per row here that is about 2e-6 S, checked as 1e-5 S.
  * 2. vec_dot_rows for 1..4 rows gives, bit for bit, vec_dot per row.
- * 2 and 3 read the weight and activation rows from buffers that end at an inaccessible page, so a
- *    kernel that loads past a row's last block crashes the test.
  * 3. Exact case: power-of-two scales and |q| <= 31 activations make every product a multiple of a
  *    granule g (1, or 1/4, 1/8 for the i-quants' fractional scales) and S < 2^24 g, so every partial
  *    sum in any order is an exact float: neon must equal generic bit for bit. This catches an
  *    integer slip (one element, one sign) that the tolerance of check 1 would let through.
+ * Checks 2 and 3 read the weight and activation rows from buffers that end at an inaccessible page,
+ * so a kernel that loads past a row's last block crashes the test.
  */
 #include <math.h>
 #include <stddef.h>
