@@ -4,7 +4,9 @@
  * core/dispatch.c uses them when getauxval reports HWCAP_ASIMDDP. vdotq_s32 multiplies
  * signed bytes, so the unsigned weight quants u (<= 127 for every type but Q8_0)
  * are used as they are, and Q8_0's u = q + 128 is flipped back to q (offset 0).
- * The activation quantizers and the other types use the generic code.
+ * The dots come in the one-row and LI_DOT_ROWS-row forms (arm/dot_neon.h); the sums of the
+ * activation quants are cheap to recompute with vdotq, so a_sums is not read. The activation
+ * quantizers use the generic code.
  */
 #if defined(__aarch64__)
 #if defined(__clang__)
@@ -13,14 +15,9 @@
 #pragma GCC target("arch=armv8.2-a+dotprod")
 #endif
 
-#include <arm_neon.h>
-
-#include "core/li.h"
+#include "arm/dot_neon.h"
 #include "arm/neon.h"
-
-static inline float fp16(ggml_half h) {
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-}
+#include "core/li.h"
 
 /* 16 bytes of nibbles -> elements 0..15 (low nibbles) and 16..31 (high), as s8 0..15 */
 static inline void nibbles(const uint8_t *qs, int8x16_t *lo, int8x16_t *hi) {
@@ -29,58 +26,71 @@ static inline void nibbles(const uint8_t *qs, int8x16_t *lo, int8x16_t *hi) {
     *hi = vreinterpretq_s8_u8(vshrq_n_u8(q, 4));
 }
 
-void vec_dot_q4_0_q8_0_neon(int64_t n, float *s, const void *vw, const void *va, const float *as) {
-    (void)as;   /* the sums are cheap to recompute with vdotq */
-    const block_q4_0 *w = vw;
-    const block_q8_0 *a = va;
+/* Q4_0 x Q8_0 and Q8_0 x Q8_0: s = sum over blocks of (dw * da) * dot(q_w, q_a), the blocks
+ * alternating between two accumulators (two fma chains in flight) */
+#define LEGACY_32(W, BLOCK_DOT)                                                                       \
+    static inline __attribute__((always_inline)) void dot_##W##_nr(int64_t n, float *s, const uint8_t *vw, \
+                                                                   size_t rb, const void *va, const int NR) { \
+        const block_q8_0 *a = va;                                                                     \
+        const block_##W *w[LI_DOT_ROWS];                                                              \
+        float32x4_t acc[LI_DOT_ROWS][2];                                                              \
+        for (int r = 0; r < NR; r++) {                                                                \
+            w[r] = (const block_##W *)(vw + r * rb);                                                  \
+            acc[r][0] = acc[r][1] = vdupq_n_f32(0);                                                   \
+        }                                                                                             \
+        for (int64_t i = 0; i < n / 32; i++) {                                                        \
+            const int8x16_t q0 = vld1q_s8(a[i].qs), q1 = vld1q_s8(a[i].qs + 16);                     \
+            const float da = li_neon_fp16(a[i].d);                                                    \
+            for (int r = 0; r < NR; r++)                                                              \
+                acc[r][i & 1] = vfmaq_n_f32(acc[r][i & 1], vcvtq_f32_s32(BLOCK_DOT(&w[r][i], q0, q1)), \
+                                            li_neon_fp16(w[r][i].d) * da);                            \
+        }                                                                                             \
+        for (int r = 0; r < NR; r++) s[r] = vaddvq_f32(vaddq_f32(acc[r][0], acc[r][1]));             \
+    }
+
+static inline int32x4_t q4_0_block_dot(const block_q4_0 *b, int8x16_t q0, int8x16_t q1) {
     const int8x16_t eight = vdupq_n_s8(8);
-    float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
-    for (int64_t i = 0; i < n / QK4_0; i++) {
-        int8x16_t lo, hi;
-        nibbles(w[i].qs, &lo, &hi);
-        int32x4_t p = vdotq_s32(vdupq_n_s32(0), vsubq_s8(lo, eight), vld1q_s8(a[i].qs));
-        p = vdotq_s32(p, vsubq_s8(hi, eight), vld1q_s8(a[i].qs + 16));
-        const float d = fp16(w[i].d) * fp16(a[i].d);
-        if (i & 1) acc1 = vfmaq_n_f32(acc1, vcvtq_f32_s32(p), d);
-        else acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(p), d);
-    }
-    *s = vaddvq_f32(vaddq_f32(acc0, acc1));
+    int8x16_t lo, hi;
+    nibbles(b->qs, &lo, &hi);
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), vsubq_s8(lo, eight), q0), vsubq_s8(hi, eight), q1);
 }
 
-/* d * dot(u, q) + m * sum(q), with the exact sum of the quants */
-void vec_dot_q4_1_q8_1_neon(int64_t n, float *s, const void *vw, const void *va, const float *as) {
-    (void)as;   /* the sums are cheap to recompute with vdotq */
-    const block_q4_1 *w = vw;
+static inline int32x4_t q8_0_block_dot(const block_q8_0 *b, int8x16_t q0, int8x16_t q1) {
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), vld1q_s8(b->qs), q0), vld1q_s8(b->qs + 16), q1);
+}
+
+LEGACY_32(q4_0, q4_0_block_dot)
+LEGACY_32(q8_0, q8_0_block_dot)
+
+/* Q4_1 x Q8_1: d * dot(u, q) + m * sum(q), with the exact sum of the quants */
+static inline __attribute__((always_inline)) void dot_q4_1_nr(int64_t n, float *s, const uint8_t *vw, size_t rb,
+                                                              const void *va, const int NR) {
     const block_q8_1 *a = va;
-    const int8x16_t ones = vdupq_n_s8(1);
-    float32x4_t acc = vdupq_n_f32(0), accm = vdupq_n_f32(0);
-    for (int64_t i = 0; i < n / QK4_1; i++) {
-        int8x16_t lo, hi;
-        nibbles(w[i].qs, &lo, &hi);
-        const int8x16_t q0 = vld1q_s8(a[i].qs), q1 = vld1q_s8(a[i].qs + 16);
-        const int32x4_t p = vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, q0), hi, q1);
-        const int32x4_t sq = vdotq_s32(vdotq_s32(vdupq_n_s32(0), ones, q0), ones, q1);
-        const float da = fp16(a[i].d);
-        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(p), fp16(w[i].d) * da);
-        accm = vfmaq_n_f32(accm, vcvtq_f32_s32(sq), fp16(w[i].m) * da);
+    const block_q4_1 *w[LI_DOT_ROWS];
+    float32x4_t acc[LI_DOT_ROWS], accm[LI_DOT_ROWS];
+    for (int r = 0; r < NR; r++) {
+        w[r] = (const block_q4_1 *)(vw + r * rb);
+        acc[r] = accm[r] = vdupq_n_f32(0);
     }
-    *s = vaddvq_f32(vaddq_f32(acc, accm));
+    const int8x16_t ones = vdupq_n_s8(1);
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        const int8x16_t q0 = vld1q_s8(a[i].qs), q1 = vld1q_s8(a[i].qs + 16);
+        const float32x4_t sq = vcvtq_f32_s32(vdotq_s32(vdotq_s32(vdupq_n_s32(0), ones, q0), ones, q1));
+        const float da = li_neon_fp16(a[i].d);
+        for (int r = 0; r < NR; r++) {
+            int8x16_t lo, hi;
+            nibbles(w[r][i].qs, &lo, &hi);
+            const int32x4_t p = vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, q0), hi, q1);
+            acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(p), li_neon_fp16(w[r][i].d) * da);
+            accm[r] = vfmaq_n_f32(accm[r], sq, li_neon_fp16(w[r][i].m) * da);
+        }
+    }
+    for (int r = 0; r < NR; r++) s[r] = vaddvq_f32(vaddq_f32(acc[r], accm[r]));
 }
 
-void vec_dot_q8_0_q8_0_neon(int64_t n, float *s, const void *vw, const void *va, const float *as) {
-    (void)as;   /* the sums are cheap to recompute with vdotq */
-    const block_q8_0 *w = vw;
-    const block_q8_0 *a = va;
-    float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        int32x4_t p = vdotq_s32(vdupq_n_s32(0), vld1q_s8(w[i].qs), vld1q_s8(a[i].qs));
-        p = vdotq_s32(p, vld1q_s8(w[i].qs + 16), vld1q_s8(a[i].qs + 16));
-        const float d = fp16(w[i].d) * fp16(a[i].d);
-        if (i & 1) acc1 = vfmaq_n_f32(acc1, vcvtq_f32_s32(p), d);
-        else acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(p), d);
-    }
-    *s = vaddvq_f32(vaddq_f32(acc0, acc1));
-}
+LI_NEON_ENTRY_POINTS(q4_0, q8_0, dot_q4_0_nr)
+LI_NEON_ENTRY_POINTS(q4_1, q8_1, dot_q4_1_nr)
+LI_NEON_ENTRY_POINTS(q8_0, q8_0, dot_q8_0_nr)
 
 /* --- GEMM tile over the panels of core/panel.c: 4-lane quarters of each super-group --------- */
 
