@@ -139,3 +139,19 @@ def test_grid_mix_on_rows_of_640_needs_no_imatrix_and_gives_the_same_file(models
     with GGUFFile(theirs) as f:
         assert T.IQ4_NL in {t.ggml_type for t in f.tensors.values()}
     assert ours.read_bytes() == theirs.read_bytes()
+
+
+@pytest.mark.parametrize("shape, ftype", [("mixtral-8x", "MXFP4_MOE"), ("qwen3moe-4x", "MXFP4_MOE"),
+                                          ("rows640-gqa2", "TQ1_0"), ("untied-gqa4", "TQ2_0")])
+def test_same_file_as_llama_quantize(models, shape, ftype, tmp_path):
+    """MXFP4 experts and Q8_0 elsewhere; ternary weights with their Q4_K embedding and Q4_0 / Q5_0
+    fallbacks: the whole file, byte for byte."""
+    src = models / f"{shape}.gguf"
+    theirs, ours = tmp_path / "llamacpp.gguf", tmp_path / "ours.gguf"
+    subprocess.run([str(LLAMA_QUANTIZE), str(src), str(theirs), ftype, "2"], check=True, capture_output=True)
+    quantize_file(src, ours, ftype)
+    with GGUFFile(ours) as a, GGUFFile(theirs) as b:
+        for name, t in b.tensors.items():
+            assert a.tensors[name].ggml_type == t.ggml_type, name
+            assert np.array_equal(a.tensor_data(name), b.tensor_data(name)), f"{name} ({t.ggml_type.name}) differs"
+    assert ours.read_bytes() == theirs.read_bytes()
