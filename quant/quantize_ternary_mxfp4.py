@@ -17,6 +17,7 @@ them with or without an importance matrix: none of the three reads one).
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from .dequant_tables import KVALUES_MXFP4, e8m0_to_fp32_half
@@ -90,15 +91,30 @@ def _e8m0_exponent(amax: np.ndarray) -> np.ndarray:
     return (e & 0xFF).astype(np.uint8)
 
 
+@numba.njit(cache=True, nogil=True)
+def _best_indices_mxfp4(x: np.ndarray, d: np.ndarray, kvalues: np.ndarray, out: np.ndarray) -> None:
+    """ggml's best_index_mxfp4 for every element: |kvalue * d - x| in float32, the first of equal
+    errors (strict <). A loop, not a (n, 32, 16) numpy array of errors: ~10x faster, same arithmetic."""
+    for b in range(x.shape[0]):
+        db = d[b]
+        for j in range(x.shape[1]):
+            v = x[b, j]
+            best, best_err = 0, abs(kvalues[0] * db - v)
+            for i in range(1, 16):
+                err = abs(kvalues[i] * db - v)
+                if err < best_err:
+                    best, best_err = i, err
+            out[b, j] = best
+
+
 def quantize_row_mxfp4(x: np.ndarray) -> np.ndarray:
     """block_mxfp4 { uint8_t e; uint8_t qs[16]; }: element j in the low nibble of qs[j], j + 16 in
     the high one (Q4_0's order)."""
     n = x.shape[0]
     e = _e8m0_exponent(np.abs(x).max(axis=1))
     d = e8m0_to_fp32_half(e)  # (n,) float32
-    # |kvalue * d - x| in float32, as ggml computes it; argmin takes the first of equal errors
-    err = np.abs((_KVALUES_MXFP4_F32[None, :] * d[:, None])[:, None, :] - x[:, :, None])
-    idx = np.argmin(err, axis=2).astype(np.uint8)  # (n, 32)
+    idx = np.empty(x.shape, np.uint8)
+    _best_indices_mxfp4(np.ascontiguousarray(x, np.float32), np.ascontiguousarray(d), _KVALUES_MXFP4_F32, idx)
     out = np.empty((n, 17), np.uint8)
     out[:, 0] = e
     out[:, 1:] = idx[:, :16] | (idx[:, 16:] << 4)
