@@ -97,16 +97,16 @@ def test_cli_errors(files, tmp_path):
 
 
 @pytest.mark.skipif(not LLAMA_IMATRIX.is_file(), reason="no llama-imatrix binary ($LLAMA_IMATRIX)")
-@pytest.mark.parametrize("chunk_size", [512, 128])
-def test_same_file_as_llama_imatrix(files, chunk_size, tmp_path):
+@pytest.mark.parametrize("chunk_size, fmt", [(512, "gguf"), (128, "gguf"), (512, "dat")])
+def test_same_file_as_llama_imatrix(files, chunk_size, fmt, tmp_path):
     """GGUF, GGUF and legacy inputs; entries in one file only; an expert with no tokens."""
     d, _, _ = files
     ins = [d / "a.gguf", d / "b.gguf", d / "c.dat"]
-    theirs, ours = tmp_path / "llamacpp.gguf", tmp_path / "ours.gguf"
+    theirs, ours = tmp_path / f"llamacpp.{fmt}", tmp_path / f"ours.{fmt}"
     # llama-imatrix wants a model path even when it only combines files; it does not open it
-    subprocess.run([str(LLAMA_IMATRIX), "-m", str(d / "a.gguf"), "-c", str(chunk_size),
+    subprocess.run([str(LLAMA_IMATRIX), "-m", str(d / "a.gguf"), "-c", str(chunk_size), "--output-format", fmt,
                     "--in-file", ",".join(map(str, ins)), "-o", str(theirs)], check=True, capture_output=True)
-    r = CliRunner().invoke(main, ["imatrix", "-c", str(chunk_size), *[a for p in ins for a in ("--in-file", str(p))],
-                                  "-o", str(ours)])
+    r = CliRunner().invoke(main, ["imatrix", "-c", str(chunk_size), "--output-format", fmt,
+                                  *[a for p in ins for a in ("--in-file", str(p))], "-o", str(ours)])
     assert r.exit_code == 0, r.output
     assert ours.read_bytes() == theirs.read_bytes()
