@@ -77,8 +77,10 @@ def tensors(s: MixShape, seed: int = 0) -> dict[str, np.ndarray]:
     return t
 
 
-def write(path, s: MixShape, seed: int = 0) -> dict[str, np.ndarray]:
-    """Write `s` with F16 matrices (norms and the router F32); returns the tensors as written."""
+def write(path, s: MixShape, seed: int = 0, weight_dtype=np.float16,
+          overrides: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Write `s` with `weight_dtype` matrices (norms and the router F32), `overrides` replacing
+    tensors of the same shape; returns the tensors as written."""
     w = GGUFWriter(str(path), s.arch)
     w.add_name(f"synthetic {s.name}")
     w.add_context_length(128)
@@ -101,8 +103,11 @@ def write(path, s: MixShape, seed: int = 0) -> dict[str, np.ndarray]:
     w.add_token_merges(["t 1", "t 2"])
     written = {}
     for name, x in tensors(s, seed).items():
+        if overrides and name in overrides:
+            assert overrides[name].shape == x.shape, name
+            x = overrides[name]
         if x.ndim >= 2 and "ffn_gate_inp" not in name:
-            x = x.astype(np.float16)
+            x = x.astype(weight_dtype)
         w.add_tensor(name, x)
         written[name] = x.astype(np.float32)
     w.write_header_to_file()

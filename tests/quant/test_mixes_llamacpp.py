@@ -174,3 +174,40 @@ def test_same_grid_mix_file_with_imatrix(models, shape, ftype, tmp_path):
     subprocess.run([str(LLAMA_QUANTIZE), "--imatrix", str(imatrix), str(src), str(theirs), ftype, "2"],
                    check=True, capture_output=True)
     assert ours.read_bytes() == theirs.read_bytes()
+
+
+def _mxfp4_edge_experts(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Expert weights whose 32-blocks have the maxima where MXFP4's exponent is decided by one
+    float32 ulp (2^k and its neighbours: floor(log2f)) and elements exactly halfway between two
+    levels (the first-minimum rule), as float32 data (F16 cannot hold the neighbours)."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 0.05).astype(np.float32)
+    blocks = x.reshape(-1, 32)
+    n = blocks.shape[0]
+    k = rng.integers(-12, 3, n).astype(np.float32)
+    p = np.exp2(k).astype(np.float32)
+    top = np.stack([p, np.nextafter(p, np.float32(0)), np.nextafter(p, np.float32(np.inf)), p * 1.5], 1)
+    blocks[:, :] = np.clip(blocks, -0.9 * p[:, None], 0.9 * p[:, None])
+    blocks[:, 0] = top[np.arange(n), rng.integers(0, 4, n)] * rng.choice([-1, 1], n)
+    # with max |x| = 2^k the unit is 2^(k-3) (levels 0.5..6 of 2^(k-2)): 5 * 2^(k-3) lies halfway
+    # between the levels 2 and 3 (codes 4 and 5), 2.5 * 2^(k-3) between 1 and 1.5
+    unit = np.exp2(k - 3).astype(np.float32)
+    blocks[:, 1] = 5 * unit * rng.choice([-1, 1], n)
+    blocks[:, 2] = 2.5 * unit * rng.choice([-1, 1], n)
+    return x
+
+
+def test_mxfp4_exponent_and_ties_on_float32_edges(tmp_path):
+    s = synthetic_mix_gguf.MIX_SHAPES["mixtral-8x"]
+    ref = synthetic_mix_gguf.tensors(s)
+    edges = {n: _mxfp4_edge_experts(x.shape, i) for i, (n, x) in enumerate(ref.items()) if x.ndim == 3}
+    src = tmp_path / "edges-f32.gguf"
+    synthetic_mix_gguf.write(src, s, weight_dtype=np.float32, overrides=edges)
+    theirs, ours = tmp_path / "llamacpp.gguf", tmp_path / "ours.gguf"
+    subprocess.run([str(LLAMA_QUANTIZE), str(src), str(theirs), "MXFP4_MOE", "2"], check=True, capture_output=True)
+    quantize_file(src, ours, "MXFP4_MOE")
+    with GGUFFile(ours) as a, GGUFFile(theirs) as b:
+        for name in edges:
+            assert b.tensors[name].ggml_type == T.MXFP4
+            assert np.array_equal(a.tensor_data(name), b.tensor_data(name)), name
+    assert ours.read_bytes() == theirs.read_bytes()
