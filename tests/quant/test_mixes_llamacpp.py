@@ -211,3 +211,26 @@ def test_mxfp4_exponent_and_ties_on_float32_edges(tmp_path):
             assert b.tensors[name].ggml_type == T.MXFP4
             assert np.array_equal(a.tensor_data(name), b.tensor_data(name)), name
     assert ours.read_bytes() == theirs.read_bytes()
+
+
+@pytest.mark.parametrize("ftype", ["TQ1_0", "TQ2_0"])
+def test_ternary_rounding_on_exact_halves(ftype, tmp_path):
+    """Weights at exactly +-d/2 (lroundf rounds them away from zero, numpy's round would not)
+    and at d's neighbours, in float32, against llama-quantize."""
+    s = synthetic_mix_gguf.MIX_SHAPES["untied-gqa4"]
+    rng = np.random.default_rng(4)
+    over = {}
+    for name, x in synthetic_mix_gguf.tensors(s).items():
+        if name.startswith("blk.") and x.ndim == 2:
+            d = np.float32(2.0) ** rng.integers(-8, 0, (*x.shape[:-1], 1)).astype(np.float32)
+            levels = rng.choice(np.array([-1, -0.5, 0, 0.5, 1], np.float32), x.shape)
+            y = (levels * d).astype(np.float32)
+            y[:, 1] = np.nextafter(d[:, 0] / 2, np.float32(0))  # just below a half: rounds to 0
+            y[:, 0] = d[:, 0]  # every 256-block's max is d (block 0 here, the others by the +-1 levels)
+            over[name] = y
+    src = tmp_path / "halves-f32.gguf"
+    synthetic_mix_gguf.write(src, s, weight_dtype=np.float32, overrides=over)
+    theirs, ours = tmp_path / "llamacpp.gguf", tmp_path / "ours.gguf"
+    subprocess.run([str(LLAMA_QUANTIZE), str(src), str(theirs), ftype, "2"], check=True, capture_output=True)
+    quantize_file(src, ours, ftype)
+    assert ours.read_bytes() == theirs.read_bytes()
