@@ -24,9 +24,11 @@ def quantize(input_path, output_path, target, allow_requantize, imatrix, pure, t
 
     TYPE is a llama.cpp file type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
     Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K,
-    IQ4_NL, IQ4_XS (Q3_K, Q4_K, Q5_K mean their _M mix). Mixes give some tensors
-    more bits, as llama-quantize does. Q2_K_S needs --imatrix. On any error or
-    Ctrl-C, OUT.gguf is not created."""
+    IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ3_XXS, IQ3_XS, IQ3_S, IQ3_M,
+    IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4_MOE (Q3_K, Q4_K, Q5_K mean their _M mix).
+    Mixes give some tensors more bits, as llama-quantize does. Q2_K_S and the
+    IQ1 / IQ2 / IQ3_XXS / IQ3_XS mixes need --imatrix. On any error or Ctrl-C,
+    OUT.gguf is not created."""
     from localinfer.gguf_file import GGUFError
     from localinfer.quant import UnsupportedQuantType
     from localinfer.quant.gguf_out import DiskFullError

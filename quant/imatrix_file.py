@@ -166,8 +166,13 @@ def write_imatrix(path: str | os.PathLike, imatrix: Imatrix) -> None:
     arrays = []
     for name in sorted(imatrix.entries):
         e = imatrix.entries[name]
-        arrays.append((name + SUM_SUFFIX, np.ascontiguousarray(e.sums, dtype="<f4")))
-        arrays.append((name + COUNT_SUFFIX, e.counts.astype("<f4").reshape(-1, 1)))
+        n_mat = len(e.counts)
+        # ggml tensors (ne0, n_mat) and (1, n_mat); gguf writes them without their trailing 1s
+        # (ggml_n_dims), so one matrix's sums are 1-D and its counts a single value
+        sums = np.ascontiguousarray(e.sums, dtype="<f4").reshape(n_mat, -1)
+        arrays.append((name + SUM_SUFFIX, sums if n_mat > 1 else sums.reshape(-1)))
+        arrays.append((name + COUNT_SUFFIX, e.counts.astype("<f4").reshape(-1, 1) if n_mat > 1
+                       else e.counts.astype("<f4").reshape(1)))
     alignment = 32  # GGUF's default (general.alignment absent)
     header, _ = encode_header(kv, [TensorEntry(n, T.F32, a.shape, a.nbytes) for n, a in arrays], alignment)
     with AtomicFile(path) as out:

@@ -151,14 +151,15 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, target: str, *
                                  ModelShape.from_metadata(f.metadata), pure=pure, fallbacks=result.fallbacks,
                                  has_imatrix=bool(im and im.entries))
         entries, weights = [], {}
+        # a missing imatrix first, for every tensor: it is what the user can fix, whatever else is wrong
+        for t in infos:
+            if plan[t.name] != t.ggml_type:
+                weights[t.name] = _imatrix_for(im, t.name, t.shape)
+                _check_imatrix_need(t.name, plan[t.name], ft, im, imatrix, weights[t.name])
         for t in infos:
             new = plan[t.name]
             if new != t.ggml_type:
                 _check_conversion(t.name, t.ggml_type, new, allow_requantize)
-                weights[t.name] = _imatrix_for(im, t.name, t.shape)
-                if requires_imatrix(t.name, new, ft) and weights[t.name] is None:
-                    raise QuantizeError(f"{ft.name} needs an importance matrix (imatrix) for tensors like {t.name!r}: "
-                                        f"make one with `localinfer imatrix` and pass --imatrix, or use Q2_K or Q3_K_S")
             entries.append(TensorEntry(t.name, new, t.shape, row_nbytes(new, t.shape[-1]) * (t.n_elements // t.shape[-1])))
             result.types[new.name] += 1
 
@@ -182,6 +183,18 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, target: str, *
             result.bytes_out = out.written
     result.seconds = time.monotonic() - t0
     return result
+
+
+def _check_imatrix_need(name: str, new: T, ft, im: Imatrix | None, path, weights: np.ndarray | None) -> None:
+    """llama-quantize's refusal: the grid types (and Q2_K in Q2_K_S) without importance weights."""
+    if not requires_imatrix(name, new, ft) or weights is not None:
+        return
+    if im is not None:
+        raise QuantizeError(f"{ft.name} needs an importance matrix for {name!r} ({new.name}) and "
+                            f"the imatrix {path} has no entry for it: was it made for another model?")
+    raise QuantizeError(f"{ft.name} needs an importance matrix for tensors like {name!r} ({new.name}): "
+                        f"make one with `localinfer imatrix` and pass it with --imatrix, "
+                        f"or choose a type that needs none (Q2_K, Q3_K_S, IQ3_S, IQ4_XS)")
 
 
 def _check_conversion(name: str, cur: T, new: T, allow_requantize: bool) -> None:

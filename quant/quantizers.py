@@ -18,6 +18,7 @@ from gguf import GGMLQuantizationType as T
 
 from . import quantize_basic as basic
 from . import quantize_kquants as kq
+from . import quantize_ternary_mxfp4 as tm
 from . import quantize_weighted as qw
 from .formats import UnsupportedQuantType, get_format
 
@@ -38,6 +39,9 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
     T.Q6_K: kq.quantize_row_q6_K,
     T.IQ4_NL: qw.quantize_row_iq4_nl,
     T.IQ4_XS: qw.quantize_row_iq4_xs,
+    T.TQ1_0: tm.quantize_row_tq1_0,
+    T.TQ2_0: tm.quantize_row_tq2_0,
+    T.MXFP4: tm.quantize_row_mxfp4,
 }
 
 

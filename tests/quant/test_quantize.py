@@ -186,8 +186,10 @@ def test_row_length_must_fit_the_blocks():
 def test_file_type_names():
     assert get_file_type("q4_k").name == "Q4_K_M" and get_file_type("Q4_K_M").ftype == 15
     assert get_file_type("Q8_0").ftype == 7 and get_file_type("F16").ftype == 1
-    with pytest.raises(ValueError, match="unsupported target type 'IQ2_XXS'.*Q4_K_M"):
-        get_file_type("IQ2_XXS")
+    assert get_file_type("IQ2_M").ftype == 29 and get_file_type("IQ2_M").default == T.IQ2_S
+    assert get_file_type("mxfp4_moe").default == T.MXFP4
+    with pytest.raises(ValueError, match="unsupported target type 'NVFP4'.*Q4_K_M"):
+        get_file_type("NVFP4")
 
 
 def test_fallbacks_for_row_lengths():
@@ -295,7 +297,7 @@ def test_cli_requantize_needs_the_flag(synthetic, tmp_path):
 
 def test_cli_unsupported_type_leaves_nothing(synthetic, tmp_path):
     src, _ = synthetic
-    for bad in ("Q7_K", "IQ2_XXS", ""):
+    for bad in ("Q7_K", "NVFP4", ""):
         r = _run(src, tmp_path / "out.gguf", bad)
         assert r.exit_code != 0 and "unsupported target type" in r.output and "Q4_K_M" in r.output
     _only(tmp_path)
