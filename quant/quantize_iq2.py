@@ -286,6 +286,74 @@ def _block_iq2_xxs(x, qw, ob, index_map, neighbours, grid):
     return d, True
 
 
+@_jit
+def _block_iq2_16(x, qw, has_qw, kind, ob, index_map, neighbours, grid):
+    """The sub-blocks of 16: IQ2_XS { d; u16 qs[32] = 9-bit grid index | 7 sign bits << 9;
+    u8 scales[8] } and IQ2_S { d; u8 qs[32] = grid index bits 0..7; u8 signs[32]; u8 qh[8] = index
+    bits 8..9, 2 per group; u8 scales[8] }; 4-bit scales, low nibble first. Returns (d, ok)."""
+    weight = np.empty(16, np.float32)
+    waux = np.empty(16, np.float32)
+    xval = np.empty(16, np.float32)
+    L = np.zeros(16, np.int32)
+    Laux = np.zeros(16, np.int32)
+    scales = np.zeros(16, np.float32)
+    signs = np.zeros(2, np.int64)
+    xs = kind == _XS
+    sign_mask = 127 if xs else 255
+    eps = GROUP_MAX_EPS if xs else GROUP_MAX_EPS_IQ2_S
+    scales_at = 66 if xs else 74
+    sigma2 = _sum_squares(x) / f32(QK_K) if xs else f32(2) * _sum_squares(x) / f32(QK_K)
+    for j in range(2, ob.shape[0]):
+        ob[j] = 0
+    max_scale = f32(0)
+    for ib in range(16):
+        xb = x[16 * ib : 16 * ib + 16]
+        if not _weights(xb, qw[16 * ib : 16 * ib + 16], has_qw, sigma2, weight, waux):
+            return f32(0), False
+        for k in range(2):
+            signs[k] = _abs_and_signs(xb, weight, xval, 8 * k, xs)
+        mx = xval[0]
+        for i in range(1, 16):
+            mx = max(mx, xval[i])
+        L[:] = 0
+        if mx < eps:
+            continue
+        scale, status = _search_16(xval, weight, waux, mx, L, Laux, index_map, neighbours, grid)
+        if status == _FAILED:
+            return f32(0), False
+        if scale < 0:  # ggml: "should never happen"; the scale is stored unsigned, so flip the signs
+            scale = -scale
+            for k in range(2):
+                signs[k] = ~signs[k] & sign_mask
+        if not scale >= 0:  # NaN from overflowing sums: ggml's GGML_ASSERT(scale >= 0) aborts
+            return f32(0), False
+        for k in range(2):
+            gi = _grid_index(L, 8 * k, index_map)
+            if gi < 0:
+                return f32(0), False
+            i8 = 2 * ib + k
+            if xs:
+                q = gi | (signs[k] << 9)
+                ob[2 + 2 * i8] = q & 0xFF
+                ob[3 + 2 * i8] = q >> 8
+            else:
+                ob[2 + i8] = gi & 0xFF
+                ob[66 + i8 // 4] |= (gi >> 8) << (2 * (i8 % 4))
+                ob[34 + i8] = signs[k]
+        scales[ib] = scale
+        max_scale = max(max_scale, scale)
+    if max_scale == 0:
+        if xs:  # IQ2_XS clears its indices and signs; IQ2_S keeps what it wrote (ggml does both)
+            for j in range(2, 66):
+                ob[j] = 0
+        return f32(0), True
+    d, ls = _sub_scales(scales, max_scale)
+    for ib in range(16):
+        ob[scales_at + ib // 2] |= ls[ib] << (4 * (ib % 2))
+    # IQ2_S stores a slightly smaller d than the one its scales were rounded with (ggml's 0.9875)
+    return (d if xs else d * f32(0.9875)), True
+
+
 @_par
 def _rows(x, qw, has_qw, kind, out, dd, ok, index_map, neighbours, grid):
     nb = x.shape[1] // QK_K
@@ -298,7 +366,7 @@ def _rows(x, qw, has_qw, kind, out, dd, ok, index_map, neighbours, grid):
             if kind == _XXS:
                 d, good = _block_iq2_xxs(xb, qb, ob, index_map, neighbours, grid)
             else:
-                d, good = f32(0), False
+                d, good = _block_iq2_16(xb, qb, has_qw, kind, ob, index_map, neighbours, grid)
             dd[r, ib] = d
             if not good:
                 ok[r] = False
@@ -308,6 +376,8 @@ def _rows(x, qw, has_qw, kind, out, dd, ok, index_map, neighbours, grid):
 # type -> (kernel kind, block bytes, ggml requires importance weights)
 _LAYOUTS = {
     T.IQ2_XXS: (_XXS, IQ2_XXS_TYPE_SIZE, True),
+    T.IQ2_XS: (_XS, IQ2_XS_TYPE_SIZE, True),
+    T.IQ2_S: (_S, IQ2_S_TYPE_SIZE, False),
 }
 IQ2_TYPES = frozenset(_LAYOUTS)
 IQ2_TYPES_REQUIRING_IMATRIX = frozenset(t for t, v in _LAYOUTS.items() if v[2])
@@ -350,3 +420,18 @@ def quantize_rows_iq2(x: np.ndarray, qtype: T, qw: np.ndarray | None) -> np.ndar
 def quantize_iq2_xxs(rows: np.ndarray, qw: np.ndarray) -> np.ndarray:
     """Rows (n, a multiple of 256), importance (n_per_row,) -> IQ2_XXS rows."""
     return quantize_rows_iq2(rows, T.IQ2_XXS, qw)
+
+
+def quantize_iq2_xs(rows: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    """Rows (n, a multiple of 256), importance (n_per_row,) -> IQ2_XS rows."""
+    return quantize_rows_iq2(rows, T.IQ2_XS, qw)
+
+
+def quantize_iq2_s(rows: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """Rows (n, a multiple of 256), importance (n_per_row,) or None -> IQ2_S rows."""
+    return quantize_rows_iq2(rows, T.IQ2_S, qw)
+
+
+def quantize_row_iq2_s(x: np.ndarray) -> np.ndarray:
+    """Blocks (n, 256) -> IQ2_S blocks (n, 82), no imatrix (ggml's quantize_row_iq2_s_ref)."""
+    return quantize_rows_iq2(x, T.IQ2_S, None)

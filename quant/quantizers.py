@@ -46,6 +46,7 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
 # refuses to quantize without an imatrix.
 WEIGHTED_QUANTIZERS: dict[T, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     T.IQ2_XXS: iq2.quantize_iq2_xxs,
+    T.IQ2_XS: iq2.quantize_iq2_xs,
 }
 
 

@@ -28,7 +28,7 @@ LLAMA_QUANTIZE = Path(os.environ.get("LLAMA_QUANTIZE") or shutil.which("llama-qu
 pytestmark = pytest.mark.skipif(not LLAMA_QUANTIZE.is_file(), reason="no llama-quantize binary ($LLAMA_QUANTIZE)")
 
 # llama-quantize's file type -> the IQ2 type most of its tensors get (llama-quant.cpp)
-FTYPES = {"IQ2_XXS": T.IQ2_XXS}
+FTYPES = {"IQ2_XXS": T.IQ2_XXS, "IQ2_XS": T.IQ2_XS}
 
 
 @pytest.fixture(scope="module")
