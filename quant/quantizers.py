@@ -39,6 +39,7 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
     T.Q6_K: kq.quantize_row_q6_K,
     T.IQ4_NL: qw.quantize_row_iq4_nl,
     T.IQ4_XS: qw.quantize_row_iq4_xs,
+    T.IQ2_S: iq2.quantize_row_iq2_s,
 }
 
 # The weighted quantizers outside quantize_weighted: float32 rows (n, n_per_row) and importance
@@ -47,6 +48,7 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
 WEIGHTED_QUANTIZERS: dict[T, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     T.IQ2_XXS: iq2.quantize_iq2_xxs,
     T.IQ2_XS: iq2.quantize_iq2_xs,
+    T.IQ2_S: iq2.quantize_iq2_s,
 }
 
 
@@ -55,7 +57,7 @@ class ImatrixRequired(ValueError):
 
 
 # The k-quant kernels spread their blocks over numba's threads themselves.
-_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS}
+_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.IQ2_S}
 # Blocks quantized per step by the numpy quantizers: the temporaries stay in the CPU caches
 # (several times faster than whole-slab passes) and the steps run on a thread pool (numpy
 # releases the GIL).

@@ -12,18 +12,19 @@ from localinfer.quant import dequantize
 from localinfer.quant.quantize_iq2 import IQ2QuantizeError, quantize_rows_iq2
 from localinfer.quant.quantizers import ImatrixRequired, quantize, uses_imatrix
 
-TYPES = [T.IQ2_XXS, T.IQ2_XS]
+TYPES = [T.IQ2_XXS, T.IQ2_XS, T.IQ2_S]
 # Relative RMS error of N(0, 1) rows with uniform importance: measured 0.34 (IQ2_XXS), 0.30
-# (IQ2_XS); the bounds leave room for other random rows, not for a worse search.
-MAX_REL_RMSE = {T.IQ2_XXS: 0.37, T.IQ2_XS: 0.33}
+# (IQ2_XS), 0.25 (IQ2_S; 0.26 without an imatrix); the bounds leave room for other random rows,
+# not for a worse search.
+MAX_REL_RMSE = {T.IQ2_XXS: 0.37, T.IQ2_XS: 0.33, T.IQ2_S: 0.28}
 
 
 def _scale_nibbles(q: np.ndarray, qtype: T) -> np.ndarray:
     """(n_blocks, sub-blocks) 4-bit sub-block scales of each block."""
     if qtype == T.IQ2_XXS:
         return np.ascontiguousarray(q[:, 2:]).view(np.uint32).reshape(-1, 8, 2)[..., 1] >> 28
-    if qtype == T.IQ2_XS:
-        sc = q[:, 66:74]
+    if qtype in (T.IQ2_XS, T.IQ2_S):
+        sc = q[:, 66:74] if qtype == T.IQ2_XS else q[:, 74:82]
         return np.stack([sc & 0xF, sc >> 4], axis=-1).reshape(-1, 16)
     raise AssertionError(qtype)
 
@@ -49,10 +50,12 @@ def test_importance_moves_the_error_to_unimportant_columns(qtype):
     qw = np.full(512, 1e-3, np.float32)
     qw[rng.choice(512, 48, replace=False)] = 1.0
     err = {}
-    for name, w in (("uniform", np.ones(512, np.float32)), ("weighted", qw)):
+    for name, w in (("uniform", np.ones(512, np.float32)), ("weighted", qw), ("none", None)):
+        if w is None and qtype != T.IQ2_S:
+            continue  # the others have no quantizer without importance weights
         y = dequantize(quantize(x, qtype, w), qtype, x.shape)
         err[name] = float((qw * (y - x) ** 2).sum())
-    assert err["weighted"] < 0.6 * err["uniform"], err
+    assert err["weighted"] < 0.6 * min(err["uniform"], err.get("none", np.inf)), err
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
@@ -119,6 +122,18 @@ def test_types_that_ggml_quantizes_only_with_an_imatrix(qtype):
         quantize(np.ones((1, 256), np.float32), qtype)
     with pytest.raises(IQ2QuantizeError, match="--imatrix"):
         quantize_rows_iq2(np.ones((1, 256), np.float32), qtype, None)
+
+
+def test_iq2_s_without_an_imatrix():
+    """ggml quantizes IQ2_S without weights too (error weights sigma2/4 + x^2): the registry's
+    plain quantizer, block by block, is that path."""
+    x = np.random.default_rng(6).standard_normal((8, 512)).astype(np.float32)
+    q = quantize(x, T.IQ2_S)
+    np.testing.assert_array_equal(q, quantize_rows_iq2(x, T.IQ2_S, None))
+    assert not np.array_equal(q, quantize(x, T.IQ2_S, np.ones(512, np.float32)))
+    y = dequantize(q, T.IQ2_S, x.shape)
+    rel = np.sqrt(((y - x) ** 2).mean(axis=1) / (x**2).mean(axis=1))
+    assert rel.max() < 1.1 * MAX_REL_RMSE[T.IQ2_S]
 
 
 def test_row_length_must_be_whole_superblocks():

@@ -27,8 +27,15 @@ LLAMA_QUANTIZE = Path(os.environ.get("LLAMA_QUANTIZE") or shutil.which("llama-qu
 
 pytestmark = pytest.mark.skipif(not LLAMA_QUANTIZE.is_file(), reason="no llama-quantize binary ($LLAMA_QUANTIZE)")
 
-# llama-quantize's file type -> the IQ2 type most of its tensors get (llama-quant.cpp)
-FTYPES = {"IQ2_XXS": T.IQ2_XXS, "IQ2_XS": T.IQ2_XS}
+# (llama-quantize's file type, its arguments, the IQ2 type to check in its output, llama-quant.cpp's
+# count of such tensors in the synthetic model). IQ2_M's default type is IQ2_S; with --pure the
+# token embedding, which has no imatrix entry, gets IQ2_S too: ggml's path without weights.
+CASES = [
+    ("IQ2_XXS", [], T.IQ2_XXS, 40),
+    ("IQ2_XS", [], T.IQ2_XS, 40),
+    ("IQ2_M", [], T.IQ2_S, 32),
+    ("IQ2_M", ["--pure"], T.IQ2_S, 50),
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,22 +53,24 @@ def model(tmp_path_factory):
     return d, tensors
 
 
-@pytest.mark.parametrize("ftype", list(FTYPES))
-def test_iq2_tensors_match_llama_quantize(model, ftype, tmp_path):
+@pytest.mark.parametrize("ftype,extra,qtype,count", CASES, ids=[f"{c[0]}{''.join(c[1])}" for c in CASES])
+def test_iq2_tensors_match_llama_quantize(model, ftype, extra, qtype, count, tmp_path):
     d, tensors = model
     out = tmp_path / f"{ftype}.gguf"
-    subprocess.run([str(LLAMA_QUANTIZE), "--imatrix", str(d / "imatrix.gguf"), str(d / "m.gguf"), str(out), ftype, "2"],
-                   check=True, capture_output=True)
+    subprocess.run([str(LLAMA_QUANTIZE), *extra, "--imatrix", str(d / "imatrix.gguf"), str(d / "m.gguf"), str(out),
+                    ftype, "2"], check=True, capture_output=True)
     im = read_imatrix(d / "imatrix.gguf")
-    qtype = FTYPES[ftype]
-    checked = 0
+    checked = []
     with GGUFFile(out) as f:
         for name, t in f.tensors.items():
             if t.ggml_type != qtype:
                 continue
-            ours = quantize(tensors[name], qtype, im.weights_for(name))
+            w = im.weights_for(name)
+            ours = quantize(tensors[name], qtype, w)
             theirs = np.asarray(f.tensor_data(name)).reshape(ours.shape)
             diff = np.nonzero((ours != theirs).any(axis=1))[0]
             assert len(diff) == 0, f"{name}: {len(diff)} of {ours.shape[0]} rows differ, first {diff[:5]}"
-            checked += 1
-    assert checked >= 8 * 5, f"only {checked} {qtype.name} tensors in llama-quantize's {ftype} file"
+            checked.append(w is None)
+    assert len(checked) == count, f"{len(checked)} {qtype.name} tensors in llama-quantize's {ftype} file"
+    if "--pure" in extra:
+        assert checked.count(True) == 1  # token_embd.weight, quantized without importance weights
