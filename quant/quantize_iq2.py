@@ -21,7 +21,8 @@ ggml requires importance weights for IQ2_XXS and IQ2_XS (``ggml_quantize_require
 IQ2_S without them weights by ``sigma2 / 4 + x^2`` (its sigma2 is twice the others').
 Contract as quantize_weighted's: float32 rows (n_rows, n_per_row), qw (n_per_row,) -> uint8
 (n_rows, row bytes); rows in parallel, each row sequential float32 in ggml's order, so the bytes
-are ggml's. Non-finite input is a ValueError (ggml would abort on it).
+are ggml's. Input ggml cannot quantize sensibly (NaN or inf, error weights past float32: ggml
+aborts or writes zeros) is an ``IQ2QuantizeError`` (a ValueError) instead.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from gguf import GGMLQuantizationType as T
 
 from .dequant_grids import IQ2_S_TYPE_SIZE, IQ2_XS_TYPE_SIZE, IQ2_XXS_TYPE_SIZE, QK_K
 from .grid_search import find_best_neighbour, grid_search
-from .kquant_search import GROUP_MAX_EPS, f32, fp16_round, nearest_int
+from .kquant_search import GROUP_MAX_EPS, f32, nearest_int
 from .kquant_search_weighted import make_qp_quants
 
 _jit = numba.njit(cache=True, nogil=True)
@@ -47,7 +48,8 @@ _XXS, _XS, _S = 0, 1, 2
 
 
 class IQ2QuantizeError(ValueError):
-    """Input that ggml's IQ2 quantizers cannot quantize (they abort): NaN or inf."""
+    """Input the IQ2 quantizers refuse: NaN or inf, error sums past float32, no importance weights
+    for a type that needs them."""
 
 
 @_jit
