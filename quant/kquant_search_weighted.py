@@ -104,7 +104,7 @@ def make_qp_quants(nmax, x, L, qw):
     for i in range(n):
         l = min(nmax, nearest_int(iscale * x[i]))
         L[i] = l & 0xFF
-        fl = f32(L[i])
+        fl = f32(l)  # C sums the int l, not the uint8 L[i]: they differ for an x < 0 (IQ2_XXS's xval)
         sumlx += qw[i] * x[i] * fl
         suml2 += qw[i] * fl * fl
     for _ in range(5):

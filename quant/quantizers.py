@@ -17,6 +17,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from . import quantize_basic as basic
+from . import quantize_iq2 as iq2
 from . import quantize_kquants as kq
 from . import quantize_ternary_mxfp4 as tm
 from . import quantize_weighted as qw
@@ -42,11 +43,25 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
     T.TQ1_0: tm.quantize_row_tq1_0,
     T.TQ2_0: tm.quantize_row_tq2_0,
     T.MXFP4: tm.quantize_row_mxfp4,
+    T.IQ2_S: iq2.quantize_row_iq2_s,
+}
+
+# The weighted quantizers outside quantize_weighted: float32 rows (n, n_per_row) and importance
+# weights (n_per_row,) -> uint8 (n, row bytes). A type here but not in QUANTIZERS is one that ggml
+# refuses to quantize without an imatrix.
+WEIGHTED_QUANTIZERS: dict[T, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    T.IQ2_XXS: iq2.quantize_iq2_xxs,
+    T.IQ2_XS: iq2.quantize_iq2_xs,
+    T.IQ2_S: iq2.quantize_iq2_s,
 }
 
 
+class ImatrixRequired(ValueError):
+    """A type that ggml quantizes only with importance weights, asked for without them."""
+
+
 # The k-quant kernels spread their blocks over numba's threads themselves.
-_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS}
+_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.IQ2_S}
 # Blocks quantized per step by the numpy quantizers: the temporaries stay in the CPU caches
 # (several times faster than whole-slab passes) and the steps run on a thread pool (numpy
 # releases the GIL).
@@ -78,12 +93,12 @@ def _map(fn, items) -> None:
 
 
 def can_quantize_to(qtype: T | int) -> bool:
-    return int(qtype) in QUANTIZERS
+    return int(qtype) in QUANTIZERS or int(qtype) in WEIGHTED_QUANTIZERS
 
 
 def uses_imatrix(qtype: T | int) -> bool:
     """Whether ggml quantizes `qtype` differently given an importance matrix."""
-    return int(qtype) in qw.WEIGHTED_TYPES
+    return int(qtype) in qw.WEIGHTED_TYPES or int(qtype) in WEIGHTED_QUANTIZERS
 
 
 def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -> np.ndarray:
@@ -96,7 +111,10 @@ def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -
     """
     fmt = get_format(qtype)
     fn = QUANTIZERS.get(fmt.ggml_type)
-    if fn is None:
+    if fn is None and fmt.ggml_type in WEIGHTED_QUANTIZERS and imatrix is None:
+        raise ImatrixRequired(f"{fmt.name} needs an importance matrix: make one with `localinfer imatrix` "
+                              f"and pass it with --imatrix")
+    if fn is None and fmt.ggml_type not in WEIGHTED_QUANTIZERS:
         supported = ", ".join(t.name for t in QUANTIZERS)
         raise UnsupportedQuantType(f"cannot quantize to {fmt.name}; supported targets: {supported}")
     x = np.ascontiguousarray(x, dtype=np.float32)
@@ -108,7 +126,9 @@ def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -
         imatrix = np.asarray(imatrix, dtype=np.float32)
         if imatrix.shape != (x.shape[-1],):
             raise ValueError(f"imatrix has shape {imatrix.shape}, rows have {x.shape[-1]} columns")
-        return qw.quantize_rows_weighted(rows, fmt.ggml_type, imatrix).reshape(
+        weighted = WEIGHTED_QUANTIZERS.get(fmt.ggml_type)
+        q = weighted(rows, imatrix) if weighted else qw.quantize_rows_weighted(rows, fmt.ggml_type, imatrix)
+        return q.reshape(
             *x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
     src = x.reshape(-1, fmt.block_size)
     if fmt.ggml_type in _PARALLEL_INSIDE:
