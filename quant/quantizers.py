@@ -17,6 +17,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from . import quantize_basic as basic
+from . import quantize_iq3 as iq3
 from . import quantize_kquants as kq
 from . import quantize_weighted as qw
 from .formats import UnsupportedQuantType, get_format
@@ -38,11 +39,13 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
     T.Q6_K: kq.quantize_row_q6_K,
     T.IQ4_NL: qw.quantize_row_iq4_nl,
     T.IQ4_XS: qw.quantize_row_iq4_xs,
+    T.IQ3_XXS: iq3.quantize_row_iq3_xxs,
+    T.IQ3_S: iq3.quantize_row_iq3_s,
 }
 
 
 # The k-quant kernels spread their blocks over numba's threads themselves.
-_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS}
+_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.IQ3_XXS, T.IQ3_S}
 # Blocks quantized per step by the numpy quantizers: the temporaries stay in the CPU caches
 # (several times faster than whole-slab passes) and the steps run on a thread pool (numpy
 # releases the GIL).
@@ -79,7 +82,7 @@ def can_quantize_to(qtype: T | int) -> bool:
 
 def uses_imatrix(qtype: T | int) -> bool:
     """Whether ggml quantizes `qtype` differently given an importance matrix."""
-    return int(qtype) in qw.WEIGHTED_TYPES
+    return int(qtype) in qw.WEIGHTED_TYPES or int(qtype) in iq3.IQ3_TYPES
 
 
 def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -> np.ndarray:
@@ -104,7 +107,8 @@ def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -
         imatrix = np.asarray(imatrix, dtype=np.float32)
         if imatrix.shape != (x.shape[-1],):
             raise ValueError(f"imatrix has shape {imatrix.shape}, rows have {x.shape[-1]} columns")
-        return qw.quantize_rows_weighted(rows, fmt.ggml_type, imatrix).reshape(
+        rows_fn = iq3.quantize_rows_iq3 if fmt.ggml_type in iq3.IQ3_TYPES else qw.quantize_rows_weighted
+        return rows_fn(rows, fmt.ggml_type, imatrix).reshape(
             *x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
     src = x.reshape(-1, fmt.block_size)
     if fmt.ggml_type in _PARALLEL_INSIDE:
