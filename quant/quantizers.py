@@ -18,6 +18,7 @@ from gguf import GGMLQuantizationType as T
 
 from . import quantize_basic as basic
 from . import quantize_iq2 as iq2
+from . import quantize_iq3 as iq3
 from . import quantize_kquants as kq
 from . import quantize_ternary_mxfp4 as tm
 from . import quantize_weighted as qw
@@ -44,6 +45,8 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
     T.TQ2_0: tm.quantize_row_tq2_0,
     T.MXFP4: tm.quantize_row_mxfp4,
     T.IQ2_S: iq2.quantize_row_iq2_s,
+    T.IQ3_XXS: iq3.quantize_row_iq3_xxs,
+    T.IQ3_S: iq3.quantize_row_iq3_s,
 }
 
 # The weighted quantizers outside quantize_weighted: float32 rows (n, n_per_row) and importance
@@ -53,6 +56,8 @@ WEIGHTED_QUANTIZERS: dict[T, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     T.IQ2_XXS: iq2.quantize_iq2_xxs,
     T.IQ2_XS: iq2.quantize_iq2_xs,
     T.IQ2_S: iq2.quantize_iq2_s,
+    T.IQ3_XXS: iq3.quantize_iq3_xxs,
+    T.IQ3_S: iq3.quantize_iq3_s,
 }
 
 
@@ -61,7 +66,7 @@ class ImatrixRequired(ValueError):
 
 
 # The k-quant kernels spread their blocks over numba's threads themselves.
-_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.IQ2_S}
+_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S}
 # Blocks quantized per step by the numpy quantizers: the temporaries stay in the CPU caches
 # (several times faster than whole-slab passes) and the steps run on a thread pool (numpy
 # releases the GIL).
