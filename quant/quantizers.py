@@ -17,6 +17,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from . import quantize_basic as basic
+from . import quantize_iq1 as iq1
 from . import quantize_kquants as kq
 from . import quantize_weighted as qw
 from .formats import UnsupportedQuantType, get_format
@@ -38,6 +39,13 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
     T.Q6_K: kq.quantize_row_q6_K,
     T.IQ4_NL: qw.quantize_row_iq4_nl,
     T.IQ4_XS: qw.quantize_row_iq4_xs,
+}
+
+# Whole-row quantizers with their own importance-weighted search: float32 rows (n, n_per_row) and
+# qw (n_per_row,) or None -> uint8 (n, row bytes). Those that ggml refuses to run without an imatrix
+# (IQ1_S) are only here and raise ImatrixRequired (a ValueError) for qw None.
+ROW_QUANTIZERS: dict[T, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
+    T.IQ1_S: iq1.quantize_rows_iq1_s,
 }
 
 
@@ -74,12 +82,12 @@ def _map(fn, items) -> None:
 
 
 def can_quantize_to(qtype: T | int) -> bool:
-    return int(qtype) in QUANTIZERS
+    return int(qtype) in QUANTIZERS or int(qtype) in ROW_QUANTIZERS
 
 
 def uses_imatrix(qtype: T | int) -> bool:
     """Whether ggml quantizes `qtype` differently given an importance matrix."""
-    return int(qtype) in qw.WEIGHTED_TYPES
+    return int(qtype) in qw.WEIGHTED_TYPES or int(qtype) in ROW_QUANTIZERS
 
 
 def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -> np.ndarray:
@@ -92,20 +100,22 @@ def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -
     """
     fmt = get_format(qtype)
     fn = QUANTIZERS.get(fmt.ggml_type)
-    if fn is None:
-        supported = ", ".join(t.name for t in QUANTIZERS)
+    if fn is None and fmt.ggml_type not in ROW_QUANTIZERS:
+        supported = ", ".join(t.name for t in [*QUANTIZERS, *ROW_QUANTIZERS])
         raise UnsupportedQuantType(f"cannot quantize to {fmt.name}; supported targets: {supported}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim == 0 or x.shape[-1] % fmt.block_size:
         raise ValueError(f"row length {x.shape[-1] if x.ndim else 0} is not a multiple of the "
                          f"{fmt.name} block size {fmt.block_size}")
+    out_shape = (*x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
     if imatrix is not None and uses_imatrix(fmt.ggml_type):
-        rows = x.reshape(-1, x.shape[-1])
         imatrix = np.asarray(imatrix, dtype=np.float32)
         if imatrix.shape != (x.shape[-1],):
             raise ValueError(f"imatrix has shape {imatrix.shape}, rows have {x.shape[-1]} columns")
-        return qw.quantize_rows_weighted(rows, fmt.ggml_type, imatrix).reshape(
-            *x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
+    if fmt.ggml_type in ROW_QUANTIZERS:
+        return ROW_QUANTIZERS[fmt.ggml_type](x.reshape(-1, x.shape[-1]), imatrix).reshape(out_shape)
+    if imatrix is not None and uses_imatrix(fmt.ggml_type):
+        return qw.quantize_rows_weighted(x.reshape(-1, x.shape[-1]), fmt.ggml_type, imatrix).reshape(out_shape)
     src = x.reshape(-1, fmt.block_size)
     if fmt.ggml_type in _PARALLEL_INSIDE:
         blocks = fn(src)
@@ -117,4 +127,4 @@ def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -
             blocks[start : start + step] = fn(src[start : start + step])
 
         _map(one_step, list(range(0, src.shape[0], step)))
-    return blocks.reshape(*x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
+    return blocks.reshape(out_shape)

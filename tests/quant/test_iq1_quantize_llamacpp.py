@@ -1,0 +1,67 @@
+"""IQ1_S and IQ1_M against `llama-quantize --imatrix`, tensor for tensor (skipped without the
+binary: $LLAMA_QUANTIZE or llama-quantize on PATH, as test_imatrix_quantize_llamacpp.py).
+
+llama-quantize writes an IQ1_S / IQ1_M file of the synthetic model; every tensor it wrote in the
+type under test must equal our `quantize(source, type, imatrix row)` byte for byte. (The whole
+file needs the IQ1 file-type mixes too; this checks the quantizers alone.) The source is F16, so
+sub-blocks hold equal values: the ties of ggml's sort are exercised. The random imatrix spreads
+its values over orders of magnitude, as real activations do, so the weights move the cut points.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+import synthetic_gguf
+from localinfer.gguf_file import GGUFFile
+from localinfer.quant.imatrix_file import Imatrix, ImatrixEntry, read_imatrix, write_imatrix
+from localinfer.quant.quantizers import quantize
+
+LLAMA_QUANTIZE = Path(os.environ.get("LLAMA_QUANTIZE") or shutil.which("llama-quantize") or "llama-quantize")
+
+pytestmark = pytest.mark.skipif(not LLAMA_QUANTIZE.is_file(), reason="no llama-quantize binary ($LLAMA_QUANTIZE)")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """The synthetic model and an imatrix for its blk.* weights (none for token_embd)."""
+    d = tmp_path_factory.mktemp("iq1-llamacpp")
+    tensors = synthetic_gguf.write(d / "m.gguf")
+    rng = np.random.default_rng(5)
+    im = Imatrix(datasets=["synthetic.txt"], chunk_count=3, chunk_size=512)
+    for name, x in tensors.items():
+        if x.ndim == 2 and name.startswith("blk."):
+            sums = (np.exp(rng.normal(0, 2, (1, x.shape[1]))) * 1536).astype(np.float32)
+            im.entries[name] = ImatrixEntry(sums, np.array([1536], np.int64))
+    write_imatrix(d / "im.gguf", im)
+    return d, tensors
+
+
+def _compare(model, ftype: str, qtype: T, extra: list[str], tmp_path: Path) -> list[str]:
+    d, tensors = model
+    out = tmp_path / f"{ftype}.gguf"
+    subprocess.run([str(LLAMA_QUANTIZE), *extra, "--imatrix", str(d / "im.gguf"), str(d / "m.gguf"), str(out),
+                    ftype, "2"], check=True, capture_output=True)
+    im = read_imatrix(d / "im.gguf")
+    checked = []
+    with GGUFFile(out) as f:
+        for name, t in f.tensors.items():
+            if t.ggml_type != qtype:
+                continue
+            ours = quantize(tensors[name], qtype, im.weights_for(name))
+            theirs = np.asarray(f.tensor_data(name)).reshape(ours.shape)
+            rows = np.nonzero((ours != theirs).any(axis=1))[0]
+            assert len(rows) == 0, f"{name}: {len(rows)} of {ours.shape[0]} rows differ, first {rows[:5]}"
+            checked.append(name)
+    return checked
+
+
+def test_iq1_s_tensors_are_llamacpps(model, tmp_path):
+    checked = _compare(model, "IQ1_S", T.IQ1_S, [], tmp_path)
+    assert len(checked) >= 8 * 4, checked  # attn_q, attn_k, ffn_gate, ffn_up of every layer
