@@ -255,6 +255,174 @@ def _rows_iq1_s(x, qw, out, dd, ok, index_map, neighbours, grid):
                 ok[r] = False
 
 
+# --- IQ1_M { qs[32]; qh[16]; sc[4] (u16) }: sub-blocks of 16, no separate d ----------------------
+
+# qh bits of a sub-block's two delta signs, by its shift code k: bit 3 the first 8 (k >= 2), bit 7
+# the second 8 (k odd)
+_IQ1_M_SHIFT_BITS = np.array([0x00, 0x80, 0x08, 0x88], np.int64)
+
+
+@_jit
+def _iq1_m_levels(k, half):
+    """The levels of half 0 / 1 of a sub-block with shift code k (0: ++, 1: +-, 2: -+, 3: --)."""
+    neg = k >= 2 if half == 0 else k % 2 == 1
+    return X_M if neg else X_P
+
+
+@_jit
+def _best_split_iq1_m(xb, weight, order):
+    """Step 1 for 16 values, each half of 8 with its own shift sign: (scale, i1, i2, k).
+
+    Prefix sums per half: with levels v0 = v1 - 1 = v2 - 2 the sum over a split of w x v is
+    total * v2 - (prefix at i1) - (prefix at i2), and the same for w v^2 with fixed differences."""
+    n = xb.shape[0]
+    px = np.zeros((2, n + 1), np.float32)
+    pw = np.zeros((2, n + 1), np.float32)
+    for j in range(n):
+        i = order[j]
+        h = 0 if i < n // 2 else 1
+        px[h, j + 1] = px[h, j] + weight[i] * xb[i]
+        px[1 - h, j + 1] = px[1 - h, j]
+        pw[h, j + 1] = pw[h, j] + weight[i]
+        pw[1 - h, j + 1] = pw[1 - h, j]
+    p2 = X_P[2]
+    m2 = X_M[2]
+    cp1 = X_P[0] * X_P[0] - X_P[1] * X_P[1]
+    cp2 = X_P[1] * X_P[1] - X_P[2] * X_P[2]
+    cm1 = X_M[0] * X_M[0] - X_M[1] * X_M[1]
+    cm2 = X_M[1] * X_M[1] - X_M[2] * X_M[2]
+    qx_p = np.empty(2, np.float32)
+    qx_m = np.empty(2, np.float32)
+    q2_p = np.empty(2, np.float32)
+    q2_m = np.empty(2, np.float32)
+    sumqx = np.empty(4, np.float32)
+    sumq2 = np.empty(4, np.float32)
+    best_score = -FLT_MAX
+    scale = _abs_max(xb)
+    besti1 = -1
+    besti2 = -1
+    best_k = -1
+    for i1 in range(n + 1):
+        for i2 in range(i1, n + 1):
+            for h in range(2):
+                sx = px[h, i1] + px[h, i2]
+                qx_p[h] = px[h, n] * p2 - sx
+                qx_m[h] = px[h, n] * m2 - sx
+                q2_p[h] = pw[h, n] * p2 * p2 + pw[h, i1] * cp1 + pw[h, i2] * cp2
+                q2_m[h] = pw[h, n] * m2 * m2 + pw[h, i1] * cm1 + pw[h, i2] * cm2
+            sumqx[0] = qx_p[0] + qx_p[1]
+            sumqx[1] = qx_p[0] + qx_m[1]
+            sumqx[2] = qx_m[0] + qx_p[1]
+            sumqx[3] = qx_m[0] + qx_m[1]
+            sumq2[0] = q2_p[0] + q2_p[1]
+            sumq2[1] = q2_p[0] + q2_m[1]
+            sumq2[2] = q2_m[0] + q2_p[1]
+            sumq2[3] = q2_m[0] + q2_m[1]
+            for k in range(4):
+                if sumq2[k] > 0 and sumqx[k] * sumqx[k] > best_score * sumq2[k]:
+                    scale = sumqx[k] / sumq2[k]
+                    best_score = scale * sumqx[k]
+                    besti1 = i1
+                    besti2 = i2
+                    best_k = k
+    return scale, besti1, besti2, best_k
+
+
+@_jit
+def _superblock_iq1_m(xbl, qwbl, has_qw, ob, dd, index_map, neighbours, grid):
+    """One super-block of 256 -> block_iq1_m bytes in ob, but for d's four nibbles in the top bits
+    of sc[0..3] (the caller packs them from dd[0]). False when a group found no grid point."""
+    weight = np.empty(16, np.float32)
+    order = np.empty(16, np.int64)
+    L = np.empty(16, np.int64)
+    scales = np.zeros(16, np.float32)
+    shifts = np.zeros(16, np.int64)
+    index = np.empty(2, np.int64)
+    sigma2 = _sigma2(xbl)
+    max_scale = f32(0)
+    for ib in range(16):
+        xb = xbl[16 * ib : 16 * ib + 16]
+        _weights(xb, qwbl[16 * ib : 16 * ib + 16], has_qw, sigma2, weight)
+        if _abs_max(xb) < GROUP_MAX_EPS_IQ1_M:
+            continue   # scale 0, shift code 0, indices 0
+        _stable_order(xb, order)
+        scale, i1, i2, k_best = _best_split_iq1_m(xb, weight, order)
+        if i1 < 0 or i2 < 0 or k_best < 0:
+            continue
+        _levels_from_split(order, i1, i2, L)
+        if scale < 0:  # mirrored levels, both halves' shift signs flipped
+            for j in range(16):
+                L[j] = 2 - L[j]
+            scale = -scale
+            k_best = 3 - k_best
+        all_on_grid = True
+        for k in range(2):
+            g, on = _snap_group(L[8 * k : 8 * k + 8], xb[8 * k : 8 * k + 8], weight[8 * k : 8 * k + 8], scale,
+                                _iq1_m_levels(k_best, k), index_map, neighbours, grid)
+            if g < 0:
+                return False
+            all_on_grid = all_on_grid and on
+            index[k] = g
+        if not all_on_grid:
+            sumqx = f32(0)
+            sumq2 = f32(0)
+            for k in range(2):
+                xx = _iq1_m_levels(k_best, k)
+                for j in range(8):
+                    w = weight[8 * k + j]
+                    q = xx[(grid[index[k], j] - 1) // 2]
+                    sumqx += w * q * xb[8 * k + j]
+                    sumq2 += w * q * q
+            if sumqx > 0 and sumq2 > 0:
+                scale = sumqx / sumq2
+        ob[2 * ib] = index[0] & 255
+        ob[2 * ib + 1] = index[1] & 255
+        ob[32 + ib] = (index[0] >> 8) | ((index[1] >> 8) << 4)
+        scales[ib] = scale
+        shifts[ib] = k_best
+        max_scale = max(max_scale, scale)
+    if max_scale == 0:
+        return True
+    # 3-bit scale codes against d = max / 15, then d refitted over the whole super-block
+    sc = np.zeros(4, np.int64)
+    d = max_scale / f32(15)
+    id_ = f32(1) / d
+    sumqx = f32(0)
+    sumq2 = f32(0)
+    for ib in range(16):
+        l = max(0, min(7, nearest_int(f32(0.5) * (id_ * scales[ib] - f32(1)))))
+        sc[ib // 4] |= l << (3 * (ib % 4))
+        ob[32 + ib] |= _IQ1_M_SHIFT_BITS[shifts[ib]]
+        xb = xbl[16 * ib : 16 * ib + 16]
+        _weights(xb, qwbl[16 * ib : 16 * ib + 16], has_qw, sigma2, weight)
+        for k in range(2):
+            xx = _iq1_m_levels(shifts[ib], k)
+            g = int(ob[2 * ib + k]) | ((int(ob[32 + ib]) >> (4 * k)) & 7) << 8
+            for j in range(8):
+                w = weight[8 * k + j]
+                q = xx[(grid[g, j] - 1) // 2] * f32(2 * l + 1)
+                sumqx += w * q * xb[8 * k + j]
+                sumq2 += w * q * q
+    if sumq2 > 0:
+        d = sumqx / sumq2
+    dd[0] = d * f32(1.1125)   # ggml's fudge factor on the stored d
+    for i in range(4):
+        ob[48 + 2 * i] = sc[i] & 0xFF
+        ob[49 + 2 * i] = (sc[i] >> 8) & 0xFF
+    return True
+
+
+@_par
+def _rows_iq1_m(x, qw, has_qw, out, dd, ok, index_map, neighbours, grid):
+    nbl = x.shape[1] // QK_K
+    for r in numba.prange(x.shape[0]):
+        for ibl in range(nbl):
+            if not _superblock_iq1_m(x[r, QK_K * ibl : QK_K * ibl + QK_K], qw[QK_K * ibl : QK_K * ibl + QK_K], has_qw,
+                                     out[r, IQ1_M_TYPE_SIZE * ibl : IQ1_M_TYPE_SIZE * (ibl + 1)], dd[r, ibl : ibl + 1],
+                                     index_map, neighbours, grid):
+                ok[r] = False
+
+
 # --- the public functions --------------------------------------------------------------------
 
 
@@ -297,3 +465,27 @@ def quantize_rows_iq1_s(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     ok = np.ones(x.shape[0], np.bool_)
     _rows_iq1_s(x, qw, out, dd, ok, gs.index_map, gs.neighbours, gs.grid)
     return _finish("IQ1_S", out, dd, ok, 0, IQ1_S_TYPE_SIZE)
+
+
+def quantize_rows_iq1_m(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """float32 rows (n, k * 256), importance qw (k * 256,) or None (weights x^2) -> IQ1_M rows (n, k * 56)."""
+    has_qw = qw is not None
+    x, qw = _check(x, qw, "IQ1_M")
+    gs = grid_search(T.IQ1_M)
+    nbl = x.shape[1] // QK_K
+    out = np.zeros((x.shape[0], nbl * IQ1_M_TYPE_SIZE), np.uint8)
+    dd = np.zeros((x.shape[0], nbl), np.float32)
+    ok = np.ones(x.shape[0], np.bool_)
+    _rows_iq1_m(x, qw, has_qw, out, dd, ok, gs.index_map, gs.neighbours, gs.grid)
+    _finish("IQ1_M", out, dd, ok, -1, IQ1_M_TYPE_SIZE)
+    # d's fp16 bits, a nibble in the top of each sc[i] (bytes 49, 51, 53, 55), low nibble first
+    bits = dd.reshape(-1).astype("<f2").view(np.uint16)
+    blocks = out.reshape(-1, IQ1_M_TYPE_SIZE)
+    for i in range(4):
+        blocks[:, 49 + 2 * i] |= (((bits >> (4 * i)) & 0xF) << 4).astype(np.uint8)
+    return out
+
+
+def quantize_row_iq1_m(blocks: np.ndarray) -> np.ndarray:
+    """Blocks (n, 256) -> IQ1_M blocks (n, 56) without an imatrix (ggml's weights x^2)."""
+    return quantize_rows_iq1_m(blocks, None)

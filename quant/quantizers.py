@@ -39,6 +39,7 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
     T.Q6_K: kq.quantize_row_q6_K,
     T.IQ4_NL: qw.quantize_row_iq4_nl,
     T.IQ4_XS: qw.quantize_row_iq4_xs,
+    T.IQ1_M: iq1.quantize_row_iq1_m,
 }
 
 # Whole-row quantizers with their own importance-weighted search: float32 rows (n, n_per_row) and
@@ -46,6 +47,7 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
 # (IQ1_S) are only here and raise ImatrixRequired (a ValueError) for qw None.
 ROW_QUANTIZERS: dict[T, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
     T.IQ1_S: iq1.quantize_rows_iq1_s,
+    T.IQ1_M: iq1.quantize_rows_iq1_m,
 }
 
 

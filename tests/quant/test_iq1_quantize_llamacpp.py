@@ -65,3 +65,10 @@ def _compare(model, ftype: str, qtype: T, extra: list[str], tmp_path: Path) -> l
 def test_iq1_s_tensors_are_llamacpps(model, tmp_path):
     checked = _compare(model, "IQ1_S", T.IQ1_S, [], tmp_path)
     assert len(checked) >= 8 * 4, checked  # attn_q, attn_k, ffn_gate, ffn_up of every layer
+
+
+def test_iq1_m_tensors_are_llamacpps(model, tmp_path):
+    """--pure: every 256-column tensor IQ1_M, token_embd among them without an imatrix entry (ggml
+    quantizes IQ1_M without one, weighting by x^2; llama-quantize allows it for the embeddings)."""
+    checked = _compare(model, "IQ1_M", T.IQ1_M, ["--pure"], tmp_path)
+    assert "token_embd.weight" in checked and len(checked) >= 1 + 8 * 6, checked
