@@ -270,61 +270,83 @@ def _iq1_m_levels(k, half):
 
 
 @_jit
+def _better(sumqx, sumq2, k, best, k_now):
+    """ggml's test of one candidate: a better score sumqx^2 / sumq2 replaces best = [score, scale]."""
+    if sumq2 > 0 and sumqx * sumqx > best[0] * sumq2:
+        best[1] = sumqx / sumq2
+        best[0] = best[1] * sumqx
+        return k
+    return k_now
+
+
+@_jit
 def _best_split_iq1_m(xb, weight, order):
     """Step 1 for 16 values, each half of 8 with its own shift sign: (scale, i1, i2, k).
 
     Prefix sums per half: with levels v0 = v1 - 1 = v2 - 2 the sum over a split of w x v is
     total * v2 - (prefix at i1) - (prefix at i2), and the same for w v^2 with fixed differences."""
     n = xb.shape[0]
-    px = np.zeros((2, n + 1), np.float32)
-    pw = np.zeros((2, n + 1), np.float32)
+    # prefix sums over the sorted order of w x and w, kept apart for the first (0) and second (1) half
+    px0 = np.zeros(n + 1, np.float32)
+    px1 = np.zeros(n + 1, np.float32)
+    pw0 = np.zeros(n + 1, np.float32)
+    pw1 = np.zeros(n + 1, np.float32)
     for j in range(n):
         i = order[j]
-        h = 0 if i < n // 2 else 1
-        px[h, j + 1] = px[h, j] + weight[i] * xb[i]
-        px[1 - h, j + 1] = px[1 - h, j]
-        pw[h, j + 1] = pw[h, j] + weight[i]
-        pw[1 - h, j + 1] = pw[1 - h, j]
+        wx = weight[i] * xb[i]
+        if i < n // 2:
+            px0[j + 1] = px0[j] + wx
+            px1[j + 1] = px1[j]
+            pw0[j + 1] = pw0[j] + weight[i]
+            pw1[j + 1] = pw1[j]
+        else:
+            px0[j + 1] = px0[j]
+            px1[j + 1] = px1[j] + wx
+            pw0[j + 1] = pw0[j]
+            pw1[j + 1] = pw1[j] + weight[i]
     p2 = X_P[2]
     m2 = X_M[2]
     cp1 = X_P[0] * X_P[0] - X_P[1] * X_P[1]
     cp2 = X_P[1] * X_P[1] - X_P[2] * X_P[2]
     cm1 = X_M[0] * X_M[0] - X_M[1] * X_M[1]
     cm2 = X_M[1] * X_M[1] - X_M[2] * X_M[2]
-    qx_p = np.empty(2, np.float32)
-    qx_m = np.empty(2, np.float32)
-    q2_p = np.empty(2, np.float32)
-    q2_m = np.empty(2, np.float32)
-    sumqx = np.empty(4, np.float32)
-    sumq2 = np.empty(4, np.float32)
-    best_score = -FLT_MAX
-    scale = _abs_max(xb)
+    tx0 = px0[n] * p2
+    tx0m = px0[n] * m2
+    tx1 = px1[n] * p2
+    tx1m = px1[n] * m2
+    tw0 = pw0[n] * p2 * p2
+    tw0m = pw0[n] * m2 * m2
+    tw1 = pw1[n] * p2 * p2
+    tw1m = pw1[n] * m2 * m2
+    best = np.empty(2, np.float32)   # the best score and its scale
+    best[0] = -FLT_MAX
+    best[1] = _abs_max(xb)
     besti1 = -1
     besti2 = -1
     best_k = -1
     for i1 in range(n + 1):
         for i2 in range(i1, n + 1):
-            for h in range(2):
-                sx = px[h, i1] + px[h, i2]
-                qx_p[h] = px[h, n] * p2 - sx
-                qx_m[h] = px[h, n] * m2 - sx
-                q2_p[h] = pw[h, n] * p2 * p2 + pw[h, i1] * cp1 + pw[h, i2] * cp2
-                q2_m[h] = pw[h, n] * m2 * m2 + pw[h, i1] * cm1 + pw[h, i2] * cm2
-            sumqx[0] = qx_p[0] + qx_p[1]
-            sumqx[1] = qx_p[0] + qx_m[1]
-            sumqx[2] = qx_m[0] + qx_p[1]
-            sumqx[3] = qx_m[0] + qx_m[1]
-            sumq2[0] = q2_p[0] + q2_p[1]
-            sumq2[1] = q2_p[0] + q2_m[1]
-            sumq2[2] = q2_m[0] + q2_p[1]
-            sumq2[3] = q2_m[0] + q2_m[1]
-            for k in range(4):
-                if sumq2[k] > 0 and sumqx[k] * sumqx[k] > best_score * sumq2[k]:
-                    scale = sumqx[k] / sumq2[k]
-                    best_score = scale * sumqx[k]
-                    besti1 = i1
-                    besti2 = i2
-                    best_k = k
+            # per half: the sums for the levels with a + and with a - shift (scalars: the hot loop)
+            sx0 = px0[i1] + px0[i2]
+            sx1 = px1[i1] + px1[i2]
+            qx_p0 = tx0 - sx0
+            qx_m0 = tx0m - sx0
+            qx_p1 = tx1 - sx1
+            qx_m1 = tx1m - sx1
+            q2_p0 = tw0 + pw0[i1] * cp1 + pw0[i2] * cp2
+            q2_m0 = tw0m + pw0[i1] * cm1 + pw0[i2] * cm2
+            q2_p1 = tw1 + pw1[i1] * cp1 + pw1[i2] * cp2
+            q2_m1 = tw1m + pw1[i1] * cm1 + pw1[i2] * cm2
+            # the shift codes in ggml's order: ++, +-, -+, --
+            k = _better(qx_p0 + qx_p1, q2_p0 + q2_p1, 0, best, -1)
+            k = _better(qx_p0 + qx_m1, q2_p0 + q2_m1, 1, best, k)
+            k = _better(qx_m0 + qx_p1, q2_m0 + q2_p1, 2, best, k)
+            k = _better(qx_m0 + qx_m1, q2_m0 + q2_m1, 3, best, k)
+            if k >= 0:
+                besti1 = i1
+                besti2 = i2
+                best_k = k
+    scale = best[1]
     return scale, besti1, besti2, best_k
 
 
