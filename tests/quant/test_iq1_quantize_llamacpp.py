@@ -3,9 +3,11 @@ binary: $LLAMA_QUANTIZE or llama-quantize on PATH, as test_imatrix_quantize_llam
 
 llama-quantize writes an IQ1_S / IQ1_M file of the synthetic model; every tensor it wrote in the
 type under test must equal our `quantize(source, type, imatrix row)` byte for byte. (The whole
-file needs the IQ1 file-type mixes too; this checks the quantizers alone.) The source is F16, so
-sub-blocks hold equal values: the ties of ggml's sort are exercised. The random imatrix spreads
-its values over orders of magnitude, as real activations do, so the weights move the cut points.
+file needs the IQ1 file-type mixes too; this checks the quantizers alone.) Two sources: F16
+weights, and weights rounded to a coarse step so that most sub-blocks hold equal values -- ggml
+sorts by value alone, and the order of equal values changes the bytes (of IQ1_M in most rows,
+rarely of IQ1_S); glibc's qsort keeps them in index order, as ours does. The random imatrix
+spreads its values over orders of magnitude, as real activations do, so it moves the cut points.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
+from gguf import GGUFWriter
 
 import synthetic_gguf
 from localinfer.gguf_file import GGUFFile
@@ -28,11 +31,37 @@ LLAMA_QUANTIZE = Path(os.environ.get("LLAMA_QUANTIZE") or shutil.which("llama-qu
 pytestmark = pytest.mark.skipif(not LLAMA_QUANTIZE.is_file(), reason="no llama-quantize binary ($LLAMA_QUANTIZE)")
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    """The synthetic model and an imatrix for its blk.* weights (none for token_embd)."""
+def _write_coarse(path: Path) -> dict[str, np.ndarray]:
+    """The synthetic model with its weights rounded to multiples of 1/64: most sub-blocks then hold
+    equal values (ties in ggml's sort, whose order changes IQ1_M's bytes in most rows)."""
+    w = GGUFWriter(str(path), "llama")
+    synthetic_gguf.add_hparams(w)
+    w.add_file_type(1)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"t{i}" for i in range(synthetic_gguf.N_VOCAB)])
+    w.add_token_types([1] * synthetic_gguf.N_VOCAB)
+    written = {}
+    for name, x in synthetic_gguf.tensors(seed=3).items():
+        if x.ndim == 2:
+            x = (np.round(x * 64) / 64).astype(np.float16)
+        w.add_tensor(name, x)
+        written[name] = x.astype(np.float32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return written
+
+
+@pytest.fixture(scope="module", params=["f16", "coarse"])
+def model(request, tmp_path_factory):
+    """A synthetic model (F16 weights, or coarse ones full of ties) and an imatrix for its blk.*
+    weights (none for token_embd)."""
     d = tmp_path_factory.mktemp("iq1-llamacpp")
-    tensors = synthetic_gguf.write(d / "m.gguf")
+    if request.param == "f16":
+        tensors = synthetic_gguf.write(d / "m.gguf")
+    else:
+        tensors = _write_coarse(d / "m.gguf")
     rng = np.random.default_rng(5)
     im = Imatrix(datasets=["synthetic.txt"], chunk_count=3, chunk_size=512)
     for name, x in tensors.items():
