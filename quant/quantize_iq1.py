@@ -454,6 +454,12 @@ def _check(x: np.ndarray, qw: np.ndarray | None, name: str) -> tuple[np.ndarray,
         raise ValueError(f"{name}: rows must be (n, a multiple of {QK_K}), got {x.shape}")
     if not np.isfinite(x).all():
         raise ValueError(f"{name}: the weights have NaN or infinite values")
+    # ggml's sigma2 = 2 * sum(x^2) / 256 in float32: past FLT_MAX every weight is inf and its search
+    # compares NaNs (ggml then asserts or writes garbage); such a row is refused instead
+    sq = 2 * np.square(x, dtype=np.float64).reshape(x.shape[0], -1, QK_K).sum(axis=2)
+    if (sq > np.finfo(np.float32).max).any():
+        raise ValueError(f"{name}: row {int(np.nonzero((sq > np.finfo(np.float32).max).any(axis=1))[0][0])} has "
+                         f"values too large to quantize (their squares overflow float32)")
     if qw is None:
         return x, np.zeros(x.shape[1], np.float32)
     qw = np.ascontiguousarray(qw, dtype=np.float32)
@@ -464,13 +470,20 @@ def _check(x: np.ndarray, qw: np.ndarray | None, name: str) -> tuple[np.ndarray,
     return x, qw
 
 
+def _to_f16(dd: np.ndarray) -> np.ndarray:
+    """The fp16 d values, rounded to nearest even as GGML_FP32_TO_FP16; a d past 65504 (weights
+    near 1e18) becomes inf, as in ggml: the format cannot hold it."""
+    with np.errstate(over="ignore"):
+        return dd.reshape(-1).astype("<f2")
+
+
 def _finish(name: str, out: np.ndarray, dd: np.ndarray, ok: np.ndarray, d_offset: int, ts: int) -> np.ndarray:
     if not ok.all():
-        raise ValueError(f"{name}: row {int(np.nonzero(~ok)[0][0])} is too large to quantize "
-                         f"(its squares overflow float32)")
+        raise ValueError(f"{name}: row {int(np.nonzero(~ok)[0][0])} is too large to quantize with these "
+                         f"importance weights (the weighted errors overflow float32)")
     if d_offset >= 0:
         blocks = out.reshape(-1, ts)
-        blocks[:, d_offset : d_offset + 2] = dd.reshape(-1).astype("<f2").view(np.uint8).reshape(-1, 2)
+        blocks[:, d_offset : d_offset + 2] = _to_f16(dd).view(np.uint8).reshape(-1, 2)
     return out
 
 
@@ -501,7 +514,7 @@ def quantize_rows_iq1_m(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     _rows_iq1_m(x, qw, has_qw, out, dd, ok, gs.index_map, gs.neighbours, gs.grid)
     _finish("IQ1_M", out, dd, ok, -1, IQ1_M_TYPE_SIZE)
     # d's fp16 bits, a nibble in the top of each sc[i] (bytes 49, 51, 53, 55), low nibble first
-    bits = dd.reshape(-1).astype("<f2").view(np.uint16)
+    bits = _to_f16(dd).view(np.uint16)
     blocks = out.reshape(-1, IQ1_M_TYPE_SIZE)
     for i in range(4):
         blocks[:, 49 + 2 * i] |= (((bits >> (4 * i)) & 0xF) << 4).astype(np.uint8)

@@ -127,6 +127,10 @@ def test_bad_input_is_refused(qtype):
         w[3] = bad
         with pytest.raises(ValueError, match="importance weights must be finite"):
             quantize(x, qtype, w)
+    y = x.copy()
+    y[1, 9] = 1e20   # finite, but its square is not: ggml's search would compare NaNs
+    with pytest.raises(ValueError, match="row 1 has values too large"):
+        quantize(y, qtype, qw)
     with pytest.raises(ValueError, match="multiple of the .* block size 256"):
         quantize(np.zeros((2, 320), np.float32), qtype, np.ones(320, np.float32))
     with pytest.raises(ValueError, match="imatrix has shape"):
