@@ -31,7 +31,7 @@ from .formats import FORMATS, dequantize, get_format, row_nbytes
 from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_kv_str, encode_kv_u32
 from .imatrix_file import Imatrix, ImatrixError, check_imatrix_path
 from .mixes import ModelShape, category, get_file_type, plan_tensor_types, requires_imatrix, sort_key
-from .quantizers import can_quantize_to, quantize
+from .quantizers import can_quantize_to, needs_imatrix, quantize
 
 GGML_QNT_VERSION = 2  # ggml.h: the version of the quantized block formats
 # Elements dequantized and quantized per step: a few times this in float32 is the working memory.
@@ -159,6 +159,9 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, target: str, *
                 if requires_imatrix(t.name, new, ft) and weights[t.name] is None:
                     raise QuantizeError(f"{ft.name} needs an importance matrix (imatrix) for tensors like {t.name!r}: "
                                         f"make one with `localinfer imatrix` and pass --imatrix, or use Q2_K or Q3_K_S")
+                if needs_imatrix(new) and weights[t.name] is None:  # ggml would assert halfway through the file
+                    raise QuantizeError(f"tensor {t.name!r}: {new.name} is only written with an importance matrix, "
+                                        f"and {'the imatrix has no entry for it' if im else 'none was given (--imatrix)'}")
             entries.append(TensorEntry(t.name, new, t.shape, row_nbytes(new, t.shape[-1]) * (t.n_elements // t.shape[-1])))
             result.types[new.name] += 1
 

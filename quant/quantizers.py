@@ -87,6 +87,11 @@ def can_quantize_to(qtype: T | int) -> bool:
     return int(qtype) in QUANTIZERS or int(qtype) in ROW_QUANTIZERS
 
 
+def needs_imatrix(qtype: T | int) -> bool:
+    """Whether ggml only quantizes `qtype` with an importance matrix (quantize() refuses it without)."""
+    return int(qtype) in ROW_QUANTIZERS and int(qtype) not in QUANTIZERS
+
+
 def uses_imatrix(qtype: T | int) -> bool:
     """Whether ggml quantizes `qtype` differently given an importance matrix."""
     return int(qtype) in qw.WEIGHTED_TYPES or int(qtype) in ROW_QUANTIZERS

@@ -162,3 +162,34 @@ def test_iq1_s_needs_an_imatrix():
     assert T.IQ1_S not in QUANTIZERS
     with pytest.raises(ImatrixRequired, match="--imatrix"):
         quantize(_rows(n=2, cols=QK_K), T.IQ1_S)
+
+
+def test_file_with_iq1_s_tensors_needs_their_imatrix(tmp_path, monkeypatch):
+    """A file type giving tensors IQ1_S (here a stand-in: --pure with IQ1_S, until the IQ1 mixes
+    exist) is refused before anything is written when a tensor has no imatrix entry."""
+    import synthetic_gguf
+    from localinfer.quant import mixes
+    from localinfer.quant.imatrix_file import Imatrix, ImatrixEntry, write_imatrix
+    from localinfer.quant.quantize_file import QuantizeError, quantize_file
+    monkeypatch.setitem(mixes.FILE_TYPES, "IQ1_S", mixes.FileType("IQ1_S", 24, T.IQ1_S))
+    t = synthetic_gguf.write(tmp_path / "m.gguf")
+    with pytest.raises(QuantizeError, match="IQ1_S is only written with an importance matrix, and none was given"):
+        quantize_file(tmp_path / "m.gguf", tmp_path / "o.gguf", "IQ1_S", pure=True)
+    im = Imatrix({n: ImatrixEntry(np.ones((1, x.shape[1]), np.float32), np.array([1]))
+                  for n, x in t.items() if n.startswith("blk.") and x.ndim == 2}, ["t.txt"], 1, 512)
+    write_imatrix(tmp_path / "im.gguf", im)
+    with pytest.raises(QuantizeError, match="'token_embd.weight': IQ1_S .* the imatrix has no entry for it"):
+        quantize_file(tmp_path / "m.gguf", tmp_path / "o.gguf", "IQ1_S", pure=True, imatrix=tmp_path / "im.gguf")
+    assert not (tmp_path / "o.gguf").exists()
+    # with an entry for every tensor it goes through, each IQ1_S tensor being quantize()'s
+    im.entries["token_embd.weight"] = ImatrixEntry(np.full((1, t["token_embd.weight"].shape[1]), 2, np.float32),
+                                                   np.array([1]))
+    write_imatrix(tmp_path / "im.gguf", im)
+    quantize_file(tmp_path / "m.gguf", tmp_path / "o.gguf", "IQ1_S", pure=True, imatrix=tmp_path / "im.gguf")
+    from localinfer.gguf_file import GGUFFile
+    with GGUFFile(tmp_path / "o.gguf") as f:
+        names = [n for n, info in f.tensors.items() if info.ggml_type == T.IQ1_S]
+        assert "token_embd.weight" in names and "blk.7.attn_q.weight" in names
+        for n in names:
+            want = quantize(t[n], T.IQ1_S, im.entries[n].importance())
+            assert np.array_equal(np.asarray(f.tensor_data(n)).reshape(want.shape), want), n
