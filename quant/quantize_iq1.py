@@ -280,17 +280,18 @@ def _better(sumqx, sumq2, k, best, k_now):
 
 
 @_jit
-def _best_split_iq1_m(xb, weight, order):
+def _best_split_iq1_m(xb, weight, order, sums, best):
     """Step 1 for 16 values, each half of 8 with its own shift sign: (scale, i1, i2, k).
 
     Prefix sums per half: with levels v0 = v1 - 1 = v2 - 2 the sum over a split of w x v is
     total * v2 - (prefix at i1) - (prefix at i2), and the same for w v^2 with fixed differences."""
     n = xb.shape[0]
     # prefix sums over the sorted order of w x and w, kept apart for the first (0) and second (1) half
-    px0 = np.zeros(n + 1, np.float32)
-    px1 = np.zeros(n + 1, np.float32)
-    pw0 = np.zeros(n + 1, np.float32)
-    pw1 = np.zeros(n + 1, np.float32)
+    px0 = sums[0]   # sums (4, n + 1) and best (2,): scratch from the caller
+    px1 = sums[1]
+    pw0 = sums[2]
+    pw1 = sums[3]
+    sums[:, 0] = 0
     for j in range(n):
         i = order[j]
         wx = weight[i] * xb[i]
@@ -318,8 +319,7 @@ def _best_split_iq1_m(xb, weight, order):
     tw0m = pw0[n] * m2 * m2
     tw1 = pw1[n] * p2 * p2
     tw1m = pw1[n] * m2 * m2
-    best = np.empty(2, np.float32)   # the best score and its scale
-    best[0] = -FLT_MAX
+    best[0] = -FLT_MAX   # the best score and its scale
     best[1] = _abs_max(xb)
     besti1 = -1
     besti2 = -1
@@ -360,6 +360,8 @@ def _superblock_iq1_m(xbl, qwbl, has_qw, ob, dd, index_map, neighbours, grid):
     scales = np.zeros(16, np.float32)
     shifts = np.zeros(16, np.int64)
     index = np.empty(2, np.int64)
+    sums = np.empty((4, 17), np.float32)
+    best = np.empty(2, np.float32)
     sigma2 = _sigma2(xbl)
     max_scale = f32(0)
     for ib in range(16):
@@ -368,7 +370,7 @@ def _superblock_iq1_m(xbl, qwbl, has_qw, ob, dd, index_map, neighbours, grid):
         if _abs_max(xb) < GROUP_MAX_EPS_IQ1_M:
             continue   # scale 0, shift code 0, indices 0
         _stable_order(xb, order)
-        scale, i1, i2, k_best = _best_split_iq1_m(xb, weight, order)
+        scale, i1, i2, k_best = _best_split_iq1_m(xb, weight, order, sums, best)
         if i1 < 0 or i2 < 0 or k_best < 0:
             continue
         _levels_from_split(order, i1, i2, L)
