@@ -26,6 +26,10 @@ class UnsupportedQuantType(ValueError):
     """A tensor type that localinfer cannot dequantize (yet)."""
 
 
+class ImatrixRequired(ValueError):
+    """A type that ggml quantizes only with importance weights (IQ1_S, IQ2_XXS, IQ2_XS), asked for without them."""
+
+
 @dataclass(frozen=True)
 class QuantFormat:
     name: str  # ggml name, e.g. "Q4_K"

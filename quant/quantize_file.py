@@ -31,7 +31,7 @@ from .formats import FORMATS, dequantize, get_format, row_nbytes
 from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_kv_str, encode_kv_u32
 from .imatrix_file import Imatrix, ImatrixError, check_imatrix_path
 from .mixes import ModelShape, category, get_file_type, plan_tensor_types, requires_imatrix, sort_key
-from .quantizers import can_quantize_to, quantize
+from .quantizers import can_quantize_to, needs_imatrix, quantize
 
 GGML_QNT_VERSION = 2  # ggml.h: the version of the quantized block formats
 # Elements dequantized and quantized per step: a few times this in float32 is the working memory.
@@ -186,8 +186,10 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, target: str, *
 
 
 def _check_imatrix_need(name: str, new: T, ft, im: Imatrix | None, path, weights: np.ndarray | None) -> None:
-    """llama-quantize's refusal: the grid types (and Q2_K in Q2_K_S) without importance weights."""
-    if not requires_imatrix(name, new, ft) or weights is not None:
+    """llama-quantize's refusal: the grid types (and Q2_K in Q2_K_S) without importance weights; and,
+    for the tensors it exempts (embeddings, output), a type whose quantizer cannot run without them
+    (IQ1_S, IQ2_XXS, IQ2_XS: ggml would assert halfway through the file)."""
+    if not (requires_imatrix(name, new, ft) or needs_imatrix(new)) or weights is not None:
         return
     if im is not None:
         raise QuantizeError(f"{ft.name} needs an importance matrix for {name!r} ({new.name}) and "

@@ -17,12 +17,13 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from . import quantize_basic as basic
+from . import quantize_iq1 as iq1
 from . import quantize_iq2 as iq2
 from . import quantize_iq3 as iq3
 from . import quantize_kquants as kq
 from . import quantize_ternary_mxfp4 as tm
 from . import quantize_weighted as qw
-from .formats import UnsupportedQuantType, get_format
+from .formats import ImatrixRequired, UnsupportedQuantType, get_format  # noqa: F401 (ImatrixRequired: re-exported)
 
 # float32 (n_blocks, block_size) -> uint8 (n_blocks, type_size)
 QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
@@ -47,6 +48,7 @@ QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {
     T.IQ2_S: iq2.quantize_row_iq2_s,
     T.IQ3_XXS: iq3.quantize_row_iq3_xxs,
     T.IQ3_S: iq3.quantize_row_iq3_s,
+    T.IQ1_M: iq1.quantize_row_iq1_m,
 }
 
 # The weighted quantizers outside quantize_weighted: float32 rows (n, n_per_row) and importance
@@ -58,11 +60,9 @@ WEIGHTED_QUANTIZERS: dict[T, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     T.IQ2_S: iq2.quantize_iq2_s,
     T.IQ3_XXS: iq3.quantize_iq3_xxs,
     T.IQ3_S: iq3.quantize_iq3_s,
+    T.IQ1_S: iq1.quantize_rows_iq1_s,
+    T.IQ1_M: iq1.quantize_rows_iq1_m,
 }
-
-
-class ImatrixRequired(ValueError):
-    """A type that ggml quantizes only with importance weights, asked for without them."""
 
 
 # The k-quant kernels spread their blocks over numba's threads themselves.
@@ -101,6 +101,11 @@ def can_quantize_to(qtype: T | int) -> bool:
     return int(qtype) in QUANTIZERS or int(qtype) in WEIGHTED_QUANTIZERS
 
 
+def needs_imatrix(qtype: T | int) -> bool:
+    """Whether ggml only quantizes `qtype` with an importance matrix (quantize() refuses it without)."""
+    return int(qtype) in WEIGHTED_QUANTIZERS and int(qtype) not in QUANTIZERS
+
+
 def uses_imatrix(qtype: T | int) -> bool:
     """Whether ggml quantizes `qtype` differently given an importance matrix."""
     return int(qtype) in qw.WEIGHTED_TYPES or int(qtype) in WEIGHTED_QUANTIZERS
@@ -120,14 +125,14 @@ def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -
         raise ImatrixRequired(f"{fmt.name} needs an importance matrix: make one with `localinfer imatrix` "
                               f"and pass it with --imatrix")
     if fn is None and fmt.ggml_type not in WEIGHTED_QUANTIZERS:
-        supported = ", ".join(t.name for t in QUANTIZERS)
+        supported = ", ".join(t.name for t in {**QUANTIZERS, **WEIGHTED_QUANTIZERS})
         raise UnsupportedQuantType(f"cannot quantize to {fmt.name}; supported targets: {supported}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim == 0 or x.shape[-1] % fmt.block_size:
         raise ValueError(f"row length {x.shape[-1] if x.ndim else 0} is not a multiple of the "
                          f"{fmt.name} block size {fmt.block_size}")
+    out_shape = (*x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
     if imatrix is not None and uses_imatrix(fmt.ggml_type):
-        rows = x.reshape(-1, x.shape[-1])
         imatrix = np.asarray(imatrix, dtype=np.float32)
         if imatrix.shape != (x.shape[-1],):
             raise ValueError(f"imatrix has shape {imatrix.shape}, rows have {x.shape[-1]} columns")
@@ -146,4 +151,4 @@ def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -
             blocks[start : start + step] = fn(src[start : start + step])
 
         _map(one_step, list(range(0, src.shape[0], step)))
-    return blocks.reshape(*x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
+    return blocks.reshape(out_shape)

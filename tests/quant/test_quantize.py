@@ -169,11 +169,16 @@ def test_fp16_rounding_inside_the_kquant_kernels():
         np.testing.assert_array_equal(got, v.astype(np.float16).astype(np.float32))
 
 
+# IQ1_M without an imatrix (ggml's weights x^2; three levels per weight, 3-bit sub-block scales):
+# its worst element is off by up to ~0.93 of the row's largest value (ggml's bytes, checked)
+_MAX_ERROR_OF_MAX = {T.IQ1_M: 1.0}
+
+
 def test_every_registered_quantizer_inverts_its_dequantizer():
     for qtype in QUANTIZERS:
         x = _blocks(4, 512, seed=3)
         y = dequantize(quantize(x, qtype), qtype, x.shape)
-        assert np.abs(y - x).max() <= 0.6 * np.abs(x).max(), qtype.name
+        assert np.abs(y - x).max() <= _MAX_ERROR_OF_MAX.get(qtype, 0.6) * np.abs(x).max(), qtype.name
 
 
 def test_row_length_must_fit_the_blocks():
