@@ -66,7 +66,7 @@ WEIGHTED_QUANTIZERS: dict[T, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 
 
 # The k-quant kernels spread their blocks over numba's threads themselves.
-_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S}
+_PARALLEL_INSIDE = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_M}
 # Blocks quantized per step by the numpy quantizers: the temporaries stay in the CPU caches
 # (several times faster than whole-slab passes) and the steps run on a thread pool (numpy
 # releases the GIL).
@@ -136,10 +136,10 @@ def quantize(x: np.ndarray, qtype: T | int, imatrix: np.ndarray | None = None) -
         imatrix = np.asarray(imatrix, dtype=np.float32)
         if imatrix.shape != (x.shape[-1],):
             raise ValueError(f"imatrix has shape {imatrix.shape}, rows have {x.shape[-1]} columns")
+        rows = x.reshape(-1, x.shape[-1])
         weighted = WEIGHTED_QUANTIZERS.get(fmt.ggml_type)
         q = weighted(rows, imatrix) if weighted else qw.quantize_rows_weighted(rows, fmt.ggml_type, imatrix)
-        return q.reshape(
-            *x.shape[:-1], x.shape[-1] // fmt.block_size * fmt.type_size)
+        return q.reshape(out_shape)
     src = x.reshape(-1, fmt.block_size)
     if fmt.ggml_type in _PARALLEL_INSIDE:
         blocks = fn(src)

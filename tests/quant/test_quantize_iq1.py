@@ -164,21 +164,19 @@ def test_iq1_s_needs_an_imatrix():
         quantize(_rows(n=2, cols=QK_K), T.IQ1_S)
 
 
-def test_file_with_iq1_s_tensors_needs_their_imatrix(tmp_path, monkeypatch):
-    """A file type giving tensors IQ1_S (here a stand-in: --pure with IQ1_S, until the IQ1 mixes
-    exist) is refused before anything is written when a tensor has no imatrix entry."""
+def test_file_with_iq1_s_tensors_needs_their_imatrix(tmp_path):
+    """--pure IQ1_S (every tensor IQ1_S, the embeddings too, which the mix's own refusal exempts) is
+    refused before anything is written when a tensor has no imatrix entry."""
     import synthetic_gguf
-    from localinfer.quant import mixes
     from localinfer.quant.imatrix_file import Imatrix, ImatrixEntry, write_imatrix
     from localinfer.quant.quantize_file import QuantizeError, quantize_file
-    monkeypatch.setitem(mixes.FILE_TYPES, "IQ1_S", mixes.FileType("IQ1_S", 24, T.IQ1_S))
     t = synthetic_gguf.write(tmp_path / "m.gguf")
-    with pytest.raises(QuantizeError, match="IQ1_S is only written with an importance matrix, and none was given"):
+    with pytest.raises(QuantizeError, match="IQ1_S needs an importance matrix for tensors like .*--imatrix"):
         quantize_file(tmp_path / "m.gguf", tmp_path / "o.gguf", "IQ1_S", pure=True)
     im = Imatrix({n: ImatrixEntry(np.ones((1, x.shape[1]), np.float32), np.array([1]))
                   for n, x in t.items() if n.startswith("blk.") and x.ndim == 2}, ["t.txt"], 1, 512)
     write_imatrix(tmp_path / "im.gguf", im)
-    with pytest.raises(QuantizeError, match="'token_embd.weight': IQ1_S .* the imatrix has no entry for it"):
+    with pytest.raises(QuantizeError, match="'token_embd.weight' \\(IQ1_S\\) and the imatrix .* has no entry for it"):
         quantize_file(tmp_path / "m.gguf", tmp_path / "o.gguf", "IQ1_S", pure=True, imatrix=tmp_path / "im.gguf")
     assert not (tmp_path / "o.gguf").exists()
     # with an entry for every tensor it goes through, each IQ1_S tensor being quantize()'s
