@@ -35,6 +35,11 @@ static inline float hmax_ps(__m256 x) {
     return _mm_cvtss_f32(r);
 }
 
+static inline float hsum_ps128(__m128 x) {
+    const __m128 r = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
+
 static inline float fp16(ggml_half h) { return _cvtsh_ss(h); }
 
 /* roundf: half away from zero. v - trunc(v) is exact, so the carry decision is too. */
@@ -288,50 +293,119 @@ static inline __m128i scales_mins_k4(const uint8_t *packed) {
     return _mm_blend_epi32(low6, _mm_or_si128(nib, top), 0xA);
 }
 
-/* shuffle_epi8 masks: int16 lane k of a 128-bit half into all 8 of its int16 lanes */
-#define SPLAT16(k) _mm256_set1_epi16((short)(0x0100 * (2 * (k) + 1) + 2 * (k)))
+/* scales_mins_k4 for two rows' blocks at once, one per 128-bit half */
+static inline __m256i scales_mins_k4_x2(const uint8_t *packed0, const uint8_t *packed1) {
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)packed0)),
+                                              _mm_loadu_si128((const __m128i *)packed1), 1);
+    const __m256i x = _mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));
+    const __m256i y = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m256i low6 = _mm256_and_si256(x, _mm256_set1_epi32(0x3f3f3f3f));
+    const __m256i nib = _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                                         _mm256_set1_epi32(0x0f0f0f0f));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(y, 2), _mm256_set1_epi32(0x30303030));
+    return _mm256_blend_epi32(low6, _mm256_or_si256(nib, top), 0xAA);
+}
+
+/* shuffle_epi8 mask: int16 lane lo of the low 128-bit half into all 8 of its int16 lanes, lane hi
+ * of the high half into all of its */
 #define SPLAT16_2(lo, hi) _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 * (2 * (hi) + 1) + 2 * (hi))), \
                                            _mm_set1_epi16((short)(0x0100 * (2 * (lo) + 1) + 2 * (lo))))
 
-/* Q4_K for NR <= LI_DOT_ROWS rows (rb bytes apart), NR a constant in each caller. Super-block by
- * super-block, the rows one after another: the rows' streams are read side by side (more loads in
- * flight), while each row's body is the single-row dot's, its activation operands reloaded from L1
- * (keeping four rows' scales and sums in registers would spill). NR = 1 is vec_dot itself, so the
- * rows give bit for bit what vec_dot gives row by row. */
+/* Q4_K. Per row and super-block the vector ports, not the loads, are the limit, so the work beside
+ * the 8 maddubs + 8 madd is kept small:
+ *   - each sub-block's scale reaches its madd as a broadcast load (a load-port uop, no shuffle):
+ *     a shuffle writes the scales as int16 pairs {s, s} to the stack, the madds read them back;
+ *   - two rows' scales and mins are unpacked in one 256-bit pass (one row per 128-bit half);
+ *   - the mins meet the activation's pair-summed bsums (computed once for all rows) in a madd and
+ *     stay in a vector accumulator: no horizontal sum per super-block;
+ *   - d and dmin are converted together from their fp16 pair.
+ * Every row's lanes get the same operations whether it is unpacked alone or beside another, so
+ * vec_dot_rows gives bit for bit what vec_dot gives row by row. */
+
+/* the integer dot of one super-block's quants with the activation's: scales 0..3 at lo[0..3],
+ * 4..7 at hi[0..3], each an int16 pair {s, s} */
+static inline __attribute__((always_inline)) __m256i q4_K_sumi(const uint8_t *qs, const int8_t *aq, const int32_t *lo,
+                                                               const int32_t *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {   /* 32 bytes = sub-blocks 2j (low nibbles), 2j+1 (high) */
+        const int32_t *sc = j < 2 ? lo + 2 * j : hi + 2 * j - 4;
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        const __m256i ql = _mm256_and_si256(bits, m4), qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        const __m256i p0 = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)(aq + 64 * j)));
+        const __m256i p1 = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(aq + 64 * j + 32)));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi32(sc[0])));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi32(sc[1])));
+    }
+    return sumi;
+}
+
+/* in each 128-bit half, bytes [8 scales | 8 mins] -> scales 0..3 (lo) or 4..7 (hi) as int16 pairs */
+#define Q4_K_PAIRS(b) (char)(b), -1, (char)(b), -1
+#define Q4_K_PAIRS4(b) Q4_K_PAIRS(b), Q4_K_PAIRS(b + 1), Q4_K_PAIRS(b + 2), Q4_K_PAIRS(b + 3)
+
+/* one row's super-block i: acc += d * da * sumi, acc_mins (4 lanes) += dmin * da * mins */
+static inline __attribute__((always_inline)) void q4_K_block_one(const block_q4_K *w, const block_q8_K *a, __m128 da,
+                                                                 __m128i bsum_pairs, __m256 *acc, __m128 *acc_mins) {
+    const __m128i sm = scales_mins_k4(w->scales);
+    int32_t sc[8] __attribute__((aligned(32)));
+    _mm256_store_si256((__m256i *)sc, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sm),
+                                                          _mm256_setr_epi8(Q4_K_PAIRS4(0), Q4_K_PAIRS4(4))));
+    /* the compiler would forward the stored scales through shuffles, two per madd: make it read them */
+    __asm__("" : "+m"(sc));
+    const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)word32(&w->d))), da);   /* d, dmin (* da) */
+    /* lane j%4 of mins: min_j * (bsums[2j] + bsums[2j+1]) + ..., exact in int32 */
+    const __m128i mins = _mm_madd_epi16(_mm_unpackhi_epi8(sm, _mm_setzero_si128()), bsum_pairs);
+    *acc_mins = _mm_fmadd_ps(_mm_shuffle_ps(dd, dd, 0x55), _mm_cvtepi32_ps(mins), *acc_mins);
+    const __m256i sumi = q4_K_sumi(w->qs, a->qs, sc, sc + 4);
+    *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), *acc);
+}
+
+/* the same for two rows: acc_mins holds the first row's 4 lanes, then the second's */
+static inline __attribute__((always_inline)) void q4_K_block_two(const block_q4_K *w0, const block_q4_K *w1,
+                                                                 const block_q8_K *a, __m128 da, __m128i bsum_pairs,
+                                                                 __m256 *acc0, __m256 *acc1, __m256 *acc_mins) {
+    const __m256i sm = scales_mins_k4_x2(w0->scales, w1->scales);
+    int32_t sc[16] __attribute__((aligned(32)));   /* [row 0: 0..3 | row 1: 0..3], [row 0: 4..7 | row 1: 4..7] */
+    _mm256_store_si256((__m256i *)sc, _mm256_shuffle_epi8(sm, _mm256_setr_epi8(Q4_K_PAIRS4(0), Q4_K_PAIRS4(0))));
+    _mm256_store_si256((__m256i *)(sc + 8), _mm256_shuffle_epi8(sm, _mm256_setr_epi8(Q4_K_PAIRS4(4), Q4_K_PAIRS4(4))));
+    __asm__("" : "+m"(sc));
+    const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_setr_epi32((int)word32(&w0->d), (int)word32(&w1->d), 0, 0)), da);
+    const __m256 dd8 = _mm256_castps128_ps256(dd);   /* d0, dmin0, d1, dmin1 */
+    const __m256i mins = _mm256_madd_epi16(_mm256_unpackhi_epi8(sm, _mm256_setzero_si256()),
+                                           _mm256_broadcastsi128_si256(bsum_pairs));
+    *acc_mins = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(dd8, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3)),
+                                _mm256_cvtepi32_ps(mins), *acc_mins);
+    const __m256i sumi0 = q4_K_sumi(w0->qs, a->qs, sc, sc + 8), sumi1 = q4_K_sumi(w1->qs, a->qs, sc + 4, sc + 12);
+    *acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi0), *acc0);
+    *acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(dd8, _mm256_set1_epi32(2)), _mm256_cvtepi32_ps(sumi1), *acc1);
+}
+
+/* Q4_K for NR <= LI_DOT_ROWS rows (rb bytes apart), NR a constant in each caller: super-block by
+ * super-block, the rows in pairs (an odd last row alone), their streams read side by side */
 static inline __attribute__((always_inline)) void q4_K_rows_nr(int64_t n, float *s, const uint8_t *vw, size_t rb,
                                                                const block_q8_K *a, const int NR) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    /* each min twice as int16, to meet the two bsums of its sub-block of 32 in one madd */
-    const __m128i min_pairs = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m256 acc[LI_DOT_ROWS];
-    float sum_mins[LI_DOT_ROWS];
-    for (int r = 0; r < NR; r++) {
-        acc[r] = _mm256_setzero_ps();
-        sum_mins[r] = 0;
-    }
+    __m256 acc[LI_DOT_ROWS], acc_mins[LI_DOT_ROWS / 2];
+    __m128 acc_mins_odd = _mm_setzero_ps();
+    for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
+    for (int p = 0; p < NR / 2; p++) acc_mins[p] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float da = a[i].d;
-        for (int r = 0; r < NR; r++) {
-            const block_q4_K *w = (const block_q4_K *)(vw + r * rb) + i;
-            const __m128i sm = scales_mins_k4(w->scales);
-            /* mins = sum_j min_j * (bsums[2j] + bsums[2j+1]), exact in int32 */
-            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, min_pairs));
-            const int32_t mins = hsum_epi32(_mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i].bsums)));
-            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));   /* scales 0..7, both halves */
-            __m256i sumi = _mm256_setzero_si256();
-            for (int j = 0; j < 4; j++) {   /* 32 bytes = sub-blocks 2j (low nibbles), 2j+1 (high) */
-                const __m256i bits = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * j));
-                const __m256i ql = _mm256_and_si256(bits, m4), qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-                const __m256i p0 = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
-                const __m256i p1 = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, SPLAT16(2 * j))));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, SPLAT16(2 * j + 1))));
-            }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w->d) * da), _mm256_cvtepi32_ps(sumi), acc[r]);
-            sum_mins[r] += fp16(w->dmin) * da * (float)mins;
-        }
+        const __m128 da = _mm_set1_ps(a[i].d);
+        /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 128, an int16) for sub-block j of 32 */
+        const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
+        const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        for (int p = 0; p < NR / 2; p++)
+            q4_K_block_two((const block_q4_K *)(vw + 2 * p * rb) + i, (const block_q4_K *)(vw + (2 * p + 1) * rb) + i,
+                           &a[i], da, bsum_pairs, &acc[2 * p], &acc[2 * p + 1], &acc_mins[p]);
+        if (NR % 2)
+            q4_K_block_one((const block_q4_K *)(vw + (NR - 1) * rb) + i, &a[i], da, bsum_pairs, &acc[NR - 1],
+                           &acc_mins_odd);
     }
-    for (int r = 0; r < NR; r++) s[r] = hsum_ps(acc[r]) - sum_mins[r];
+    for (int p = 0; p < NR / 2; p++) {
+        s[2 * p] = hsum_ps(acc[2 * p]) - hsum_ps128(_mm256_castps256_ps128(acc_mins[p]));
+        s[2 * p + 1] = hsum_ps(acc[2 * p + 1]) - hsum_ps128(_mm256_extractf128_ps(acc_mins[p], 1));
+    }
+    if (NR % 2) s[NR - 1] = hsum_ps(acc[NR - 1]) - hsum_ps128(acc_mins_odd);
 }
 
 void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
