@@ -293,34 +293,19 @@ static inline __m128i scales_mins_k4(const uint8_t *packed) {
     return _mm_blend_epi32(low6, _mm_or_si128(nib, top), 0xA);
 }
 
-/* scales_mins_k4 for two rows' blocks at once, one per 128-bit half */
-static inline __m256i scales_mins_k4_x2(const uint8_t *packed0, const uint8_t *packed1) {
-    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)packed0)),
-                                              _mm_loadu_si128((const __m128i *)packed1), 1);
-    const __m256i x = _mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));
-    const __m256i y = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));
-    const __m256i low6 = _mm256_and_si256(x, _mm256_set1_epi32(0x3f3f3f3f));
-    const __m256i nib = _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
-                                         _mm256_set1_epi32(0x0f0f0f0f));
-    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(y, 2), _mm256_set1_epi32(0x30303030));
-    return _mm256_blend_epi32(low6, _mm256_or_si256(nib, top), 0xAA);
-}
-
 /* shuffle_epi8 mask: int16 lane lo of the low 128-bit half into all 8 of its int16 lanes, lane hi
  * of the high half into all of its */
 #define SPLAT16_2(lo, hi) _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 * (2 * (hi) + 1) + 2 * (hi))), \
                                            _mm_set1_epi16((short)(0x0100 * (2 * (lo) + 1) + 2 * (lo))))
 
-/* Q4_K. Per row and super-block the vector ports, not the loads, are the limit, so the work beside
- * the 8 maddubs + 8 madd is kept small:
+/* Q4_K. Per super-block the vector ports, not the loads, are the limit, so the work beside the
+ * 8 maddubs + 8 madd is kept small:
  *   - each sub-block's scale reaches its madd as a broadcast load (a load-port uop, no shuffle):
  *     a shuffle writes the scales as int16 pairs {s, s} to the stack, the madds read them back;
- *   - two rows' scales and mins are unpacked in one 256-bit pass (one row per 128-bit half);
- *   - the mins meet the activation's pair-summed bsums (computed once for all rows) in a madd and
- *     stay in a vector accumulator: no horizontal sum per super-block;
+ *   - the mins meet the activation's pair-summed bsums in a madd and stay in a vector
+ *     accumulator: no horizontal sum per super-block;
  *   - d and dmin are converted together from their fp16 pair.
- * Every row's lanes get the same operations whether it is unpacked alone or beside another, so
- * vec_dot_rows gives bit for bit what vec_dot gives row by row. */
+ * One row per call, no vec_dot_rows: see x86/avx2_table.c. */
 
 /* the integer dot of one super-block's quants with the activation's: scales 0..3 at lo[0..3],
  * 4..7 at hi[0..3], each an int16 pair {s, s} */
@@ -340,7 +325,7 @@ static inline __attribute__((always_inline)) __m256i q4_K_sumi(const uint8_t *qs
     return sumi;
 }
 
-/* in each 128-bit half, bytes [8 scales | 8 mins] -> scales 0..3 (lo) or 4..7 (hi) as int16 pairs */
+/* bytes [8 scales | 8 mins] (in each 128-bit half) -> scales b..b+3 as int16 pairs {s, s} */
 #define Q4_K_PAIRS(b) (char)(b), -1, (char)(b), -1
 #define Q4_K_PAIRS4(b) Q4_K_PAIRS(b), Q4_K_PAIRS(b + 1), Q4_K_PAIRS(b + 2), Q4_K_PAIRS(b + 3)
 
@@ -361,116 +346,59 @@ static inline __attribute__((always_inline)) void q4_K_block_one(const block_q4_
     *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), *acc);
 }
 
-/* the same for two rows: acc_mins holds the first row's 4 lanes, then the second's */
-static inline __attribute__((always_inline)) void q4_K_block_two(const block_q4_K *w0, const block_q4_K *w1,
-                                                                 const block_q8_K *a, __m128 da, __m128i bsum_pairs,
-                                                                 __m256 *acc0, __m256 *acc1, __m256 *acc_mins) {
-    const __m256i sm = scales_mins_k4_x2(w0->scales, w1->scales);
-    int32_t sc[16] __attribute__((aligned(32)));   /* [row 0: 0..3 | row 1: 0..3], [row 0: 4..7 | row 1: 4..7] */
-    _mm256_store_si256((__m256i *)sc, _mm256_shuffle_epi8(sm, _mm256_setr_epi8(Q4_K_PAIRS4(0), Q4_K_PAIRS4(0))));
-    _mm256_store_si256((__m256i *)(sc + 8), _mm256_shuffle_epi8(sm, _mm256_setr_epi8(Q4_K_PAIRS4(4), Q4_K_PAIRS4(4))));
-    __asm__("" : "+m"(sc));
-    const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_setr_epi32((int)word32(&w0->d), (int)word32(&w1->d), 0, 0)), da);
-    const __m256 dd8 = _mm256_castps128_ps256(dd);   /* d0, dmin0, d1, dmin1 */
-    const __m256i mins = _mm256_madd_epi16(_mm256_unpackhi_epi8(sm, _mm256_setzero_si256()),
-                                           _mm256_broadcastsi128_si256(bsum_pairs));
-    *acc_mins = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(dd8, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3)),
-                                _mm256_cvtepi32_ps(mins), *acc_mins);
-    const __m256i sumi0 = q4_K_sumi(w0->qs, a->qs, sc, sc + 8), sumi1 = q4_K_sumi(w1->qs, a->qs, sc + 4, sc + 12);
-    *acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi0), *acc0);
-    *acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(dd8, _mm256_set1_epi32(2)), _mm256_cvtepi32_ps(sumi1), *acc1);
-}
-
-/* Q4_K for NR <= LI_DOT_ROWS rows (rb bytes apart), NR a constant in each caller: super-block by
- * super-block, the rows in pairs (an odd last row alone), their streams read side by side */
-static inline __attribute__((always_inline)) void q4_K_rows_nr(int64_t n, float *s, const uint8_t *vw, size_t rb,
-                                                               const block_q8_K *a, const int NR) {
-    __m256 acc[LI_DOT_ROWS], acc_mins[LI_DOT_ROWS / 2];
-    __m128 acc_mins_odd = _mm_setzero_ps();
-    for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
-    for (int p = 0; p < NR / 2; p++) acc_mins[p] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m128 da = _mm_set1_ps(a[i].d);
-        /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 128, an int16) for sub-block j of 32 */
-        const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
-        const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        for (int p = 0; p < NR / 2; p++)
-            q4_K_block_two((const block_q4_K *)(vw + 2 * p * rb) + i, (const block_q4_K *)(vw + (2 * p + 1) * rb) + i,
-                           &a[i], da, bsum_pairs, &acc[2 * p], &acc[2 * p + 1], &acc_mins[p]);
-        if (NR % 2)
-            q4_K_block_one((const block_q4_K *)(vw + (NR - 1) * rb) + i, &a[i], da, bsum_pairs, &acc[NR - 1],
-                           &acc_mins_odd);
-    }
-    for (int p = 0; p < NR / 2; p++) {
-        s[2 * p] = hsum_ps(acc[2 * p]) - hsum_ps128(_mm256_castps256_ps128(acc_mins[p]));
-        s[2 * p + 1] = hsum_ps(acc[2 * p + 1]) - hsum_ps128(_mm256_extractf128_ps(acc_mins[p], 1));
-    }
-    if (NR % 2) s[NR - 1] = hsum_ps(acc[NR - 1]) - hsum_ps128(acc_mins_odd);
-}
-
 void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
-    q4_K_rows_nr(n, s, vw, 0, va, 1);
+    const block_q4_K *w = vw;
+    const block_q8_K *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_mins = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 127, an int16) for sub-block j of 32 */
+        const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
+        const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        q4_K_block_one(&w[i], &a[i], _mm_set1_ps(a[i].d), bsum_pairs, &acc, &acc_mins);
+    }
+    *s = hsum_ps(acc) - hsum_ps128(acc_mins);
 }
 
 /* Q6_K: u = q6 in 0..63 (maddubs pair sums <= 2 * 63 * 128, no saturation); the offset 32 once per
- * super-block from the bsums: sum over sub-blocks of scale * 32 * bsum. NR rows as q4_K_rows_nr. */
-static inline __attribute__((always_inline)) void q6_K_rows_nr(int64_t n, float *s, const uint8_t *vw, size_t rb,
-                                                               const block_q8_K *a, const int NR) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc[LI_DOT_ROWS];
-    for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        for (int r = 0; r < NR; r++) {
-            const block_q6_K *w = (const block_q6_K *)(vw + r * rb) + i;
-            const __m128i sc8 = _mm_loadu_si128((const __m128i *)w->scales);
-            const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)a[i].bsums));
-            __m256i sumi = _mm256_setzero_si256();
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *ql = w->ql + 64 * h;
-                const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-                const __m256i hb = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
-                /* scales 8h..8h+7 as int16 in both halves; quarter k takes 8h+2k (low half), 8h+2k+1 (high).
-                 * The byte shift must be an immediate at any -O (the ASan build is -O1): 0 or 8, not 8 * h. */
-                const __m128i sc8h = h ? _mm_srli_si128(sc8, 8) : sc8;
-                const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8h));
-                __m256i u[4];   /* quarter k: low bits from l(k%2), high bits 2k..2k+1 of hb, to bits 4..5 */
-                u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-                u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-                u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
-                u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-                for (int k = 0; k < 4; k++) {
-                    const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * k));
-                    const __m256i scale = _mm256_shuffle_epi8(sc16, SPLAT16_2(2 * k, 2 * k + 1));
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], q), scale));
-                }
-            }
-            sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w->d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc[r]);
-        }
-    }
-    for (int r = 0; r < NR; r++) s[r] = hsum_ps(acc[r]);
-}
-
+ * super-block from the bsums: sum over sub-blocks of scale * 32 * bsum. One row per call, as Q4_K. */
 void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
-    q6_K_rows_nr(n, s, vw, 0, va, 1);
-}
-
-#define K_QUANT_ROWS(NAME, NR_FN)                                                                  \
-    void NAME(int64_t n, float *s, const void *vw, size_t rb, int nr, const void *va, const float *as) { \
-        (void)as;                                                                                  \
-        switch (nr) {                                                                              \
-        case 1: NR_FN(n, s, vw, rb, va, 1); break;                                                 \
-        case 2: NR_FN(n, s, vw, rb, va, 2); break;                                                 \
-        case 3: NR_FN(n, s, vw, rb, va, 3); break;                                                 \
-        default: NR_FN(n, s, vw, rb, va, 4); break;                                                \
-        }                                                                                          \
+    const block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q6_K *w = (const block_q6_K *)vw + i;
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)w->scales);
+        const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)a[i].bsums));
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w->ql + 64 * h;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
+            /* scales 8h..8h+7 as int16 in both halves; quarter k takes 8h+2k (low half), 8h+2k+1 (high).
+             * The byte shift must be an immediate at any -O (the ASan build is -O1): 0 or 8, not 8 * h. */
+            const __m128i sc8h = h ? _mm_srli_si128(sc8, 8) : sc8;
+            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8h));
+            __m256i u[4];   /* quarter k: low bits from l(k%2), high bits 2k..2k+1 of hb, to bits 4..5 */
+            u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+            u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
+            u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+            for (int k = 0; k < 4; k++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * k));
+                const __m256i scale = _mm256_shuffle_epi8(sc16, SPLAT16_2(2 * k, 2 * k + 1));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], q), scale));
+            }
+        }
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w->d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
-K_QUANT_ROWS(vec_dot_rows_q4_K_q8_K_avx2, q4_K_rows_nr)
-K_QUANT_ROWS(vec_dot_rows_q6_K_q8_K_avx2, q6_K_rows_nr)
+    *s = hsum_ps(acc);
+}
 
 void vec_dot_f16_f16_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
