@@ -14,7 +14,8 @@ extern const li_isa_kernels li_kernels_avx2;
 void li_axpy_kv_q8_0_avx2(int64_t d, const void *v, const float *p, int64_t ldp, int64_t na, float *out);
 void li_axpy_kv_q4_0_avx2(int64_t d, const void *v, const float *p, int64_t ldp, int64_t na, float *out);
 
-/* quants_avx2.c: activation quantizers and the dot products (one row, and LI_DOT_ROWS rows at once) */
+/* quants_avx2.c: activation quantizers and the dot products (one row, and LI_DOT_ROWS rows at once
+ * except Q4_K and Q6_K: see avx2_table.c) */
 void quantize_row_q8_0_avx2(const float *x, void *dst, int64_t n);
 void quantize_row_q8_1_avx2(const float *x, void *dst, int64_t n);
 void quantize_row_q8_K_avx2(const float *x, void *dst, int64_t n);
@@ -36,10 +37,6 @@ void vec_dot_rows_q5_0_q8_0_avx2(int64_t n, float *s, const void *w, size_t row_
 void vec_dot_rows_q5_1_q8_1_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                  const float *a_sums);
 void vec_dot_rows_q8_0_q8_0_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
-                                 const float *a_sums);
-void vec_dot_rows_q4_K_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
-                                 const float *a_sums);
-void vec_dot_rows_q6_K_q8_K_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                  const float *a_sums);
 
 /* quants_tables_avx2.c: the table types (IQ4_NL, IQ4_XS, MXFP4) */

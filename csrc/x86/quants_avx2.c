@@ -35,6 +35,11 @@ static inline float hmax_ps(__m256 x) {
     return _mm_cvtss_f32(r);
 }
 
+static inline float hsum_ps128(__m128 x) {
+    const __m128 r = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
+
 static inline float fp16(ggml_half h) { return _cvtsh_ss(h); }
 
 /* roundf: half away from zero. v - trunc(v) is exact, so the carry decision is too. */
@@ -288,115 +293,112 @@ static inline __m128i scales_mins_k4(const uint8_t *packed) {
     return _mm_blend_epi32(low6, _mm_or_si128(nib, top), 0xA);
 }
 
-/* shuffle_epi8 masks: int16 lane k of a 128-bit half into all 8 of its int16 lanes */
-#define SPLAT16(k) _mm256_set1_epi16((short)(0x0100 * (2 * (k) + 1) + 2 * (k)))
+/* shuffle_epi8 mask: int16 lane lo of the low 128-bit half into all 8 of its int16 lanes, lane hi
+ * of the high half into all of its */
 #define SPLAT16_2(lo, hi) _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 * (2 * (hi) + 1) + 2 * (hi))), \
                                            _mm_set1_epi16((short)(0x0100 * (2 * (lo) + 1) + 2 * (lo))))
 
-/* Q4_K for NR <= LI_DOT_ROWS rows (rb bytes apart), NR a constant in each caller. Super-block by
- * super-block, the rows one after another: the rows' streams are read side by side (more loads in
- * flight), while each row's body is the single-row dot's, its activation operands reloaded from L1
- * (keeping four rows' scales and sums in registers would spill). NR = 1 is vec_dot itself, so the
- * rows give bit for bit what vec_dot gives row by row. */
-static inline __attribute__((always_inline)) void q4_K_rows_nr(int64_t n, float *s, const uint8_t *vw, size_t rb,
-                                                               const block_q8_K *a, const int NR) {
+/* Q4_K. Per super-block the vector ports, not the loads, are the limit, so the work beside the
+ * 8 maddubs + 8 madd is kept small:
+ *   - each sub-block's scale reaches its madd as a broadcast load (a load-port uop, no shuffle):
+ *     a shuffle writes the scales as int16 pairs {s, s} to the stack, the madds read them back;
+ *   - the mins meet the activation's pair-summed bsums in a madd and stay in a vector
+ *     accumulator: no horizontal sum per super-block;
+ *   - d and dmin are converted together from their fp16 pair.
+ * One row per call, no vec_dot_rows: see x86/avx2_table.c. */
+
+/* the integer dot of one super-block's quants with the activation's: scales 0..3 at lo[0..3],
+ * 4..7 at hi[0..3], each an int16 pair {s, s} */
+static inline __attribute__((always_inline)) __m256i q4_K_sumi(const uint8_t *qs, const int8_t *aq, const int32_t *lo,
+                                                               const int32_t *hi) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    /* each min twice as int16, to meet the two bsums of its sub-block of 32 in one madd */
-    const __m128i min_pairs = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m256 acc[LI_DOT_ROWS];
-    float sum_mins[LI_DOT_ROWS];
-    for (int r = 0; r < NR; r++) {
-        acc[r] = _mm256_setzero_ps();
-        sum_mins[r] = 0;
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {   /* 32 bytes = sub-blocks 2j (low nibbles), 2j+1 (high) */
+        const int32_t *sc = j < 2 ? lo + 2 * j : hi + 2 * j - 4;
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        const __m256i ql = _mm256_and_si256(bits, m4), qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        const __m256i p0 = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)(aq + 64 * j)));
+        const __m256i p1 = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(aq + 64 * j + 32)));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi32(sc[0])));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi32(sc[1])));
     }
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float da = a[i].d;
-        for (int r = 0; r < NR; r++) {
-            const block_q4_K *w = (const block_q4_K *)(vw + r * rb) + i;
-            const __m128i sm = scales_mins_k4(w->scales);
-            /* mins = sum_j min_j * (bsums[2j] + bsums[2j+1]), exact in int32 */
-            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, min_pairs));
-            const int32_t mins = hsum_epi32(_mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i].bsums)));
-            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));   /* scales 0..7, both halves */
-            __m256i sumi = _mm256_setzero_si256();
-            for (int j = 0; j < 4; j++) {   /* 32 bytes = sub-blocks 2j (low nibbles), 2j+1 (high) */
-                const __m256i bits = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * j));
-                const __m256i ql = _mm256_and_si256(bits, m4), qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-                const __m256i p0 = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
-                const __m256i p1 = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, SPLAT16(2 * j))));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, SPLAT16(2 * j + 1))));
-            }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w->d) * da), _mm256_cvtepi32_ps(sumi), acc[r]);
-            sum_mins[r] += fp16(w->dmin) * da * (float)mins;
-        }
-    }
-    for (int r = 0; r < NR; r++) s[r] = hsum_ps(acc[r]) - sum_mins[r];
+    return sumi;
+}
+
+/* bytes [8 scales | 8 mins] (in each 128-bit half) -> scales b..b+3 as int16 pairs {s, s} */
+#define Q4_K_PAIRS(b) (char)(b), -1, (char)(b), -1
+#define Q4_K_PAIRS4(b) Q4_K_PAIRS(b), Q4_K_PAIRS(b + 1), Q4_K_PAIRS(b + 2), Q4_K_PAIRS(b + 3)
+
+/* one row's super-block i: acc += d * da * sumi, acc_mins (4 lanes) += dmin * da * mins */
+static inline __attribute__((always_inline)) void q4_K_block_one(const block_q4_K *w, const block_q8_K *a, __m128 da,
+                                                                 __m128i bsum_pairs, __m256 *acc, __m128 *acc_mins) {
+    const __m128i sm = scales_mins_k4(w->scales);
+    int32_t sc[8] __attribute__((aligned(32)));
+    _mm256_store_si256((__m256i *)sc, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sm),
+                                                          _mm256_setr_epi8(Q4_K_PAIRS4(0), Q4_K_PAIRS4(4))));
+    /* the compiler would forward the stored scales through shuffles, two per madd: make it read them */
+    __asm__("" : "+m"(sc));
+    const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)word32(&w->d))), da);   /* d, dmin (* da) */
+    /* lane j%4 of mins: min_j * (bsums[2j] + bsums[2j+1]) + ..., exact in int32 */
+    const __m128i mins = _mm_madd_epi16(_mm_unpackhi_epi8(sm, _mm_setzero_si128()), bsum_pairs);
+    *acc_mins = _mm_fmadd_ps(_mm_shuffle_ps(dd, dd, 0x55), _mm_cvtepi32_ps(mins), *acc_mins);
+    const __m256i sumi = q4_K_sumi(w->qs, a->qs, sc, sc + 4);
+    *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), *acc);
 }
 
 void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
-    q4_K_rows_nr(n, s, vw, 0, va, 1);
+    const block_q4_K *w = vw;
+    const block_q8_K *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_mins = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 127, an int16) for sub-block j of 32 */
+        const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
+        const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        q4_K_block_one(&w[i], &a[i], _mm_set1_ps(a[i].d), bsum_pairs, &acc, &acc_mins);
+    }
+    *s = hsum_ps(acc) - hsum_ps128(acc_mins);
 }
 
 /* Q6_K: u = q6 in 0..63 (maddubs pair sums <= 2 * 63 * 128, no saturation); the offset 32 once per
- * super-block from the bsums: sum over sub-blocks of scale * 32 * bsum. NR rows as q4_K_rows_nr. */
-static inline __attribute__((always_inline)) void q6_K_rows_nr(int64_t n, float *s, const uint8_t *vw, size_t rb,
-                                                               const block_q8_K *a, const int NR) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc[LI_DOT_ROWS];
-    for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        for (int r = 0; r < NR; r++) {
-            const block_q6_K *w = (const block_q6_K *)(vw + r * rb) + i;
-            const __m128i sc8 = _mm_loadu_si128((const __m128i *)w->scales);
-            const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)a[i].bsums));
-            __m256i sumi = _mm256_setzero_si256();
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *ql = w->ql + 64 * h;
-                const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-                const __m256i hb = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
-                /* scales 8h..8h+7 as int16 in both halves; quarter k takes 8h+2k (low half), 8h+2k+1 (high).
-                 * The byte shift must be an immediate at any -O (the ASan build is -O1): 0 or 8, not 8 * h. */
-                const __m128i sc8h = h ? _mm_srli_si128(sc8, 8) : sc8;
-                const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8h));
-                __m256i u[4];   /* quarter k: low bits from l(k%2), high bits 2k..2k+1 of hb, to bits 4..5 */
-                u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-                u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-                u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
-                u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-                for (int k = 0; k < 4; k++) {
-                    const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * k));
-                    const __m256i scale = _mm256_shuffle_epi8(sc16, SPLAT16_2(2 * k, 2 * k + 1));
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], q), scale));
-                }
-            }
-            sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w->d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc[r]);
-        }
-    }
-    for (int r = 0; r < NR; r++) s[r] = hsum_ps(acc[r]);
-}
-
+ * super-block from the bsums: sum over sub-blocks of scale * 32 * bsum. One row per call, as Q4_K. */
 void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
-    q6_K_rows_nr(n, s, vw, 0, va, 1);
-}
-
-#define K_QUANT_ROWS(NAME, NR_FN)                                                                  \
-    void NAME(int64_t n, float *s, const void *vw, size_t rb, int nr, const void *va, const float *as) { \
-        (void)as;                                                                                  \
-        switch (nr) {                                                                              \
-        case 1: NR_FN(n, s, vw, rb, va, 1); break;                                                 \
-        case 2: NR_FN(n, s, vw, rb, va, 2); break;                                                 \
-        case 3: NR_FN(n, s, vw, rb, va, 3); break;                                                 \
-        default: NR_FN(n, s, vw, rb, va, 4); break;                                                \
-        }                                                                                          \
+    const block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q6_K *w = (const block_q6_K *)vw + i;
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)w->scales);
+        const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)a[i].bsums));
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w->ql + 64 * h;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
+            /* scales 8h..8h+7 as int16 in both halves; quarter k takes 8h+2k (low half), 8h+2k+1 (high).
+             * The byte shift must be an immediate at any -O (the ASan build is -O1): 0 or 8, not 8 * h. */
+            const __m128i sc8h = h ? _mm_srli_si128(sc8, 8) : sc8;
+            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8h));
+            __m256i u[4];   /* quarter k: low bits from l(k%2), high bits 2k..2k+1 of hb, to bits 4..5 */
+            u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+            u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
+            u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+            for (int k = 0; k < 4; k++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * k));
+                const __m256i scale = _mm256_shuffle_epi8(sc16, SPLAT16_2(2 * k, 2 * k + 1));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], q), scale));
+            }
+        }
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w->d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
-K_QUANT_ROWS(vec_dot_rows_q4_K_q8_K_avx2, q4_K_rows_nr)
-K_QUANT_ROWS(vec_dot_rows_q6_K_q8_K_avx2, q6_K_rows_nr)
+    *s = hsum_ps(acc);
+}
 
 void vec_dot_f16_f16_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
