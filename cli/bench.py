@@ -22,7 +22,8 @@ from .common import cache_type_options, int_list
 @click.option("--synthetic", "synthetic", multiple=True, metavar="SHAPE[:TYPE,...]",
               help="Also bench a random-weight model of a real shape (llama-1b, llama-3b, llama-8b, qwen2-7b, "
                    "qwen3moe-30b-a3b; qwen3moe-30b-a3b-8l: 8 of its layers) "
-                   "in these llama.cpp file types (default Q4_0), written into the cache on first use.")
+                   "in these llama.cpp file types (default Q4_0; MXFP4: every matrix MXFP4, as "
+                   "llama-quantize --pure MXFP4_MOE), written into the cache on first use.")
 @click.option("-t", "--threads", default=str(min(os.cpu_count() or 1, 2)), callback=int_list, show_default=True,
               help="Thread counts, comma-separated.")
 @click.option("-r", "--repetitions", "reps", type=click.IntRange(1), default=3, show_default=True)

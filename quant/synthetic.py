@@ -37,8 +37,8 @@ from gguf.constants import GGUFValueType as V
 from .convert_hf import llama3_rope_factors
 from .formats import row_nbytes
 from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_string
-from .mixes import ModelShape, get_file_type, plan_tensor_types
-from .quantizers import quantize
+from .mixes import ModelShape, plan_tensor_types
+from .synthetic_types import quantize_rows, synthetic_file_type
 
 FORMAT_VERSION = 1
 ALIGNMENT = 32  # GGUF's default general.alignment
@@ -354,12 +354,13 @@ def cache_path(shape: str, ftype: str = "F16", seed: int = 0) -> Path:
 
 
 def parse_spec(spec: str) -> tuple[Shape, list[str]]:
-    """"SHAPE[:TYPE[,TYPE...]]" -> (shape, file types); the type defaults to Q4_0 (llama-bench's usual)."""
+    """"SHAPE[:TYPE[,TYPE...]]" -> (shape, file types); the type defaults to Q4_0 (llama-bench's usual).
+    A type is llama-quantize's file type of that name or a pure one of synthetic_types (MXFP4)."""
     name, _, types = spec.partition(":")
     shape = get_shape(name.strip())
     ftypes = [t.strip().upper() for t in types.split(",") if t.strip()] or ["Q4_0"]
     for t in ftypes:
-        get_file_type(t)  # UnsupportedQuantType naming the type
+        synthetic_file_type(t)  # UnsupportedQuantType naming the type
     return shape, ftypes
 
 
@@ -368,17 +369,19 @@ def synthetic_model(shape: str | Shape, ftype: str = "F16", seed: int = 0, *, to
                     progress: Callable[[str], Callable[[int, int], None] | None] = lambda what: None) -> Path:
     """The cached file of `shape` in llama.cpp file type `ftype` (F16, Q8_0, Q4_0, Q4_K_M ...),
     written first if absent: F16 from the seed, any other type quantized from the cached F16 --
-    except for shapes with experts, whose quantized files write_quantized (below) writes directly.
+    except for shapes with experts and the pure types (MXFP4: no llama-quantize mix gives a dense
+    shape MXFP4 matrices), whose files write_quantized (below) writes directly.
     `progress(what)` may return a `(done, total)` callback for each file written."""
     from .quantize_file import quantize_file
 
     s = shape if isinstance(shape, Shape) else get_shape(shape)
-    ft = get_file_type(ftype).name
+    ft_type, pure = synthetic_file_type(ftype)
+    ft = ft_type.name
     path = cache_path(s.name, ft, seed)
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    if s.n_expert and ft != "F16":  # Qwen3-30B-A3B's F16 is 61 GB: quantized tensors are written directly
+    if (s.n_expert and ft != "F16") or pure:  # Qwen3-30B-A3B's F16 is 61 GB: quantized tensors written directly
         log(f"writing {path} ({n_params(s) / 1e9:,.1f}B parameters, {ft} written directly, seed {seed})")
         return write_quantized(s, path, ft, seed, tokenizer_path, progress(f"writing {s.name} {ft}"))
     f16 = cache_path(s.name, "F16", seed)
@@ -398,11 +401,13 @@ def synthetic_model(shape: str | Shape, ftype: str = "F16", seed: int = 0, *, to
 #
 # synthetic_model makes a quantized file by quantizing its F16 file, as llama-quantize would. For
 # Qwen3-30B-A3B's shape that F16 file is 61 GB, so this writes the quantized tensors straight
-# away, streamed tensor by tensor through `AtomicFile` (memory stays a few MB).
+# away, streamed tensor by tensor through `AtomicFile` (memory stays a few MB). The pure types
+# (synthetic_types: MXFP4 on every matrix, a mix llama-quantize has only with --pure) are written
+# here too, for any shape.
 #
 # What the bytes are: every tensor gets the type llama-quantize's mix gives it (mixes.py's plan,
 # the same call quantize_file makes). Per (type, row length), one slab of SLAB_ROWS rows of
-# `normal * WEIGHT_SCALE` (seeded) is quantized once with quant.quantizers; a tensor's rows are
+# `normal * WEIGHT_SCALE` (seeded) is quantized once (synthetic_types.quantize_rows); a tensor's rows are
 # that slab's rows in turn, starting at a row that depends on the tensor's index (so neighbouring
 # tensors differ). Every block is therefore a real quantization of Gaussian weights (sane scales,
 # finite values), but the weights repeat: they measure speed only. Norms are ones and the router
@@ -413,10 +418,11 @@ _ROW_STRIDE = 7919  # a prime: tensor i starts at slab row (i * _ROW_STRIDE) % S
 
 
 def planned_types(s: Shape, ftype: str) -> dict[str, T]:
-    """Tensor name -> the type llama-quantize's `ftype` mix gives it in a file of shape `s`."""
-    ft = get_file_type(ftype)
+    """Tensor name -> the type llama-quantize's `ftype` mix gives it in a file of shape `s` (a pure
+    type: every quantizable tensor, as `llama-quantize --pure`)."""
+    ft, pure = synthetic_file_type(ftype)
     model = ModelShape(s.arch, s.n_layer, s.n_head, s.n_head_kv, s.n_expert)
-    return plan_tensor_types([(t.name, t.ggml_type, t.shape) for t in tensor_specs(s)], ft, model)
+    return plan_tensor_types([(t.name, t.ggml_type, t.shape) for t in tensor_specs(s)], ft, model, pure=pure)
 
 
 def _slab(qtype: T, n_cols: int, seed: int) -> np.ndarray:
@@ -424,17 +430,18 @@ def _slab(qtype: T, n_cols: int, seed: int) -> np.ndarray:
     start are one contiguous window."""
     rng = np.random.default_rng([seed, int(qtype), n_cols])
     x = rng.standard_normal((SLAB_ROWS, n_cols), dtype=np.float32) * WEIGHT_SCALE
-    q = quantize(x, qtype).reshape(SLAB_ROWS, -1)
+    q = quantize_rows(x, qtype)
     return np.concatenate([q, q])
 
 
 def write_quantized(s: Shape, path: str | Path, ftype: str, seed: int = 0, tokenizer_path=None,
                     progress: Callable[[int, int], None] | None = None) -> Path:
-    """Write the `ftype` (e.g. "Q4_K_M") file of shape `s` at `path` (atomically), tensor by tensor."""
+    """Write the `ftype` (e.g. "Q4_K_M", or a pure "MXFP4") file of shape `s` at `path` (atomically),
+    tensor by tensor."""
     from localinfer.gguf_file import GGUFFile
 
     path = Path(path)
-    ft = get_file_type(ftype)
+    ft, _ = synthetic_file_type(ftype)
     if tokenizer_path is None:
         from localinfer.fetch import resolve_model
         tokenizer_path = resolve_model(TOKENIZER_MODEL)

@@ -55,6 +55,17 @@ void li_dot_rows_f16_avx512(int64_t n, const float *a, int na, int64_t lda, cons
 void li_axpy_rows_f16_avx512(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
                              int64_t ldv, float *out, int64_t ldo);
 
+/* quants_tables_avx512.c: the table types (IQ4_NL, MXFP4 x Q8_0; IQ4_XS x Q8_K) with VNNI after AVX2's lookup */
+void vec_dot_iq4_nl_q8_0_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_iq4_xs_q8_K_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_mxfp4_q8_0_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_rows_iq4_nl_q8_0_avx512(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                     const float *a_sums);
+void vec_dot_rows_iq4_xs_q8_K_avx512(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                     const float *a_sums);
+void vec_dot_rows_mxfp4_q8_0_avx512(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
+                                    const float *a_sums);
+
 /* quants_ternary_avx512.c: TQ2_0 */
 void vec_dot_tq2_0_q8_K_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_rows_tq2_0_q8_K_avx512(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,

@@ -3,9 +3,11 @@
  *
  * An element is a 4-bit index into 16 int8 values (li_kvalues_iq4nl, li_kvalues_mxfp4): one
  * shuffle_epi8 per 32 elements turns the nibbles into the values, then signed x signed through
- * maddubs(|x|, q * sign(x)): |x|, |q| <= 127, so a pair sum is at most 2 * 127 * 127 < 2^15 and
- * the block's integer dot is exact. Per row the arithmetic is the same whether it is called for one
- * row (vec_dot) or for LI_DOT_ROWS rows at once (vec_dot_rows): the rows only share activation loads.
+ * maddubs(|q|, x * sign(q)): |x|, |q| <= 127 (ggml's Q8_0 and Q8_K never hold -128), so a pair sum
+ * is at most 2 * 127 * 127 < 2^15 and the block's integer dot is exact. |q| is the activation's, so
+ * it is taken once per block for all the rows: one sign per row and block. Per row the arithmetic
+ * is the same whether it is called for one row (vec_dot) or for LI_DOT_ROWS rows at once
+ * (vec_dot_rows): the rows only share the activation's loads and |q|.
  * Results equal the generic ones up to float summation order.
  */
 #if defined(__x86_64__) || defined(_M_X64)
@@ -20,28 +22,11 @@
 #include "core/li.h"
 #include "x86/avx2.h"
 #include "x86/reduce_avx2.h"
+#include "x86/tables_x86.h"
 
-/* the 16 table values in both 128-bit halves (shuffle_epi8 looks up within a half) */
-static inline __m256i table_256(const int8_t *t) {
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
-}
-
-/* 16 bytes of nibbles -> the 32 table values in element order (low nibbles, then high) */
-static inline __m256i lookup_32(__m256i table, const uint8_t *qs) {
-    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
-    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
-                                         _mm256_set1_epi8(0x0F));
-    return _mm256_shuffle_epi8(table, idx);
-}
-
-/* signed x signed bytes -> 16 int16 pair sums, exact (see the top) */
-static inline __m256i pairs_s8(__m256i x, __m256i q) {
-    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(q, x));
-}
-
-static inline float scale_iq4_nl(const block_iq4_nl *b) { return _cvtsh_ss(b->d); }
-static inline float scale_mxfp4(const block_mxfp4 *b) {   /* ggml_e8m0_to_fp32_half */
-    return li_bits_to_f32(b->e < 2 ? 0x00200000u << b->e : (uint32_t)(b->e - 1) << 23);
+/* signed x signed bytes -> 16 int16 pair sums, exact (see the top); aq = |q|, shared by the rows */
+static inline __m256i pairs_s8(__m256i x, __m256i q, __m256i aq) {
+    return _mm256_maddubs_epi16(aq, _mm256_sign_epi8(x, q));
 }
 
 /* IQ4_NL / MXFP4 x Q8_0: s = sum over blocks of (dw * da) * dot(x, q); as[2i] = da (exact) */
@@ -58,8 +43,9 @@ static inline float scale_mxfp4(const block_mxfp4 *b) {   /* ggml_e8m0_to_fp32_h
         }                                                                                            \
         for (int64_t i = 0; i < n / 32; i++) {                                                       \
             const __m256i q = _mm256_loadu_si256((const __m256i *)a[i].qs);                         \
+            const __m256i aq = _mm256_sign_epi8(q, q);                                               \
             for (int r = 0; r < NR; r++) {                                                           \
-                const __m256i d = _mm256_madd_epi16(pairs_s8(lookup_32(table, w[r][i].qs), q), ones); \
+                const __m256i d = _mm256_madd_epi16(pairs_s8(lookup_32(table, w[r][i].qs), q, aq), ones); \
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale_##W(&w[r][i]) * as[2 * i]),           \
                                          _mm256_cvtepi32_ps(d), acc[r]);                             \
             }                                                                                        \
@@ -82,14 +68,20 @@ static inline __attribute__((always_inline)) void dot_iq4_xs_nr(int64_t n, float
         acc[r] = _mm256_setzero_ps();
     }
     for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i aq[8];   /* |q| of the super-block, for every row (kept in L1, not in registers) */
+        if (NR > 1)
+            for (int sb = 0; sb < 8; sb++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * sb));
+                aq[sb] = _mm256_sign_epi8(q, q);
+            }
         for (int r = 0; r < NR; r++) {
             const block_iq4_xs *b = &w[r][i];
+            const __m256i ls = iq4_xs_scale_pairs(b);
             __m256i sumi = _mm256_setzero_si256();
             for (int sb = 0; sb < 8; sb++) {
-                const int ls = (((b->scales_l[sb / 2] >> 4 * (sb % 2)) & 0xF) | ((b->scales_h >> 2 * sb) & 3) << 4) - 32;
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * sb));
-                const __m256i p = pairs_s8(lookup_32(table, b->qs + 16 * sb), q);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16((short)ls)));
+                const __m256i p = pairs_s8(lookup_32(table, b->qs + 16 * sb), q, NR > 1 ? aq[sb] : _mm256_sign_epi8(q, q));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(ls, sb)));
             }
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b->d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc[r]);
         }

@@ -86,13 +86,44 @@ def test_metadata_and_padded_vocab(tiny, smollm2_path):
         assert f.metadata["general.file_type"] == 2 and f.tensors["blk.1.ffn_up.weight"].ggml_type == T.Q4_0
 
 
-@pytest.mark.parametrize("shape, ftype", [("tiny", "F16"), ("tiny", "Q4_0"), ("tiny-qwen2", "F16")])
+@pytest.mark.parametrize("shape, ftype", [("tiny", "F16"), ("tiny", "Q4_0"), ("tiny-qwen2", "F16"), ("tiny", "MXFP4")])
 def test_loads_and_gives_finite_logits(tiny, smollm2_path, shape, ftype):
     import localinfer
     model = localinfer.load(str(synthetic.synthetic_model(shape, ftype, tokenizer_path=smollm2_path)), n_ctx=64)
     ids = model.tokenize("The quick brown fox jumps over the lazy dog")
     logits = model.logits(ids)
     assert logits.shape == (len(ids), SHAPES[shape].n_vocab) and np.isfinite(logits).all()
+
+
+def test_pure_mxfp4_gives_every_matrix_mxfp4():
+    """llama-quantize's MXFP4_MOE mix gives a dense model Q8_0 matrices; the synthetic "MXFP4" is its
+    --pure form: every matrix MXFP4 (token embedding included), vectors F32."""
+    assert parse_spec("llama-1b:mxfp4,IQ4_XS")[1] == ["MXFP4", "IQ4_XS"]
+    specs = {t.name: t for t in tensor_specs(SHAPES["llama-1b"])}
+    plan = synthetic.planned_types(SHAPES["llama-1b"], "MXFP4")
+    assert {plan[n] for n, t in specs.items() if len(t.shape) == 2} == {T.MXFP4}
+    assert {plan[n] for n, t in specs.items() if len(t.shape) == 1} == {T.F32}
+    # the llama-quantize mix of the same name is not touched: Q4_K_M still mixes Q4_K and Q6_K
+    assert {T.Q4_K, T.Q6_K} <= set(synthetic.planned_types(SHAPES["llama-1b"], "Q4_K_M").values())
+
+
+def test_mxfp4_file(cache, smollm2_path):
+    """Written directly (no F16 first), llama.cpp's MXFP4_MOE file type, blocks of ggml's rounding
+    (gguf-py's quantizer, the oracle) that our dequantizer reads back close to Gaussian weights."""
+    from gguf import quants as gguf_quants
+    from localinfer.quant.formats import dequantize
+    from localinfer.quant.synthetic_types import quantize_rows
+
+    path = synthetic.synthetic_model("tiny", "MXFP4", tokenizer_path=smollm2_path)
+    with GGUFFile(path) as f:
+        assert f.metadata["general.file_type"] == 38  # LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+        assert f.tensors["token_embd.weight"].ggml_type == f.tensors["blk.1.ffn_down.weight"].ggml_type == T.MXFP4
+        w = dequantize(f.tensor_data("blk.0.ffn_up.weight"), T.MXFP4, f.tensors["blk.0.ffn_up.weight"].shape)
+    # Gaussian * 0.02 through 4-bit e2m1 levels: the spread survives, nothing is NaN or huge
+    assert np.isfinite(w).all() and 0.01 < w.std() < 0.03 and np.abs(w).max() < 0.2
+    x = np.random.default_rng(3).standard_normal((5, 96), dtype=np.float32)
+    x[1, :32] = 0  # an all-zero block: scale byte 0
+    assert np.array_equal(quantize_rows(x, T.MXFP4), gguf_quants.quantize(x, T.MXFP4))
 
 
 def test_bytes_depend_only_on_the_seed(tiny, tmp_path, smollm2_path):
