@@ -38,7 +38,8 @@ from .convert_hf import llama3_rope_factors
 from .formats import row_nbytes
 from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_string
 from .mixes import ModelShape, plan_tensor_types
-from .synthetic_types import quantize_rows, synthetic_file_type
+from .quantizers import quantize
+from .synthetic_types import synthetic_file_type
 
 FORMAT_VERSION = 1
 ALIGNMENT = 32  # GGUF's default general.alignment
@@ -407,7 +408,7 @@ def synthetic_model(shape: str | Shape, ftype: str = "F16", seed: int = 0, *, to
 #
 # What the bytes are: every tensor gets the type llama-quantize's mix gives it (mixes.py's plan,
 # the same call quantize_file makes). Per (type, row length), one slab of SLAB_ROWS rows of
-# `normal * WEIGHT_SCALE` (seeded) is quantized once (synthetic_types.quantize_rows); a tensor's rows are
+# `normal * WEIGHT_SCALE` (seeded) is quantized once (the quantizers registry); a tensor's rows are
 # that slab's rows in turn, starting at a row that depends on the tensor's index (so neighbouring
 # tensors differ). Every block is therefore a real quantization of Gaussian weights (sane scales,
 # finite values), but the weights repeat: they measure speed only. Norms are ones and the router
@@ -430,7 +431,7 @@ def _slab(qtype: T, n_cols: int, seed: int) -> np.ndarray:
     start are one contiguous window."""
     rng = np.random.default_rng([seed, int(qtype), n_cols])
     x = rng.standard_normal((SLAB_ROWS, n_cols), dtype=np.float32) * WEIGHT_SCALE
-    q = quantize_rows(x, qtype)
+    q = quantize(x, qtype)
     return np.concatenate([q, q])
 
 

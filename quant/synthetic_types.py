@@ -8,21 +8,12 @@ tensors alone and Q8_0 to every other matrix, so a dense shape in that mix is a 
 CPU backend runs MXFP4 matmuls on any tensor, and `llama-quantize --pure ... MXFP4_MOE` writes every
 matrix (token embedding included) as MXFP4: that is the file "MXFP4" names here, so a dense 1B shape
 measures the MXFP4 dot product in both runtimes.
-
-Where the MXFP4 blocks come from: the slabs of `synthetic.write_quantized` need MXFP4 blocks of
-Gaussian weights. The quantizers registry (quant/quantizers.py) writes them where it can; where it
-cannot yet, gguf-py's numpy MXFP4 quantizer does (ggml's quantize_row_mxfp4_ref restated, the oracle
-the registry's quantizers are tested against), so the bytes are ggml's rounding either way.
 """
 from __future__ import annotations
 
-import numpy as np
 from gguf import GGMLQuantizationType as T
-from gguf import quants as gguf_quants
 
-from .formats import row_nbytes
 from .mixes import FileType, get_file_type
-from .quantizers import can_quantize_to, quantize
 
 MOSTLY_MXFP4_MOE = 38  # llama_ftype LLAMA_FTYPE_MOSTLY_MXFP4_MOE (include/llama.h)
 
@@ -37,18 +28,3 @@ def synthetic_file_type(name: str) -> tuple[FileType, bool]:
     if key in PURE_FILE_TYPES:
         return PURE_FILE_TYPES[key], True
     return get_file_type(key), False
-
-
-_ROWS_PER_STEP = 64  # rows per gguf-py call: its (values x levels) temporaries stay small
-
-
-def quantize_rows(x: np.ndarray, qtype: T) -> np.ndarray:
-    """float32 (n_rows, n_cols) -> uint8 (n_rows, row bytes) in `qtype`: the quantizers registry's
-    bytes, or gguf-py's for a type the registry cannot write yet (MXFP4)."""
-    if can_quantize_to(qtype):
-        return quantize(x, qtype)
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty((x.shape[0], row_nbytes(qtype, x.shape[1])), np.uint8)
-    for r in range(0, x.shape[0], _ROWS_PER_STEP):
-        out[r:r + _ROWS_PER_STEP] = gguf_quants.quantize(x[r:r + _ROWS_PER_STEP], qtype)
-    return out

@@ -108,11 +108,10 @@ def test_pure_mxfp4_gives_every_matrix_mxfp4():
 
 
 def test_mxfp4_file(cache, smollm2_path):
-    """Written directly (no F16 first), llama.cpp's MXFP4_MOE file type, blocks of ggml's rounding
-    (gguf-py's quantizer, the oracle) that our dequantizer reads back close to Gaussian weights."""
-    from gguf import quants as gguf_quants
+    """Written directly (no F16 first), llama.cpp's MXFP4_MOE file type, blocks that our dequantizer
+    reads back close to Gaussian weights (the MXFP4 quantizer's bytes are checked against gguf-py in
+    test_quantize_ternary_mxfp4.py)."""
     from localinfer.quant.formats import dequantize
-    from localinfer.quant.synthetic_types import quantize_rows
 
     path = synthetic.synthetic_model("tiny", "MXFP4", tokenizer_path=smollm2_path)
     with GGUFFile(path) as f:
@@ -121,9 +120,6 @@ def test_mxfp4_file(cache, smollm2_path):
         w = dequantize(f.tensor_data("blk.0.ffn_up.weight"), T.MXFP4, f.tensors["blk.0.ffn_up.weight"].shape)
     # Gaussian * 0.02 through 4-bit e2m1 levels: the spread survives, nothing is NaN or huge
     assert np.isfinite(w).all() and 0.01 < w.std() < 0.03 and np.abs(w).max() < 0.2
-    x = np.random.default_rng(3).standard_normal((5, 96), dtype=np.float32)
-    x[1, :32] = 0  # an all-zero block: scale byte 0
-    assert np.array_equal(quantize_rows(x, T.MXFP4), gguf_quants.quantize(x, T.MXFP4))
 
 
 def test_bytes_depend_only_on_the_seed(tiny, tmp_path, smollm2_path):
