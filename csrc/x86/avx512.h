@@ -15,7 +15,6 @@ void vec_dot_q4_1_q8_1_avx512(int64_t n, float *s, const void *w, const void *a,
 void vec_dot_q5_0_q8_0_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_q5_1_q8_1_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_q8_0_q8_0_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
-void vec_dot_q4_K_q8_K_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_q6_K_q8_K_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_f16_f16_avx512(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_f16_mact_avx512(int64_t n, float *s, int64_t s_stride, const void *w, const float *a, int64_t m);

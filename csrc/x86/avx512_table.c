@@ -17,7 +17,9 @@ const li_isa_kernels li_kernels_avx512 = {
     .vec_dot = {
         [LI_TYPE_Q4_0] = vec_dot_q4_0_q8_0_avx512, [LI_TYPE_Q4_1] = vec_dot_q4_1_q8_1_avx512,
         [LI_TYPE_Q5_0] = vec_dot_q5_0_q8_0_avx512, [LI_TYPE_Q5_1] = vec_dot_q5_1_q8_1_avx512,
-        [LI_TYPE_Q8_0] = vec_dot_q8_0_q8_0_avx512, [LI_TYPE_Q4_K] = vec_dot_q4_K_q8_K_avx512,
+        [LI_TYPE_Q8_0] = vec_dot_q8_0_q8_0_avx512,
+        /* Q4_K: the AVX2 dot (broadcast scales, vector mins) decodes ~5% faster than a 512-bit one did */
+        [LI_TYPE_Q4_K] = vec_dot_q4_K_q8_K_avx2,
         [LI_TYPE_Q6_K] = vec_dot_q6_K_q8_K_avx512, [LI_TYPE_F16] = vec_dot_f16_f16_avx512,
         [LI_TYPE_F32] = vec_dot_f32_f32_avx512,
         [LI_TYPE_TQ2_0] = vec_dot_tq2_0_q8_K_avx512,

@@ -202,47 +202,6 @@ VEC_DOT_ROWS(vec_dot_rows_q8_0_q8_0_avx512, block_q8_0, block_q8_0, FLIP_TWO, FL
 VEC_DOT_ROWS(vec_dot_rows_q4_1_q8_1_avx512, block_q4_1, block_q8_1, NIBBLES_TWO, NIBBLES_ONE, D_AND_M, 0)
 VEC_DOT_ROWS(vec_dot_rows_q5_1_q8_1_avx512, block_q5_1, block_q8_1, FIVE_BITS_TWO, FIVE_BITS_ONE, D_AND_M, 0)
 
-void vec_dot_q4_K_q8_K_avx512(int64_t n, float *s, const void *vw, const void *va, const float *as) {
-    (void)as;
-    const block_q4_K *w = vw;
-    const block_q8_K *a = va;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    /* lanes 0..7 take sub-block idx[0], lanes 8..15 idx[1] */
-    const __m512i pick[4] = {
-        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
-        _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
-        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5),
-    };
-    __m512 acc = _mm512_setzero_ps();
-    float sum_mins = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[16];   /* scales, then mins (the permutes below only pick lanes 0..7) */
-        li_scales_mins_k4(w[i].scales, sc);
-        int32_t mins = 0;
-        for (int j = 0; j < 8; j++) mins += sc[8 + j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
-        const __m512i scales = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sc));
-        __m512i sumi = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {   /* 64 bytes of qs: sub-blocks 4h..4h+3 */
-            const __m512i bits = _mm512_loadu_si512((const void *)(w[i].qs + 64 * h));
-            const __m512i lo = _mm512_and_si512(bits, m4);                         /* [4h | 4h+2] */
-            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);  /* [4h+1 | 4h+3] */
-            const __m512i q01 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h));
-            const __m512i q23 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h + 64));
-            const __m512i qlo = _mm512_shuffle_i64x2(q01, q23, _MM_SHUFFLE(1, 0, 1, 0));
-            const __m512i qhi = _mm512_shuffle_i64x2(q01, q23, _MM_SHUFFLE(3, 2, 3, 2));
-            const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, qlo);
-            const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, qhi);
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dlo, _mm512_permutexvar_epi32(pick[2 * h], scales)));
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dhi, _mm512_permutexvar_epi32(pick[2 * h + 1], scales)));
-        }
-        const float da = a[i].d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(fp16(w[i].d) * da), _mm512_cvtepi32_ps(sumi), acc);
-        sum_mins += fp16(w[i].dmin) * da * (float)mins;
-    }
-    *s = _mm512_reduce_add_ps(acc) - sum_mins;
-}
-
 void vec_dot_q6_K_q8_K_avx512(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
     const block_q6_K *w = vw;
