@@ -317,4 +317,4 @@ def test_info_shows_experts_and_active_parameters(tiny):
     experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
     active = n_params - experts + experts * c.num_experts_per_tok // n_expert
     assert f"({n_params / 1e6:.1f}M parameters, {active / 1e6:.1f}M active per token" in r.output
-    assert f"expert_count" in r.output and "expert_used_count" in r.output
+    assert "expert_count" in r.output and "expert_used_count" in r.output
