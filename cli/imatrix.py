@@ -58,7 +58,7 @@ def imatrix(model, text_file, in_files, output, output_format, ctx_size, chunks,
 
         run = compute_imatrix(llm, text, ctx_size, chunks, process_output, dataset=text_file, progress=progress)
         (write_imatrix_legacy if output_format == "dat" else write_imatrix)(output, run.imatrix)
-    except (OSError, ValueError, RuntimeError) as e:  # ImatrixError and the chunking's errors are ValueErrors
+    except (OSError, ValueError, LookupError, RuntimeError) as e:  # ImatrixError, the chunking's: ValueErrors
         raise click.ClickException(str(e))
     im = run.imatrix
     click.echo(f"{output}: {len(im.entries)} entries, {im.chunk_count} chunks of {im.chunk_size} tokens, "

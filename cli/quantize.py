@@ -1,4 +1,5 @@
-"""`localinfer quantize IN.gguf OUT.gguf TYPE`: llama-quantize's job, streamed and atomic."""
+"""`localinfer quantize IN.gguf OUT.gguf TYPE`: llama-quantize's job, streamed and atomic. IN may be a
+catalog name (`localinfer quantize --allow-requantize smollm2 smollm2-f16.gguf F16`), as in `run`."""
 from __future__ import annotations
 
 import click
@@ -7,7 +8,7 @@ from .progress import ByteProgress
 
 
 @click.command()
-@click.argument("input_path", metavar="IN.gguf", type=click.Path(dir_okay=False))
+@click.argument("input_path", metavar="IN.gguf|NAME", type=click.Path(dir_okay=False))
 @click.argument("output_path", metavar="OUT.gguf", type=click.Path(dir_okay=False))
 @click.argument("target", metavar="TYPE")
 @click.option("--allow-requantize", is_flag=True,
@@ -20,7 +21,7 @@ from .progress import ByteProgress
 @click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads (default: all).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def quantize(input_path, output_path, target, allow_requantize, imatrix, pure, threads, quiet):
-    """Write OUT.gguf: IN.gguf's weights in TYPE, metadata kept.
+    """Write OUT.gguf: IN.gguf's weights in TYPE, metadata kept (IN: a file or a catalog name).
 
     TYPE is a llama.cpp file type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
     Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K,
@@ -29,6 +30,7 @@ def quantize(input_path, output_path, target, allow_requantize, imatrix, pure, t
     Mixes give some tensors more bits, as llama-quantize does. Q2_K_S and the
     IQ1 / IQ2 / IQ3_XXS / IQ3_XS mixes need --imatrix. On any error or Ctrl-C,
     OUT.gguf is not created."""
+    from localinfer.fetch import resolve_model
     from localinfer.gguf_file import GGUFError
     from localinfer.quant import UnsupportedQuantType
     from localinfer.quant.gguf_out import DiskFullError
@@ -37,6 +39,10 @@ def quantize(input_path, output_path, target, allow_requantize, imatrix, pure, t
     if threads:
         from localinfer.quant.quantizers import set_num_threads
         set_num_threads(threads)
+    try:  # a catalog name is fetched (once) like `run`'s; a path that does not exist says so
+        input_path = resolve_model(input_path, progress=None if quiet else ByteProgress(f"pulling {input_path}"))
+    except (LookupError, RuntimeError, OSError) as e:
+        raise click.ClickException(str(e))
     bar = None if quiet else ByteProgress(f"quantizing to {target.upper()}")
     try:
         r = quantize_file(input_path, output_path, target, allow_requantize=allow_requantize, pure=pure,

@@ -131,6 +131,9 @@ def test_cli_writes_both_formats(smollm2_path, tmp_path):
         assert read_imatrix(out).is_legacy == (fmt == "dat")
     r = CliRunner().invoke(main, ["imatrix", str(smollm2_path), "-f", str(tmp_path / "t.txt"), "-c", "4096"])
     assert r.exit_code != 0 and "needs at least" in r.output
+    r = CliRunner().invoke(main, ["imatrix", str(tmp_path / "nothere.gguf"), "-f", str(tmp_path / "t.txt")])
+    assert r.exit_code == 1 and "nothere.gguf is neither a file nor a known model name" in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)  # a message, not a traceback
 
 
 LLAMA_IMATRIX = Path(os.environ.get("LLAMA_IMATRIX") or shutil.which("llama-imatrix") or "llama-imatrix")

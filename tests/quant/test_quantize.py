@@ -284,6 +284,15 @@ def test_cli_q4_k_m_mix(synthetic, tmp_path):
         assert types[f"blk.{i}.attn_norm.weight"] == T.F32
 
 
+def test_cli_takes_a_catalog_name(smollm2_path, tmp_path):
+    """IN may be a catalog name, as `run`'s MODEL (the model is cached by the fixture: no download here)."""
+    r = _run("--allow-requantize", "smollm2", tmp_path / "f16.gguf", "F16")
+    assert r.exit_code == 0, r.output
+    with GGUFFile(tmp_path / "f16.gguf") as f, GGUFFile(smollm2_path) as src:
+        assert f.tensors.keys() == src.tensors.keys()
+    _only(tmp_path, "f16.gguf")
+
+
 def test_cli_requantize_needs_the_flag(synthetic, tmp_path):
     src, weights = synthetic
     q = tmp_path / "q4_0.gguf"
@@ -325,7 +334,7 @@ def test_cli_corrupt_input_leaves_nothing(synthetic, tmp_path):
         assert r.exit_code != 0, name
         assert "truncated" in r.output or "not a GGUF file" in r.output, r.output
     r = _run(tmp_path / "missing.gguf", tmp_path / "out.gguf", "Q8_0")
-    assert r.exit_code != 0 and "not found" in r.output
+    assert r.exit_code != 0 and "is neither a file nor a known model name" in r.output
     _only(tmp_path, *cases)
 
 
