@@ -89,27 +89,12 @@ static inline __attribute__((always_inline)) void dot_iq4_xs_nr(int64_t n, float
     for (int r = 0; r < NR; r++) s[r] = hsum_ps(acc[r]);
 }
 
-/* the li_vec_dot_fn and li_vec_dot_rows_fn entry points: NR a constant in each call */
-#define ENTRY_POINTS(W, A, CALL)                                                                     \
-    void vec_dot_##W##_##A##_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) { \
-        CALL(n, s, vw, 0, va, as, 1);                                                                \
-    }                                                                                                \
-    void vec_dot_rows_##W##_##A##_avx2(int64_t n, float *s, const void *vw, size_t rb, int nr, const void *va, \
-                                       const float *as) {                                            \
-        switch (nr) {                                                                                \
-        case 1: CALL(n, s, vw, rb, va, as, 1); break;                                                \
-        case 2: CALL(n, s, vw, rb, va, as, 2); break;                                                \
-        case 3: CALL(n, s, vw, rb, va, as, 3); break;                                                \
-        default: CALL(n, s, vw, rb, va, as, 4); break;                                               \
-        }                                                                                            \
-    }
-
 #define CALL_IQ4_NL(n, s, vw, rb, va, as, NR) dot_iq4_nl_nr(n, s, vw, rb, va, as, NR)
 #define CALL_MXFP4(n, s, vw, rb, va, as, NR) dot_mxfp4_nr(n, s, vw, rb, va, as, NR)
 #define CALL_IQ4_XS(n, s, vw, rb, va, as, NR) ((void)(as), dot_iq4_xs_nr(n, s, vw, rb, va, NR))
-ENTRY_POINTS(iq4_nl, q8_0, CALL_IQ4_NL)
-ENTRY_POINTS(mxfp4, q8_0, CALL_MXFP4)
-ENTRY_POINTS(iq4_xs, q8_K, CALL_IQ4_XS)
+LI_TABLE_ENTRY_POINTS(iq4_nl, q8_0, avx2, CALL_IQ4_NL)
+LI_TABLE_ENTRY_POINTS(mxfp4, q8_0, avx2, CALL_MXFP4)
+LI_TABLE_ENTRY_POINTS(iq4_xs, q8_K, avx2, CALL_IQ4_XS)
 
 #if defined(__clang__)
 #pragma clang attribute pop

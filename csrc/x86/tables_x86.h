@@ -51,4 +51,20 @@ static inline __m256i scale_pair(__m256i pairs, int sb) {
     return _mm256_permutevar8x32_epi32(pairs, _mm256_set1_epi32(sb));
 }
 
+/* The li_vec_dot_fn and li_vec_dot_rows_fn entry points of one table type for one ISA suffix: CALL(n,
+ * s, vw, rb, va, as, NR) with NR a constant in each call, so each row count compiles its own loop. */
+#define LI_TABLE_ENTRY_POINTS(W, A, ISA, CALL)                                                        \
+    void vec_dot_##W##_##A##_##ISA(int64_t n, float *s, const void *vw, const void *va, const float *as) { \
+        CALL(n, s, vw, 0, va, as, 1);                                                                \
+    }                                                                                                \
+    void vec_dot_rows_##W##_##A##_##ISA(int64_t n, float *s, const void *vw, size_t rb, int nr, const void *va, \
+                                        const float *as) {                                           \
+        switch (nr) {                                                                                \
+        case 1: CALL(n, s, vw, rb, va, as, 1); break;                                                \
+        case 2: CALL(n, s, vw, rb, va, as, 2); break;                                                \
+        case 3: CALL(n, s, vw, rb, va, as, 3); break;                                                \
+        default: CALL(n, s, vw, rb, va, as, 4); break;                                               \
+        }                                                                                            \
+    }
+
 #endif /* LI_X86_TABLES_X86_H */
