@@ -30,6 +30,15 @@ _jit = numba.njit(cache=True, nogil=True)
 
 
 @_jit
+def sum_squares(x):
+    """The float32 sum of x^2 in element order (the sigma2 of ggml's weighted quantizers)."""
+    s = f32(0)
+    for v in x:
+        s += v * v
+    return s
+
+
+@_jit
 def nearest_int(v):
     """ggml's nearest_int: round to nearest, ties to even, for |v| < 2^22.
 

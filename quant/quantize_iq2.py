@@ -34,7 +34,7 @@ from gguf import GGMLQuantizationType as T
 
 from .dequant_grids import IQ2_S_TYPE_SIZE, IQ2_XS_TYPE_SIZE, IQ2_XXS_TYPE_SIZE, QK_K
 from .grid_search import find_best_neighbour, grid_search
-from .kquant_search import GROUP_MAX_EPS, f32, nearest_int
+from .kquant_search import GROUP_MAX_EPS, f32, nearest_int, sum_squares
 from .kquant_search_weighted import make_qp_quants
 
 _jit = numba.njit(cache=True, nogil=True)
@@ -50,14 +50,6 @@ _XXS, _XS, _S = 0, 1, 2
 class IQ2QuantizeError(ValueError):
     """Input the IQ2 quantizers refuse: NaN or inf, error sums past float32, no importance weights
     for a type that needs them."""
-
-
-@_jit
-def _sum_squares(x):
-    s = f32(0)
-    for v in x:
-        s += v * v
-    return s
 
 
 @_jit
@@ -243,7 +235,7 @@ def _block_iq2_xxs(x, qw, ob, index_map, neighbours, grid):
     scales = np.zeros(8, np.float32)
     q2 = np.zeros(16, np.uint32)
     signs = np.zeros(4, np.int64)
-    sigma2 = _sum_squares(x) / f32(QK_K)
+    sigma2 = sum_squares(x) / f32(QK_K)
     max_scale = f32(0)
     for ib in range(8):
         xb = x[32 * ib : 32 * ib + 32]
@@ -304,7 +296,7 @@ def _block_iq2_16(x, qw, has_qw, kind, ob, index_map, neighbours, grid):
     sign_mask = 127 if xs else 255
     eps = GROUP_MAX_EPS if xs else GROUP_MAX_EPS_IQ2_S
     scales_at = 66 if xs else 74
-    sigma2 = _sum_squares(x) / f32(QK_K) if xs else f32(2) * _sum_squares(x) / f32(QK_K)
+    sigma2 = sum_squares(x) / f32(QK_K) if xs else f32(2) * sum_squares(x) / f32(QK_K)
     for j in range(2, ob.shape[0]):
         ob[j] = 0
     max_scale = f32(0)

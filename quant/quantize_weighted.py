@@ -20,7 +20,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from .dequant_kquants import Q2_K_TYPE_SIZE, Q3_K_TYPE_SIZE, Q4_K_TYPE_SIZE, Q5_K_TYPE_SIZE, Q6_K_TYPE_SIZE, QK_K
-from .kquant_search import GROUP_MAX_EPS, f32, fp16_round, make_qkx2_quants, nearest_int
+from .kquant_search import GROUP_MAX_EPS, f32, fp16_round, make_qkx2_quants, nearest_int, sum_squares
 from .kquant_search_weighted import best_index_int8, make_qp_quants, make_qx_quants_w
 from .quantize_kquants import (_finish_q2_K, _finish_q3_K, _finish_q6_K, _pack_levels_q4_K, _pack_levels_q5_K,
                                _put_scale_q3_K, _requantize_k4)
@@ -29,14 +29,6 @@ _jit = numba.njit(cache=True, nogil=True)
 _par = numba.njit(cache=True, nogil=True, parallel=True)
 
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
-
-
-@_jit
-def _sum_squares(x):
-    s = f32(0)
-    for v in x:
-        s += v * v
-    return s
 
 
 @_jit
@@ -73,7 +65,7 @@ def _rows_legacy(x, qw, out, dd, kind):
     ts = out.shape[1] // (n_per_row // 32)
     for r in numba.prange(x.shape[0]):
         xr = x[r]
-        sigma2 = _sum_squares(xr) / f32(n_per_row)
+        sigma2 = sum_squares(xr) / f32(n_per_row)
         weight = np.empty(32, np.float32)
         L = np.zeros(32, np.int32)
         Laux = np.empty(32, np.int32)
@@ -110,7 +102,7 @@ def _block_q2_K_w(x, qw, ob, ddb):
     sw = np.zeros(16, np.float32)
     Ls = np.zeros(16, np.int32)
     Lm = np.zeros(16, np.int32)
-    sigma2 = _sum_squares(x) / f32(QK_K)
+    sigma2 = sum_squares(x) / f32(QK_K)
     for j in range(16):
         _weights(x[16 * j : 16 * j + 16], qw[16 * j : 16 * j + 16], sigma2, weight)
         for l in range(16):
@@ -134,7 +126,7 @@ def _block_q3_K_w(x, qw, ob, ddb):
     scales = np.empty(16, np.float32)
     sw = np.zeros(16, np.float32)
     Ls = np.zeros(16, np.int32)
-    sigma2 = f32(2) * _sum_squares(x) / f32(QK_K)
+    sigma2 = f32(2) * sum_squares(x) / f32(QK_K)
     for j in range(16):
         _weights(x[16 * j : 16 * j + 16], qw[16 * j : 16 * j + 16], sigma2, weight)
         for l in range(16):
@@ -155,7 +147,7 @@ def _scales_mins_k4_w(x, qw, L, nmax, scales, mins, sw):
     """Q4_K/Q5_K first pass with weights: each sub-block of 32's (scale, min), and its weight sum."""
     weight = np.empty(32, np.float32)
     Laux = np.empty(32, np.int32)
-    sigma2 = f32(2) * _sum_squares(x) / f32(QK_K)
+    sigma2 = f32(2) * sum_squares(x) / f32(QK_K)
     for j in range(8):
         _weights(x[32 * j : 32 * j + 32], qw[32 * j : 32 * j + 32], sigma2, weight)
         s = f32(0)
@@ -266,7 +258,7 @@ def _iq4_superblock(x, qw, has_qw, values, ntry, ob, ddb, L, scales, weight):
     """quantize_row_iq4_nl_impl for one super-block of x.shape[0] (32: IQ4_NL, 256: IQ4_XS)."""
     sbs = x.shape[0]
     nb = sbs // 32
-    sigma2 = _sum_squares(x) * (f32(2) / f32(sbs))
+    sigma2 = sum_squares(x) * (f32(2) / f32(sbs))
     max_scale = f32(0)
     amax_scale = f32(0)
     v0 = f32(values[0])
