@@ -37,7 +37,7 @@ from gguf import GGMLQuantizationType as T
 from .dequant_grids import IQ1_M_TYPE_SIZE, IQ1_S_TYPE_SIZE, QK_K
 from .formats import ImatrixRequired
 from .grid_search import grid_search
-from .kquant_search import f32, nearest_int
+from .kquant_search import f32, nearest_int, sum_squares
 
 _jit = numba.njit(cache=True, nogil=True)
 _par = numba.njit(cache=True, nogil=True, parallel=True)
@@ -109,10 +109,7 @@ def _weights(xb, qw, has_qw, sigma2, weight):
 
 @_jit
 def _sigma2(xbl):
-    s = f32(0)
-    for v in xbl:
-        s += v * v
-    return f32(2) * s / f32(QK_K)
+    return f32(2) * sum_squares(xbl) / f32(QK_K)
 
 
 @_jit

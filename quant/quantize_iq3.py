@@ -33,7 +33,7 @@ from gguf import GGMLQuantizationType as T
 
 from .dequant_grids import IQ3_S_TYPE_SIZE, IQ3_XXS_TYPE_SIZE, QK_K
 from .grid_search import grid_search
-from .kquant_search import f32
+from .kquant_search import f32, sum_squares
 
 _jit = numba.njit(cache=True, nogil=True)
 _par = numba.njit(cache=True, nogil=True, parallel=True)
@@ -194,10 +194,7 @@ def _sub_block(tables, xval, vmax, weight, waux, L, Laux, gidx, xxs):
 def _super_block(tables, x, qw, has_qw, xxs, ob, dd):
     """One super-block of 256 into ob (its bytes after d, zeroed by the caller); dd[0] = d unrounded.
     False where ggml would abort: the weighted errors overflow float32."""
-    sumx2 = f32(0)
-    for i in range(QK_K):
-        sumx2 += x[i] * x[i]
-    sigma2 = f32(2) * sumx2 / f32(QK_K)
+    sigma2 = f32(2) * sum_squares(x[:QK_K]) / f32(QK_K)
     weight = np.empty(32, np.float32)
     waux = np.empty(32, np.float32)
     xval = np.empty(32, np.float32)
