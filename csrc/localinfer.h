@@ -31,6 +31,21 @@ typedef enum {
 int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t k,
               const float *x, int64_t m, float *y);
 
+/* Weight layouts (core/repack.c). LI_LAYOUT_ROWS: the GGUF rows as they are. LI_LAYOUT_X4: groups of four
+ * rows with their blocks interleaved, built once at load by li_repack (n_out a multiple of 4; the same
+ * bytes, the same offsets per group), which the decode GEMV reads as one stream. */
+typedef enum {
+    LI_LAYOUT_ROWS = 0,
+    LI_LAYOUT_X4 = 1,
+} li_layout;
+/* the layout worth building for wtype on the active ISA: LI_LAYOUT_X4 where it has a dot over x4 groups */
+int li_layout_for(int wtype);
+/* n_out rows of row_bytes at src -> dst (as many bytes, not overlapping src) in `layout` */
+int li_repack(int wtype, int layout, const void *src, size_t row_bytes, int64_t n_out, void *dst);
+/* li_matmul over w in `layout` (GEMV rows of an x4 matrix agree with li_matmul's up to float rounding) */
+int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int64_t n_out, int64_t k,
+                     const float *x, int64_t m, float *y);
+
 /* li_matmul uses the GEMV (each row's result bitwise a 1-row call's) below this many rows, the
  * tiled GEMM from it on; per calling thread, default 6 (LI_GEMM_MIN_M). Speculative decoding
  * raises it while verifying drafted tokens so that each verified row rounds as a decode step.
@@ -85,6 +100,7 @@ typedef struct {
     size_t row_bytes;
     int64_t n_out, k;
     const float *bias;         /* (n_out) or NULL */
+    int layout;                /* li_layout of w (0: rows) */
 } li_linear;
 
 typedef struct {

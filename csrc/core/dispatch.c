@@ -87,6 +87,7 @@ static void merge(int v) {
         li_type_traits tr = li_traits_generic[t];
         if (k->vec_dot[t]) tr.vec_dot = k->vec_dot[t];
         tr.vec_dot_rows = k->vec_dot[t] ? k->vec_dot_rows[t] : NULL;   /* only beside its own vec_dot */
+        tr.vec_dot_x4 = k->vec_dot_x4[t];   /* none in generic: a repacked row is gathered for vec_dot */
         if (k->from_float[t]) tr.from_float = k->from_float[t];
         if (k->unpack[t]) tr.unpack = k->unpack[t];
         if (k->dequantize[t]) tr.dequantize = k->dequantize[t];

@@ -83,6 +83,11 @@ typedef void (*li_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a,
 #define LI_DOT_ROWS 4
 typedef void (*li_vec_dot_rows_fn)(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                    const float *a_sums);
+/* The same for one group of LI_X4_ROWS rows in a repacked layout (core/repack.c: block_q4_0x4, ...):
+ * s[r] = dot(row r, a) for r < 4, nb = n / block size blocks of the group read as one stream. The sums
+ * run in another order than vec_dot's, so the results agree with it up to float rounding, and every
+ * GEMV row of a repacked matrix is this function's (one activation row or several: the same bits). */
+typedef void (*li_vec_dot_x4_fn)(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
 /* One F16 weight row against m activation rows: s[i * s_stride] = dot(w, row i of a), where a
  * (m, n) holds F16 activations widened to f32 (exactly). Bit for bit m calls of the ISA's F16
  * vec_dot; the weight row is widened once, not m times (a GEMV of a few rows: speculative
@@ -163,6 +168,7 @@ typedef struct {
     li_unpack_fn unpack;
     li_quantize_fn from_float;     /* for activation types */
     li_vec_dot_rows_fn vec_dot_rows;   /* set by dispatch.c from the ISA table; NULL: vec_dot row by row */
+    li_vec_dot_x4_fn vec_dot_x4;   /* set by dispatch.c: the ISA's dot over a repacked group, or NULL */
 } li_type_traits;
 
 /* A SIMD variant overrides what it accelerates; NULL entries fall back to generic. */
@@ -170,6 +176,7 @@ typedef struct {
     const char *name;
     li_vec_dot_fn vec_dot[LI_TYPE_COUNT];
     li_vec_dot_rows_fn vec_dot_rows[LI_TYPE_COUNT];
+    li_vec_dot_x4_fn vec_dot_x4[LI_TYPE_COUNT];   /* repacked groups (core/repack.c); NULL: no repacking */
     li_quantize_fn from_float[LI_TYPE_COUNT];
     li_dequantize_fn dequantize[LI_TYPE_COUNT];   /* only where bit-exact (f16 widening is) */
     li_unpack_fn unpack[LI_TYPE_COUNT];
@@ -214,6 +221,12 @@ int li_act_sums_count(int act_type, int64_t n);
 /* scratch.c: a 64-byte aligned buffer of at least `bytes` kept per thread and slot (NULL: out of
  * memory); valid until this thread asks for the same slot again. CALL: a whole matmul or attention
  * call's buffers (caller thread); TASK: a pool task's own (every thread, caller included). */
+/* core/repack.c: row `row` of a matrix in `layout` as plain rows: w's own bytes, or gathered into tmp
+ * (row_bytes) from an x4 group */
+const uint8_t *li_layout_row(int wtype, int layout, const uint8_t *w, size_t row_bytes, int64_t row, uint8_t *tmp);
+/* 1 for a type with an x4 layout (any ISA: the GEMM and the generic GEMV gather its rows) */
+int li_x4_type(int wtype);
+
 enum { LI_SCRATCH_CALL, LI_SCRATCH_TASK, LI_SCRATCH_SLOTS };
 void *li_scratch(int slot, size_t bytes);
 

@@ -39,8 +39,10 @@ typedef struct {
     const li_type_traits *t;       /* weight type */
     const li_type_traits *at;      /* its activation (vec_dot) type */
     const li_isa_kernels *kern;
-    const uint8_t *w;              /* (n_out, row_bytes) raw rows */
+    int wtype;
+    const uint8_t *w;              /* (n_out, row_bytes) raw rows, or x4 groups of 4 rows (layout) */
     size_t row_bytes;
+    int layout;
     int64_t n_out, k, m;
     const float *x;                /* (m, k) */
     float *y;                      /* (m, n_out) */
@@ -76,13 +78,33 @@ static void task_quantize(void *ctx, int ith, int nth) {
     }
 }
 
+/* rows [r, r + nr) of an x4 matrix (one group, nr = 4 but at a ragged end of the split) for every
+ * activation row: the ISA's dot over the group, or each row gathered back for vec_dot */
+static void gemv_x4(const li_job *j, const uint8_t *group, int64_t r, int nr) {
+    const li_vec_dot_x4_fn dot_x4 = j->t->vec_dot_x4;
+    uint8_t *tmp = dot_x4 ? NULL : li_scratch(LI_SCRATCH_TASK, j->row_bytes);
+    for (int64_t i = 0; i < j->m; i++) {
+        const uint8_t *a = j->xq + i * j->xq_row_bytes;
+        const float *as = j->xs ? j->xs + i * j->n_sums : NULL;
+        float *y = &j->y[i * j->n_out + r];
+        if (dot_x4) {
+            float s[LI_X4_ROWS];
+            dot_x4(j->k, s, group, a, as);
+            for (int q = 0; q < nr; q++) y[q] = s[q];
+        } else {
+            for (int q = 0; q < nr; q++)
+                j->t->vec_dot(j->k, y + q, li_layout_row(j->wtype, LI_LAYOUT_X4, j->w, j->row_bytes, r + q, tmp), a, as);
+        }
+    }
+}
+
 static void task_gemv(void *ctx, int ith, int nth) {
     li_job *j = ctx;
     int64_t lo, hi;
     split(j->n_out, LI_GEMV_ROW_ALIGN, ith, nth, &lo, &hi);
     const li_vec_dot_fn dot = j->t->vec_dot;
     const li_vec_dot_rows_fn dot_rows = j->t->vec_dot_rows;
-    const int step = dot_rows ? LI_DOT_ROWS : 1;
+    const int step = j->layout == LI_LAYOUT_X4 ? LI_X4_ROWS : dot_rows ? LI_DOT_ROWS : 1;
     const size_t ahead = LI_GEMV_PREFETCH_BYTES / j->row_bytes + 1;   /* rows */
     for (int64_t r = lo; r < hi; r += step) {
         const int nr = (int)(hi - r < step ? hi - r : step);
@@ -93,6 +115,10 @@ static void task_gemv(void *ctx, int ith, int nth) {
             for (size_t b = 0; b < (size_t)nr * j->row_bytes; b += 64) __builtin_prefetch(pf + b, 0, 3);
         }
         const uint8_t *w = j->w + r * j->row_bytes;
+        if (j->layout == LI_LAYOUT_X4) {   /* r is a multiple of 4 (the split's chunks are) */
+            gemv_x4(j, w, r, nr);
+            continue;
+        }
         if (j->xw) {   /* each weight row widened once for all activation rows */
             for (int q = 0; q < nr; q++) j->kern->vec_dot_f16_mact(j->k, j->y + r + q, j->n_out, w + q * j->row_bytes, j->xw, j->m);
             continue;
@@ -152,7 +178,8 @@ static void task_gemm(void *ctx, int ith, int nth) {
     const int64_t n_groups = t->group ? k / t->group : 0;
     /* one scratch block: wpanel (nw rows) | u (k bytes) | dw, mw (n_groups floats each) */
     const size_t wp_bytes = (size_t)nw * w_row, u_bytes = t->group ? ((size_t)k + 63) / 64 * 64 : 0;
-    uint8_t *wpanel = li_scratch(LI_SCRATCH_TASK, wp_bytes + u_bytes + (size_t)n_groups * 2 * sizeof(float));
+    const size_t rb_bytes = j->layout == LI_LAYOUT_ROWS ? 0 : (j->row_bytes + 63) / 64 * 64;   /* a gathered row */
+    uint8_t *wpanel = li_scratch(LI_SCRATCH_TASK, wp_bytes + u_bytes + (size_t)n_groups * 2 * sizeof(float) + rb_bytes);
     if (!wpanel) {
         atomic_store(&j->error, LI_ENOMEM);
         return;
@@ -160,6 +187,7 @@ static void task_gemm(void *ctx, int ith, int nth) {
     uint8_t *u = t->group ? wpanel + wp_bytes : NULL;
     float *dw = t->group ? (float *)(wpanel + wp_bytes + u_bytes) : NULL;
     float *mw = dw ? dw + n_groups : NULL;
+    uint8_t *rowbuf = rb_bytes ? wpanel + wp_bytes + u_bytes + (size_t)n_groups * 2 * sizeof(float) : NULL;
     void (*pack_w)(const li_panel_plan *, const uint8_t *, const float *, const float *, uint8_t *) =
         j->kern->pack_w ? j->kern->pack_w : li_panel_pack_w;
 
@@ -174,7 +202,7 @@ static void task_gemm(void *ctx, int ith, int nth) {
         const int nwv = (int)(j->n_out - j0 < nw ? j->n_out - j0 : nw);
         for (int r = 0; r < nw; r++) {           /* unpack this tile's weight rows */
             uint8_t *dst = wpanel + (size_t)r * w_row;
-            const uint8_t *src = j->w + (j0 + r) * j->row_bytes;
+            const uint8_t *src = r < nwv ? li_layout_row(j->wtype, j->layout, j->w, j->row_bytes, j0 + r, rowbuf) : NULL;
             if (r >= nwv) {
                 memset(dst, 0, w_row);
             } else if (t->group) {
@@ -203,9 +231,17 @@ static void task_gemm(void *ctx, int ith, int nth) {
 
 int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t k, const float *x,
               int64_t m, float *y) {
+    return li_matmul_layout(wtype, LI_LAYOUT_ROWS, w, row_bytes, n_out, k, x, m, y);
+}
+
+int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int64_t n_out, int64_t k,
+                     const float *x, int64_t m, float *y) {
     li_job j = {0};
     j.t = li_traits(wtype);
     if (!j.t || !j.t->vec_dot) return LI_ETYPE;
+    if (layout != LI_LAYOUT_ROWS && (layout != LI_LAYOUT_X4 || n_out % LI_X4_ROWS || !li_x4_type(wtype)))
+        return LI_EINVAL;
+    j.layout = layout, j.wtype = wtype;
     j.at = li_traits(j.t->vec_dot_type);
     j.kern = li_active_kernels();
     if (!w || !x || !y || n_out <= 0 || k <= 0 || m <= 0 || k % j.t->block_size != 0 ||

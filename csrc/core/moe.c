@@ -308,10 +308,10 @@ static int shared_expert(const li_moe *m, const float *h, int64_t n, float *out,
     float *u = g + n * f, *act = u + n * f, *y = act + n * f;
     const li_linear *wg = &m->shexp_gate, *wu = &m->shexp_up, *wd = &m->shexp_down;
     int rc;
-    if ((rc = li_matmul(wg->wtype, wg->w, wg->row_bytes, f, d, h, n, g)) == LI_OK &&
-        (rc = li_matmul(wu->wtype, wu->w, wu->row_bytes, f, d, h, n, u)) == LI_OK &&
+    if ((rc = li_matmul_layout(wg->wtype, wg->layout, wg->w, wg->row_bytes, f, d, h, n, g)) == LI_OK &&
+        (rc = li_matmul_layout(wu->wtype, wu->layout, wu->w, wu->row_bytes, f, d, h, n, u)) == LI_OK &&
         (rc = li_glu(g, f, u, f, act, n, f, glu_table)) == LI_OK &&
-        (rc = li_matmul(wd->wtype, wd->w, wd->row_bytes, d, f, act, n, y)) == LI_OK) {
+        (rc = li_matmul_layout(wd->wtype, wd->layout, wd->w, wd->row_bytes, d, f, act, n, y)) == LI_OK) {
         for (int64_t t = 0; t < n; t++) {
             float z = 0.0f;
             for (int64_t c = 0; c < d; c++) z += h[t * d + c] * m->shexp_gate_inp[c];
@@ -339,8 +339,8 @@ int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const flo
     for (int64_t e = 0; e < ne; e++)   /* cheap beside the matmuls: 3 * n_expert comparisons */
         if (!linear_ok(&m->gate[e], f, d) || !linear_ok(&m->up[e], f, d) || !linear_ok(&m->down[e], d, f) ||
             m->gate[e].wtype != m->gate[0].wtype || m->up[e].wtype != m->up[0].wtype ||
-            m->down[e].wtype != m->down[0].wtype)
-            return LI_EINVAL;
+            m->down[e].wtype != m->down[0].wtype || m->gate[e].layout || m->up[e].layout || m->down[e].layout)
+            return LI_EINVAL;   /* the experts' rows are read in place by gemv_rows: GGUF's layout only */
     const int64_t fs = m->shexp_gate.n_out;
     if (m->shexp_gate_inp && (fs <= 0 || !linear_ok(&m->shexp_gate, fs, d) || !linear_ok(&m->shexp_up, fs, d) ||
                               !linear_ok(&m->shexp_down, d, fs) || m->shexp_gate.bias || m->shexp_up.bias ||
@@ -353,7 +353,7 @@ int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const flo
     float *p = logits + n * ne, *weights = p + ne;
     int32_t *experts = (int32_t *)(weights + n * k);
     unsigned char *taken = (unsigned char *)(experts + n * k);
-    int rc = li_matmul(m->router.wtype, m->router.w, m->router.row_bytes, ne, d, h, n, logits);
+    int rc = li_matmul_layout(m->router.wtype, m->router.layout, m->router.w, m->router.row_bytes, ne, d, h, n, logits);
     if (rc == LI_OK) {
         add_bias(&m->router, logits, n, 0, ne, ne);
         for (int64_t t = 0; t < n; t++)

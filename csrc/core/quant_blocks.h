@@ -101,6 +101,23 @@ typedef struct {
 } block_q8_0;
 _Static_assert(sizeof(block_q8_0) == 2 + QK8_0, "wrong q8_0 block size");
 
+/* Repacked layouts (core/repack.c), built at load for the decode GEMV: LI_X4_ROWS consecutive rows'
+ * blocks i interleaved, so that one contiguous stream feeds four output rows and one 512-bit load
+ * holds four rows' quants (ggml's block_q4_0x8 is the same idea with eight rows). The four scales
+ * first, then the quants row after row, each row's bytes as in its own block. */
+#define LI_X4_ROWS 4
+typedef struct {
+    ggml_half d[LI_X4_ROWS];
+    uint8_t qs[LI_X4_ROWS * QK4_0 / 2];     /* row r: qs[16 r .. 16 r + 15], nibbles as block_q4_0 */
+} block_q4_0x4;
+_Static_assert(sizeof(block_q4_0x4) == LI_X4_ROWS * sizeof(block_q4_0), "wrong q4_0x4 block size");
+
+typedef struct {
+    ggml_half d[LI_X4_ROWS];
+    int8_t qs[LI_X4_ROWS * QK8_0];          /* row r: qs[32 r .. 32 r + 31] */
+} block_q8_0x4;
+_Static_assert(sizeof(block_q8_0x4) == LI_X4_ROWS * sizeof(block_q8_0), "wrong q8_0x4 block size");
+
 /* Q8_1 (activations for Q4_1/Q5_1): as Q8_0 plus s = fp16(d * sum(qs)). 36 bytes.
  * localinfer's dot products recompute sum(qs) exactly instead of reading the
  * rounded s; s is kept so the block stays ggml's. */
@@ -145,6 +162,18 @@ typedef struct {
     uint8_t qs[QK_K / 2];
 } block_q4_K;
 _Static_assert(sizeof(block_q4_K) == 4 + K_SCALE_SIZE + QK_K / 2, "wrong q4_K block size");
+
+/* Q4_K repacked (core/repack.c): the four rows' headers (d, dmin, scales as in block_q4_K), then
+ * their quants row after row. */
+typedef struct {
+    struct {
+        ggml_half d;
+        ggml_half dmin;
+        uint8_t scales[K_SCALE_SIZE];
+    } h[LI_X4_ROWS];
+    uint8_t qs[LI_X4_ROWS][QK_K / 2];
+} block_q4_Kx4;
+_Static_assert(sizeof(block_q4_Kx4) == LI_X4_ROWS * sizeof(block_q4_K), "wrong q4_Kx4 block size");
 
 /* Q5_K: as Q4_K with a 5th bit: bit s of qh[l] for element 32*s + l. 176 bytes. */
 typedef struct {

@@ -70,4 +70,9 @@ void vec_dot_tq2_0_q8_K_avx512(int64_t n, float *s, const void *w, const void *a
 void vec_dot_rows_tq2_0_q8_K_avx512(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
                                     const float *a_sums);
 
+/* quants_x4_avx512.c: dots over repacked x4 groups (core/repack.c) */
+void vec_dot_x4_q4_0_q8_0_avx512(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
+void vec_dot_x4_q8_0_q8_0_avx512(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
+void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
+
 #endif /* LI_X86_AVX512_H */

@@ -329,9 +329,11 @@ static inline __attribute__((always_inline)) __m256i q4_K_sumi(const uint8_t *qs
 #define Q4_K_PAIRS(b) (char)(b), -1, (char)(b), -1
 #define Q4_K_PAIRS4(b) Q4_K_PAIRS(b), Q4_K_PAIRS(b + 1), Q4_K_PAIRS(b + 2), Q4_K_PAIRS(b + 3)
 
-/* one row's super-block i: acc += d * da * sumi, acc_mins (4 lanes) += dmin * da * mins */
-static inline __attribute__((always_inline)) void q4_K_block_one(const block_q4_K *w, const block_q8_K *a, __m128 da,
-                                                                 __m128i bsum_pairs, __m256 *acc, __m128 *acc_mins) {
+/* one row's super-block i: acc += d * da * sumi, acc_mins (4 lanes) += dmin * da * mins. w's d, dmin
+ * and scales are read, its quants at qs (w->qs, or a repacked group's row: vec_dot_x4_q4_K_q8_K_avx2) */
+static inline __attribute__((always_inline)) void q4_K_block_one(const block_q4_K *w, const uint8_t *qs,
+                                                                 const block_q8_K *a, __m128 da, __m128i bsum_pairs,
+                                                                 __m256 *acc, __m128 *acc_mins) {
     const __m128i sm = scales_mins_k4(w->scales);
     int32_t sc[8] __attribute__((aligned(32)));
     _mm256_store_si256((__m256i *)sc, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sm),
@@ -342,7 +344,7 @@ static inline __attribute__((always_inline)) void q4_K_block_one(const block_q4_
     /* lane j%4 of mins: min_j * (bsums[2j] + bsums[2j+1]) + ..., exact in int32 */
     const __m128i mins = _mm_madd_epi16(_mm_unpackhi_epi8(sm, _mm_setzero_si128()), bsum_pairs);
     *acc_mins = _mm_fmadd_ps(_mm_shuffle_ps(dd, dd, 0x55), _mm_cvtepi32_ps(mins), *acc_mins);
-    const __m256i sumi = q4_K_sumi(w->qs, a->qs, sc, sc + 4);
+    const __m256i sumi = q4_K_sumi(qs, a->qs, sc, sc + 4);
     *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), *acc);
 }
 
@@ -356,9 +358,29 @@ void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va,
         /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 127, an int16) for sub-block j of 32 */
         const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
         const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        q4_K_block_one(&w[i], &a[i], _mm_set1_ps(a[i].d), bsum_pairs, &acc, &acc_mins);
+        q4_K_block_one(&w[i], w[i].qs, &a[i], _mm_set1_ps(a[i].d), bsum_pairs, &acc, &acc_mins);
     }
     *s = hsum_ps(acc) - hsum_ps128(acc_mins);
+}
+
+/* The same over a repacked group of four rows (core/repack.c): the rows' super-blocks i follow each
+ * other in one stream and share the activation's pair-summed bsums; per row the arithmetic above. */
+void vec_dot_x4_q4_K_q8_K_avx2(int64_t n, float *s, const void *vg, const void *va, const float *as) {
+    (void)as;
+    const block_q4_Kx4 *g = vg;
+    const block_q8_K *a = va;
+    __m256 acc[LI_X4_ROWS];
+    __m128 acc_mins[LI_X4_ROWS];
+    for (int r = 0; r < LI_X4_ROWS; r++) acc[r] = _mm256_setzero_ps(), acc_mins[r] = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
+        const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        const __m128 da = _mm_set1_ps(a[i].d);
+        for (int r = 0; r < LI_X4_ROWS; r++)   /* the header has block_q4_K's leading fields */
+            q4_K_block_one((const block_q4_K *)(const void *)&g[i].h[r], g[i].qs[r], &a[i], da, bsum_pairs, &acc[r],
+                           &acc_mins[r]);
+    }
+    for (int r = 0; r < LI_X4_ROWS; r++) s[r] = hsum_ps(acc[r]) - hsum_ps128(acc_mins[r]);
 }
 
 /* Q6_K: u = q6 in 0..63 (maddubs pair sums <= 2 * 63 * 128, no saturation); the offset 32 once per

@@ -1,0 +1,95 @@
+/* repack.c -- weight layouts built at load for the decode GEMV (llama.cpp's CPU "repack" buffers).
+ *
+ * LI_LAYOUT_X4: rows in groups of LI_X4_ROWS; a group is the blocks i = 0 .. nb-1 of its rows, each
+ * as one x4 block (quant_blocks.h: block_q4_0x4, block_q8_0x4): the four rows' fp16 scales, then their
+ * quants row after row. A group of four rows takes exactly the bytes of those rows and starts where
+ * its first row started, so offsets, sizes and the GEMV's row split are the row-major ones; only
+ * the order inside a group changes. The decode GEMV (matmul.c) reads a group as one stream with the
+ * ISA's vec_dot_x4; the prefill GEMM and any ISA without that dot gather a row back (li_layout_row).
+ *
+ * A block is split into its quants (one contiguous range) and its header (every other byte: the
+ * scales); an x4 block is the four rows' headers, then their quants (quant_blocks.h). Types: those in
+ * X4_FORMATS, and only on an ISA with a vec_dot_x4 for them (li_layout_for): elsewhere a repacked
+ * matrix would only be slower.
+ */
+#include "core/li.h"
+
+typedef struct {
+    int type;
+    int q_off, q_len;   /* the block's quants: bytes [q_off, q_off + q_len); the header is the rest */
+} x4_format;
+
+static const x4_format X4_FORMATS[] = {
+    {LI_TYPE_Q4_0, 2, QK4_0 / 2},                       /* d | qs */
+    {LI_TYPE_Q8_0, 2, QK8_0},                           /* d | qs */
+    {LI_TYPE_Q4_K, 4 + K_SCALE_SIZE, QK_K / 2},         /* d, dmin, scales | qs */
+};
+
+static const x4_format *x4_format_of(int wtype) {
+    for (size_t i = 0; i < sizeof(X4_FORMATS) / sizeof(X4_FORMATS[0]); i++)
+        if (X4_FORMATS[i].type == wtype) return &X4_FORMATS[i];
+    return NULL;
+}
+
+int li_x4_type(int wtype) { return x4_format_of(wtype) != NULL; }
+
+/* one block b of a row <-> its parts in x4 block g, as row r: header (before and after the quants) then quants */
+static void x4_move(const x4_format *f, size_t ts, int r, uint8_t *g, uint8_t *b, int to_x4) {
+    const size_t hb = ts - (size_t)f->q_len, tail = ts - (size_t)(f->q_off + f->q_len);
+    uint8_t *h = g + (size_t)r * hb, *q = g + LI_X4_ROWS * hb + (size_t)r * (size_t)f->q_len;
+    uint8_t *parts[3][2] = {{h, b}, {h + f->q_off, b + f->q_off + f->q_len}, {q, b + f->q_off}};
+    const size_t len[3] = {(size_t)f->q_off, tail, (size_t)f->q_len};
+    for (int p = 0; p < 3; p++)
+        if (len[p]) to_x4 ? memcpy(parts[p][0], parts[p][1], len[p]) : memcpy(parts[p][1], parts[p][0], len[p]);
+}
+
+int li_layout_for(int wtype) {
+    const li_type_traits *t = li_traits(wtype);
+    return t && li_x4_type(wtype) && t->vec_dot_x4 ? LI_LAYOUT_X4 : LI_LAYOUT_ROWS;
+}
+
+typedef struct {
+    const x4_format *f;
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t row_bytes, type_size;
+    int64_t n_groups;
+} repack_job;
+
+/* group g: rows 4g..4g+3 -> x4 blocks */
+static void task_repack(void *ctx, int ith, int nth) {
+    const repack_job *j = ctx;
+    const size_t ts = j->type_size, nb = j->row_bytes / ts;
+    for (int64_t g = ith; g < j->n_groups; g += nth) {
+        const uint8_t *rows = j->src + (size_t)g * LI_X4_ROWS * j->row_bytes;
+        uint8_t *out = j->dst + (size_t)g * LI_X4_ROWS * j->row_bytes;
+        for (size_t i = 0; i < nb; i++, out += LI_X4_ROWS * ts)
+            for (int r = 0; r < LI_X4_ROWS; r++)
+                x4_move(j->f, ts, r, out, (uint8_t *)(rows + (size_t)r * j->row_bytes + i * ts), 1);
+    }
+}
+
+int li_repack(int wtype, int layout, const void *src, size_t row_bytes, int64_t n_out, void *dst) {
+    const li_type_traits *t = li_traits(wtype);
+    if (!t) return LI_ETYPE;
+    if (layout != LI_LAYOUT_X4 || !li_x4_type(wtype)) return LI_ETYPE;
+    if (!src || !dst || n_out <= 0 || n_out % LI_X4_ROWS || row_bytes == 0 || row_bytes % (size_t)t->type_size)
+        return LI_EINVAL;
+    const size_t bytes = row_bytes * (size_t)n_out;
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    if (d < s + bytes && s < d + bytes) return LI_EINVAL;   /* in place would read what it overwrote */
+    repack_job j = {x4_format_of(wtype), s, d, row_bytes, (size_t)t->type_size, n_out / LI_X4_ROWS};
+    li_pool_run(task_repack, &j, j.n_groups >= 64 ? li_get_threads() : 1);
+    return LI_OK;
+}
+
+const uint8_t *li_layout_row(int wtype, int layout, const uint8_t *w, size_t row_bytes, int64_t row, uint8_t *tmp) {
+    if (layout != LI_LAYOUT_X4) return w + (size_t)row * row_bytes;
+    const x4_format *f = x4_format_of(wtype);
+    const size_t ts = (size_t)li_traits(wtype)->type_size, nb = row_bytes / ts;
+    const int r = (int)(row % LI_X4_ROWS);
+    const uint8_t *g = w + (size_t)(row - r) * row_bytes;
+    for (size_t i = 0; i < nb; i++, g += LI_X4_ROWS * ts) x4_move(f, ts, r, (uint8_t *)g, tmp + i * ts, 0);
+    return tmp;
+}

@@ -1,0 +1,167 @@
+/* quants_x4_avx512.c -- AVX-512 VNNI dots over repacked groups of four rows (core/repack.c).
+ *
+ * One x4 block holds four rows' block i: their scales, then their quants row after row, so one
+ * 512-bit load (Q4_0: 64 nibble bytes) or two (Q8_0: 128 bytes) feed all four rows, the activation
+ * block is broadcast to every row's lanes, and dpbusd leaves row r's partial sums in its own lanes.
+ * Per block and row that is a fraction of the shuffles the row-major dots need (quants_avx512.c
+ * unpacks and re-pairs every row's blocks), so the GEMV is limited by memory, not by these dots.
+ * Unsigned u times the signed activation, as there: Q4_0's u - 8 and Q8_0's (q + 128) - 128 through
+ * the activation's d * sum(q) (a_sums), so the integer parts stay exact.
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+
+#include "core/li.h"
+#include "x86/avx512.h"
+
+/* the four rows' fp16 scales times the activation's {d, d * sum(q)}: *side += dw * d * sum(q) */
+static inline __m128 x4_scales(const ggml_half *d, const float *as, __m128 *side) {
+    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)d));
+    *side = _mm_fmadd_ps(dw, _mm_set1_ps(as[1]), *side);
+    return _mm_mul_ps(dw, _mm_set1_ps(as[0]));
+}
+
+/* s[r] = lanes of row r summed (every lane of acc belongs to the row `lanes_per_row` picks) - offset * side[r] */
+static inline void x4_store(__m512 acc, int lanes_per_row, __m128 side, float offset, float *s) {
+    float l[16], sd[4];
+    _mm512_storeu_ps(l, acc);
+    _mm_storeu_ps(sd, side);
+    for (int r = 0; r < LI_X4_ROWS; r++) {
+        float t = 0.0f;
+        for (int e = 0; e < lanes_per_row; e++) t += l[r * lanes_per_row + e];
+        s[r] = t - offset * sd[r];
+    }
+}
+
+/* one Q4_0 x4 block: lanes 4r..4r+3 of the result are row r's dpbusd sums */
+static inline __m512i q4_0x4_block(const block_q4_0x4 *g, const block_q8_0 *a) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i q = _mm512_loadu_si512((const void *)g->qs);
+    const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    const __m512i alo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)a->qs));        /* elements 0..15 */
+    const __m512i ahi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(a->qs + 16)));  /* 16..31 */
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, alo), hi, ahi);
+}
+
+void vec_dot_x4_q4_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void *va, const float *as) {
+    const block_q4_0x4 *g = vg;
+    const block_q8_0 *a = va;
+    const __m512i row4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();   /* two chains: even, odd blocks */
+    __m128 side = _mm_setzero_ps();
+    const int64_t nb = n / QK4_0;
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        const __m128 s0 = x4_scales(g[i].d, as + 2 * i, &side);
+        acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(row4, _mm512_castps128_ps512(s0)),
+                               _mm512_cvtepi32_ps(q4_0x4_block(g + i, a + i)), acc0);
+        const __m128 s1 = x4_scales(g[i + 1].d, as + 2 * (i + 1), &side);
+        acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(row4, _mm512_castps128_ps512(s1)),
+                               _mm512_cvtepi32_ps(q4_0x4_block(g + i + 1, a + i + 1)), acc1);
+    }
+    if (i < nb) {
+        const __m128 s0 = x4_scales(g[i].d, as + 2 * i, &side);
+        acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(row4, _mm512_castps128_ps512(s0)),
+                               _mm512_cvtepi32_ps(q4_0x4_block(g + i, a + i)), acc0);
+    }
+    x4_store(_mm512_add_ps(acc0, acc1), 4, side, 8.0f, s);
+}
+
+void vec_dot_x4_q8_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void *va, const float *as) {
+    const block_q8_0x4 *g = vg;
+    const block_q8_0 *a = va;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i rows01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i rows23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();   /* lanes 8r'..: rows 0,1 | 2,3 */
+    __m128 side = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m128 sc = x4_scales(g[i].d, as + 2 * i, &side);
+        const __m512i av = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)a[i].qs));
+        const __m512i u01 = _mm512_xor_si512(_mm512_loadu_si512((const void *)g[i].qs), flip);
+        const __m512i u23 = _mm512_xor_si512(_mm512_loadu_si512((const void *)(g[i].qs + 64)), flip);
+        const __m512 s512 = _mm512_castps128_ps512(sc);
+        acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(rows01, s512),
+                                _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u01, av)), acc01);
+        acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(rows23, s512),
+                                _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u23, av)), acc23);
+    }
+    float l01[16], l23[16], sd[4];
+    _mm512_storeu_ps(l01, acc01);
+    _mm512_storeu_ps(l23, acc23);
+    _mm_storeu_ps(sd, side);
+    for (int r = 0; r < LI_X4_ROWS; r++) {
+        const float *l = r < 2 ? l01 + 8 * r : l23 + 8 * (r - 2);
+        float t = 0.0f;
+        for (int e = 0; e < 8; e++) t += l[e];
+        s[r] = t - 128.0f * sd[r];
+    }
+}
+
+/* Q4_K: per super-block the activation's quants are laid out once for all four rows, 64 bytes per
+ * register in the order a row's 64 quant bytes hold their elements (32 low nibbles of sub-block 4h,
+ * then 4h + 2 | the high nibbles: 4h + 1, 4h + 3); per row, maddubs then dpwssd with each int16 lane's
+ * sub-block scale, exact in int32; the mins meet the bsums summed in pairs. */
+static inline __m512i two_halves(const int8_t *lo, const int8_t *hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
+                              _mm256_loadu_si256((const __m256i *)hi), 1);
+}
+
+void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void *va, const float *as) {
+    (void)as;
+    const block_q4_Kx4 *g = vg;
+    const block_q8_K *a = va;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    /* int16 lanes 0..15 take the scale of sub-block idx_lo / idx_hi's first entry, 16..31 its second */
+    const __m512i idx[2][2] = {
+        {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
+         _mm512_inserti64x4(_mm512_set1_epi16(1), _mm256_set1_epi16(3), 1)},
+        {_mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1),
+         _mm512_inserti64x4(_mm512_set1_epi16(5), _mm256_set1_epi16(7), 1)},
+    };
+    __m512 acc[LI_X4_ROWS];
+    float mins[LI_X4_ROWS] = {0};
+    for (int r = 0; r < LI_X4_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *q = a[i].qs;
+        const __m512i alo[2] = {two_halves(q, q + 64), two_halves(q + 128, q + 192)};
+        const __m512i ahi[2] = {two_halves(q + 32, q + 96), two_halves(q + 160, q + 224)};
+        /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 127): sub-block j's sum of quants, as int16 */
+        const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
+        const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        for (int r = 0; r < LI_X4_ROWS; r++) {
+            uint8_t sm[16];   /* 8 scales, 8 mins */
+            li_scales_mins_k4(g[i].h[r].scales, sm);
+            const __m128i sm8 = _mm_loadu_si128((const __m128i *)sm);
+            const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm8));
+            __m512i isum = _mm512_setzero_si512();
+            for (int h = 0; h < 2; h++) {
+                const __m512i w = _mm512_loadu_si512((const void *)(g[i].qs[r] + 64 * h));
+                const __m512i lo = _mm512_and_si512(w, m4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+                /* u <= 15: maddubs pair sums <= 2 * 15 * 128, no saturation */
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(lo, alo[h]),
+                                           _mm512_permutexvar_epi16(idx[h][0], sc16));
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(hi, ahi[h]),
+                                           _mm512_permutexvar_epi16(idx[h][1], sc16));
+            }
+            const float da = a[i].d;
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(g[i].h[r].d) * da), _mm512_cvtepi32_ps(isum), acc[r]);
+            const __m128i m = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm8, 8)), bsum_pairs);
+            const __m128i m2 = _mm_add_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+            const int32_t msum = _mm_cvtsi128_si32(_mm_add_epi32(m2, _mm_shuffle_epi32(m2, _MM_SHUFFLE(2, 3, 0, 1))));
+            mins[r] += _cvtsh_ss(g[i].h[r].dmin) * da * (float)msum;
+        }
+    }
+    for (int r = 0; r < LI_X4_ROWS; r++) s[r] = _mm512_reduce_add_ps(acc[r]) - mins[r];
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#endif /* x86_64 */

@@ -1,0 +1,104 @@
+"""Repacked weights (csrc/core/repack.c): groups of four rows interleaved for the decode GEMV.
+
+The GEMM (prefill, m >= 6) gathers each row back, so it gives the row-major bits; the GEMV reads a
+group with the ISA's x4 dot, whose sums run in another order than vec_dot's: the two agree within
+a bound from the arithmetic. Every GEMV row of a repacked matrix is the same function's, so one
+activation row or several give the same bits (what batching and speculative decoding rely on)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from test_kernels import FORMATS, ISAS, random_activations, random_rows
+
+from localinfer import kernels
+from localinfer.quant import dequantize
+
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
+
+X4_TYPES = [T.Q4_0, T.Q8_0, T.Q4_K]
+SIMD_ISAS = [isa for isa in ISAS if isa in ("avx2", "avx512")]
+
+
+def _pair(qtype, n_out, n_blocks, seed):
+    fmt = FORMATS[qtype]
+    raw = random_rows(fmt, n_out, n_blocks, seed=seed)
+    return fmt, raw, kernels.prepare(raw, qtype), kernels.prepare(raw, qtype, repack=True)
+
+
+def _bound(raw, qtype, x) -> np.ndarray:
+    """|error| allowed per output: float32 rounding of a reordered sum of k products, each bounded by
+    |w| |x| (x after its own Q8 rounding, at most half a step off), over a few hundred additions."""
+    n_out, k = raw.shape[0], x.shape[-1]
+    w = np.abs(dequantize(raw, qtype, (n_out, k)).astype(np.float64))
+    mag = np.atleast_2d(np.abs(x).astype(np.float64) * 1.01) @ w.T
+    return 64 * np.finfo(np.float32).eps * mag * (1 + k / 32) ** 0.5 + 1e-30
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+@pytest.mark.parametrize("qtype", X4_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("n_out,n_blocks", [(4, 1), (16, 3), (68, 9), (260, 2)])
+def test_repacked_gemv_agrees_and_gemm_is_exact(isa, qtype, n_out, n_blocks):
+    with kernels._isa(isa):
+        fmt, raw, rows, x4 = _pair(qtype, n_out, n_blocks, seed=n_out + n_blocks)
+        assert x4.layout == kernels.LAYOUT_X4 and rows.layout == kernels.LAYOUT_ROWS
+        k = n_blocks * fmt.block_size
+        for m in (1, 2, 5):
+            x = random_activations(m, k, seed=m)
+            got, want = x4.matmul(x), rows.matmul(x)
+            assert np.all(np.abs(got.astype(np.float64) - want) <= _bound(raw, qtype, x)), (m, isa)
+            # each activation row alone gives that row of the batch, bit for bit
+            for i in range(m):
+                np.testing.assert_array_equal(x4.matmul(x[i]).view(np.uint32), got[i].view(np.uint32))
+        x = random_activations(9, k, seed=9)  # the GEMM: rows gathered back, the row-major bits
+        np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), rows.matmul(x).view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", X4_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_repacked_matrix_under_an_isa_without_x4_dots_gathers_rows(qtype, threads):
+    """Repacked on a SIMD ISA, then run where the dot over groups is missing (LOCALINFER_ISA=generic
+    in a test, or a lower variant forced later): each row is gathered for vec_dot, the exact bits."""
+    if not SIMD_ISAS:
+        pytest.skip("no SIMD variant on this CPU: nothing is repacked")
+    before = kernels.get_threads()
+    try:
+        kernels.set_threads(threads)
+        with kernels._isa(SIMD_ISAS[-1]):
+            fmt, raw, _, x4 = _pair(qtype, 132, 5, seed=3)
+        with kernels._isa("generic"):
+            x = random_activations(3, 5 * fmt.block_size, seed=4)
+            np.testing.assert_array_equal(x4.matmul(x).view(np.uint32),
+                                          kernels.matmul(raw, qtype, x).view(np.uint32))
+    finally:
+        kernels.set_threads(before)
+
+
+def test_what_is_not_repacked_stays_in_the_mapping():
+    # a type without x4 dots, a row count that is not a multiple of 4, and the generic ISA
+    raw = random_rows(FORMATS[T.Q4_1], 8, 2, seed=1)
+    assert kernels.prepare(raw, T.Q4_1, repack=True).layout == kernels.LAYOUT_ROWS
+    raw = random_rows(FORMATS[T.Q4_0], 6, 2, seed=1)
+    mat = kernels.prepare(raw, T.Q4_0, repack=True)
+    assert mat.layout == kernels.LAYOUT_ROWS and mat.w is raw
+    with kernels._isa("generic"):
+        assert kernels.repack_layout(T.Q4_0) == kernels.LAYOUT_ROWS
+
+
+def test_the_c_entry_points_check_their_arguments():
+    lib, ffi = kernels._lib, kernels._ffi
+    raw = random_rows(FORMATS[T.Q4_0], 8, 2, seed=1)
+    out = np.empty_like(raw)
+    src, dst = ffi.from_buffer(raw), ffi.from_buffer(out)
+    rb = raw.shape[1]
+    assert lib.li_repack(int(T.Q4_1), kernels.LAYOUT_X4, src, rb, 8, dst) == lib.LI_ETYPE
+    assert lib.li_repack(int(T.Q4_0), kernels.LAYOUT_ROWS, src, rb, 8, dst) == lib.LI_ETYPE
+    assert lib.li_repack(int(T.Q4_0), kernels.LAYOUT_X4, src, rb, 6, dst) == lib.LI_EINVAL   # not whole groups
+    assert lib.li_repack(int(T.Q4_0), kernels.LAYOUT_X4, src, rb + 1, 8, dst) == lib.LI_EINVAL  # partial blocks
+    assert lib.li_repack(int(T.Q4_0), kernels.LAYOUT_X4, src, rb, 8, src) == lib.LI_EINVAL   # in place
+    x = np.ones((1, 64), np.float32)
+    y = np.empty((1, 8), np.float32)
+    xp, yp = ffi.cast("float *", ffi.from_buffer(x)), ffi.cast("float *", ffi.from_buffer(y))
+    assert lib.li_matmul_layout(int(T.Q4_1), kernels.LAYOUT_X4, src, rb, 8, 64, xp, 1, yp) == lib.LI_EINVAL
+    assert lib.li_matmul_layout(int(T.Q4_0), 7, src, rb, 8, 64, xp, 1, yp) == lib.LI_EINVAL
+    assert lib.li_matmul_layout(int(T.Q4_0), kernels.LAYOUT_X4, src, rb, 6, 64, xp, 1, yp) == lib.LI_EINVAL
