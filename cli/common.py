@@ -51,8 +51,21 @@ def speculative_options(command):
 CACHE_TYPES = ("f16", "q8_0", "q4_0")  # localinfer.kv_types.CACHE_TYPES, without importing numpy here
 
 
+def _no_repack(ctx, param, value):
+    """--no-repack sets LOCALINFER_REPACK=0, the one switch every load reads (bench's and serve's
+    worker processes included); the command's own parameters never see it."""
+    if value:
+        import os
+        os.environ["LOCALINFER_REPACK"] = "0"
+    return value
+
+
 def cache_type_options(f):
-    """--cache-type-k / --cache-type-v (llama.cpp's -ctk / -ctv): the KV cache's element types."""
+    """--cache-type-k / --cache-type-v (llama.cpp's -ctk / -ctv): the KV cache's element types; and
+    -nr/--no-repack (llama.cpp's), which keeps every weight in the file's mapping."""
+    f = click.option("-nr", "--no-repack", is_flag=True, expose_value=False, callback=_no_repack, is_eager=True,
+                     help="Keep the weights as the file lays them out (no repacked copies for the decode "
+                          "GEMV): less work at load, slower decode. Same as LOCALINFER_REPACK=0.")(f)
     f = click.option("-ctv", "--cache-type-v", type=click.Choice(CACHE_TYPES), default="f16", show_default=True,
                      help="KV cache type of the values (q8_0: half of f16's bytes, q4_0: ~a quarter).")(f)
     return click.option("-ctk", "--cache-type-k", type=click.Choice(CACHE_TYPES), default="f16", show_default=True,

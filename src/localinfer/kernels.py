@@ -40,7 +40,8 @@ except ImportError as _err:  # not built: the numpy path is used instead
 
 __all__ = [
     "KernelsUnavailable", "available", "unavailable_reason", "isa", "supported_isas", "built_isas",
-    "set_threads", "get_threads", "matmul", "prepare", "PreparedMatrix", "dequantize_row",
+    "set_threads", "get_threads", "matmul", "prepare", "PreparedMatrix", "repack_layout", "LAYOUT_ROWS", "LAYOUT_X4",
+    "dequantize_row",
     "quantize_activations", "ACTIVATION_TYPES", "memory_bandwidth", "quantize_kv", "attention_kv", "KV_CACHE_TYPES",
 ]
 
@@ -238,11 +239,38 @@ _FLOAT_ARRAY = _ffi.typeof("float[]") if _ffi is not None else None
 _from_buffer = _ffi.from_buffer if _ffi is not None else None
 
 
+LAYOUT_ROWS, LAYOUT_X4 = 0, 1  # csrc/localinfer.h's li_layout
+
+
+def repack_layout(wtype) -> int:
+    """The layout `prepare(..., repack=True)` builds for wtype on the active ISA: LAYOUT_X4 (groups of
+    four rows interleaved for the decode GEMV, core/repack.c) or LAYOUT_ROWS (nothing to gain)."""
+    qt = _type_info(wtype)[0]
+    return int(_need_lib().li_layout_for(int(qt)))
+
+
+def _anonymous(nbytes: int) -> np.ndarray:
+    """nbytes of page-aligned anonymous memory (uint8), huge pages asked for where the OS has them:
+    a repacked matrix is read end to end every decode step, and 2 MiB pages spare the TLB."""
+    import mmap
+    buf = mmap.mmap(-1, max(nbytes, 1))
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        try:
+            buf.madvise(advice)
+        except OSError:
+            pass  # transparent huge pages off: 4 KiB pages work the same
+    return np.frombuffer(buf, dtype=np.uint8, count=nbytes)
+
+
 class PreparedMatrix:
     """A weight matrix checked once: W (n_out, k) as raw GGUF rows (uint8 (n_out, row_bytes)) of
-    any supported type, or float32 / float16 (n_out, k) for F32 / F16. Holds W without copying."""
+    any supported type, or float32 / float16 (n_out, k) for F32 / F16. Holds W without copying,
+    unless `repack` and the active ISA has a faster layout for the type (repack_layout): then a
+    copy in that layout (anonymous memory) is what the kernels read (`data`), `layout` says which,
+    and `w` is None: the caller's rows are not kept (a mapped tensor's pages can be released)."""
 
-    def __init__(self, w: np.ndarray, wtype) -> None:
+    def __init__(self, w: np.ndarray, wtype, repack: bool = False) -> None:
         qt, block, type_size, vec_dot_type = _type_info(wtype)
         if vec_dot_type < 0:
             raise UnsupportedQuantType(f"{qt.name} is an activation format, not a weight type the kernels multiply")
@@ -264,7 +292,18 @@ class PreparedMatrix:
             k, row_bytes = w.shape[1], w.shape[1] * w.itemsize
         self.w, self.wtype, self.n_out, self.k, self.row_bytes = w, qt, int(w.shape[0]), int(k), int(row_bytes)
         self._wtype_id = int(qt)
-        self._wbuf = _buffer(w, "w", _raw_alignment(qt)) if w.size else None
+        self.layout = LAYOUT_ROWS
+        data = w
+        if repack and w.dtype == np.uint8 and w.size and self.n_out % 4 == 0:
+            layout = _lib.li_layout_for(int(qt))
+            if layout != LAYOUT_ROWS:
+                data = _anonymous(w.nbytes).reshape(w.shape)
+                _check(_lib.li_repack(int(qt), layout, _buffer(w, "w", _raw_alignment(qt)), self.row_bytes,
+                                      self.n_out, _ffi.from_buffer(data)), f"repack of {qt.name} {self.shape}")
+                self.layout = int(layout)
+                self.w = None
+        self.data = data  # what the kernels read: w, or its repacked copy
+        self._wbuf = _buffer(data, "w", _raw_alignment(qt)) if w.size else None
         self._w_start = int(_ffi.cast("uintptr_t", self._wbuf)) if w.size else 0
         self._w_end = self._w_start + w.nbytes
 
@@ -301,15 +340,17 @@ class PreparedMatrix:
             o0, x0 = int(_ffi.cast("uintptr_t", ob)), int(_ffi.cast("uintptr_t", xb))
             if (o0 < x0 + x.nbytes and x0 < o0 + out.nbytes) or (o0 < self._w_end and self._w_start < o0 + out.nbytes):
                 raise ValueError("out must not overlap x or w")
-        rc = _lib.li_matmul(self._wtype_id, self._wbuf, self.row_bytes, self.n_out, self.k, xb, m, ob)
+        rc = _lib.li_matmul_layout(self._wtype_id, self.layout, self._wbuf, self.row_bytes, self.n_out, self.k,
+                                   xb, m, ob)
         if rc:
             _check(rc, f"matmul of {self.wtype.name} {self.shape}")
         return out
 
 
-def prepare(w: np.ndarray, wtype) -> PreparedMatrix:
-    """Check W once for repeated matmuls (the forward pass keeps one per linear layer)."""
-    return PreparedMatrix(w, wtype)
+def prepare(w: np.ndarray, wtype, repack: bool = False) -> PreparedMatrix:
+    """Check W once for repeated matmuls (the forward pass keeps one per linear layer); with
+    `repack`, in the active ISA's decode layout where it has one (PreparedMatrix)."""
+    return PreparedMatrix(w, wtype, repack)
 
 
 def matmul(w: np.ndarray, wtype, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -69,7 +69,7 @@ class Model:
                  prefix_cache_dir: str | os.PathLike | None = None, prefix_cache_dir_bytes: int = 4 << 30,
                  draft: "str | os.PathLike | Model | None" = None, draft_max: int = 8, draft_min: int = 0,
                  draft_p_min: float = 0.75, lookup_ngram: int = 0,
-                 cache_type_k: str = "f16", cache_type_v: str = "f16", progress=None):
+                 cache_type_k: str = "f16", cache_type_v: str = "f16", progress=None, repack: bool | None = None):
         """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built).
         n_parallel: sequences generated together when several threads call generate/stream/chat.
         prefix_cache_dir: a folder where the engine keeps computed prompt prefixes (at most
@@ -81,7 +81,10 @@ class Model:
         cache_type_k / cache_type_v: "f16", "q8_0" or "q4_0", the KV cache's keys / values
         (llama.cpp's --cache-type-k / -v; kv_types.py).
         progress: a callable(fraction, stage) told how far the load is (0.0 .. 1.0, ending with
-        1.0 "ready"), for a splash screen (load_progress.py)."""
+        1.0 "ready"), for a splash screen (load_progress.py).
+        repack: copy the matrices the ISA has a faster decode layout for into it at load (llama.cpp's
+        repack; the mapped pages are released, so memory stays about the file's size); None: on
+        unless the environment sets LOCALINFER_REPACK=0. False keeps every weight in the mapping."""
         from .load_progress import LoadProgress
         loading = LoadProgress(progress)
         loading.report(0.0, "mapping")
@@ -93,7 +96,8 @@ class Model:
         self.tokenizer = Tokenizer.from_metadata(self.metadata)
         self.backend = _choose_backend(backend, n_threads)
         loading.watch_weights(self.gguf)
-        self.runtime = build_model(self.gguf, self.backend)
+        self.repack = _choose_repack(repack) and self.backend == "c"
+        self.runtime = build_model(self.gguf, self.backend, self.repack)
         self._lock = threading.Lock()
         self.serialized = SerializedRuntime(self.runtime, self._lock, self.path)  # what contexts and the engine call
         self._contexts = weakref.WeakSet()  # live contexts, for memory()
@@ -356,7 +360,8 @@ class Model:
         machine or backend does not hand them to this one (its requests stay bit-exact)."""
         from . import kernels
         isa = kernels.isa() if self.backend == "c" else "numpy"
-        return f"{self.identity}/{self.backend}-{isa}"
+        layout = "-repacked" if getattr(self.runtime, "repacked_bytes", 0) else ""  # its GEMV rows round otherwise
+        return f"{self.identity}/{self.backend}-{isa}{layout}"
 
     def save_state(self, path: str | os.PathLike, state) -> None:
         """Writes a ChatSession or Context (its tokens and KV cache) to `path`, atomically."""
@@ -449,6 +454,20 @@ def _give_back_freed_memory() -> None:
     trim(0)
 
 
+def _choose_repack(repack: bool | None) -> bool:
+    """load()'s repack option: as given, else LOCALINFER_REPACK (0/false/off/no: off), else on."""
+    if repack is not None:
+        if not isinstance(repack, bool):
+            raise TypeError(f"repack is True, False or None, got {type(repack).__name__}")
+        return repack
+    env = os.environ.get("LOCALINFER_REPACK", "").strip().lower()
+    if env in ("", "1", "true", "on", "yes"):
+        return True
+    if env in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"LOCALINFER_REPACK={env!r}: use 1 or 0")
+
+
 def _choose_backend(backend: str, n_threads: int | None) -> str:
     if backend not in ("auto", "c", "reference"):
         raise ValueError(f"backend must be 'auto', 'c' or 'reference', got {backend!r}")
@@ -475,7 +494,8 @@ def _speculation(target: Model, draft, draft_max, draft_min, draft_p_min, lookup
         return None, (config if lookup_ngram > 0 else None)
     if not isinstance(draft, Model):
         draft = Model(resolve_model(draft), n_ctx=target.n_ctx, n_threads=target.n_threads,
-                      kv_dtype="f16" if target.kv_dtype == np.float16 else "f32", backend=target.backend)
+                      kv_dtype="f16" if target.kv_dtype == np.float16 else "f32", backend=target.backend,
+                      repack=target.repack)
         target._owns_draft = True
     try:
         check_same_vocab(target.tokenizer, draft.tokenizer, target.path, draft.path)

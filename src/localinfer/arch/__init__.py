@@ -43,6 +43,7 @@ def model_class(arch: str):
     return ARCHITECTURES[name]
 
 
-def build_model(f: GGUFFile, backend: str = "reference"):
-    """The architecture's model for file `f`; `backend` is "reference" (numpy) or "c" (kernels)."""
-    return model_class(f.architecture).from_gguf(f, backend)
+def build_model(f: GGUFFile, backend: str = "reference", repack: bool = False):
+    """The architecture's model for file `f`; `backend` is "reference" (numpy) or "c" (kernels);
+    `repack`: matrices in the ISA's decode layout where it has one (kernels.repack_layout)."""
+    return model_class(f.architecture).from_gguf(f, backend, repack)

@@ -66,12 +66,13 @@ class DecoderModel:
 
     # -- shared ---------------------------------------------------------------------------------
     @classmethod
-    def from_gguf(cls, f: GGUFFile, backend: str = "reference") -> "DecoderModel":
+    def from_gguf(cls, f: GGUFFile, backend: str = "reference", repack: bool = False) -> "DecoderModel":
         config = cls.config_class.from_gguf(f)
         cls.check_config(f, config)
-        loader = WeightLoader(f, backend)
+        loader = WeightLoader(f, backend, repack)
         model = cls(config, cls.load_weights(loader, config), loader.ops)
         model.weight_copy_bytes = loader.copied_bytes  # Model.memory() reports it
+        model.repacked_bytes = loader.repacked_bytes
         return model
 
     @classmethod

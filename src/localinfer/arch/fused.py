@@ -210,7 +210,7 @@ class FusedLayers:
         if mat.shape != shape:
             raise ValueError(f"fused layers: a {mat.shape} weight where {shape} belongs")
         spec.wtype, spec.w, spec.row_bytes = mat._wtype_id, mat._wbuf, mat.row_bytes
-        spec.n_out, spec.k = mat.n_out, mat.k
+        spec.n_out, spec.k, spec.layout = mat.n_out, mat.k, mat.layout
         spec.bias = self._floats(lin.bias, mat.n_out) if lin.bias is not None else self.ffi.NULL
 
     def applies(self, batch) -> bool:

@@ -92,7 +92,7 @@ class Embedding:
 
 
 class WeightLoader:
-    def __init__(self, f: GGUFFile, backend: str = "reference"):
+    def __init__(self, f: GGUFFile, backend: str = "reference", repack: bool = False):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
         if backend == "c":
@@ -100,7 +100,12 @@ class WeightLoader:
             if not kernels.available():
                 raise RuntimeError(kernels.unavailable_reason())
         self.f, self.backend = f, backend
+        # repack: matrices in the active ISA's decode layout (kernels.repack_layout), copied out of
+        # the mmap whose pages are then released (an embedding table that is also the output
+        # matrix faults back in only the rows it looks up)
+        self.repack = bool(repack) and backend == "c"
         self.copied_bytes = 0  # weights held outside the mmap: stacked, dequantized, float32 vectors
+        self.repacked_bytes = 0  # of those, matrices in a repacked layout
         if backend == "c":
             from .. import ops
             self.ops = ops  # the layer ops in C, same signatures as the reference
@@ -138,9 +143,12 @@ class WeightLoader:
             from .. import kernels
             from ..quant import UnsupportedQuantType
             try:
-                return KernelLinear(kernels.prepare(self.f.tensor_data(name), info.ggml_type), b, (name,))
+                mat = kernels.prepare(self.f.tensor_data(name), info.ggml_type, self.repack)
             except UnsupportedQuantType:
                 pass  # a type the C core lacks: this one layer runs on the reference path
+            else:
+                self._count_repacked(mat, [name])
+                return KernelLinear(mat, b, (name,))
         raw = self.f.tensor_data(name)
         dense = DenseLinear(dequantize(raw, info.ggml_type, info.shape), b, (name,))
         self.copied_bytes += 0 if np.may_share_memory(dense.w, raw) else dense.w.nbytes
@@ -187,13 +195,25 @@ class WeightLoader:
         raw = np.concatenate([self.f.tensor_data(n) for n in names])
         b = np.concatenate([self.vector(bn, (s[0],)) for bn, s in zip(biases, shapes)]) if all(has_bias) else None
         try:
-            stacked = KernelLinear(kernels.prepare(raw, infos[0].ggml_type), b, tuple(names))
+            mat = kernels.prepare(raw, infos[0].ggml_type, self.repack)
         except UnsupportedQuantType:
             return None
         for n in names:
             self.f.release(n)
         self.copied_bytes += raw.nbytes
-        return stacked
+        if mat.layout != kernels.LAYOUT_ROWS:
+            self.repacked_bytes += raw.nbytes  # the concatenation was only the repack's input: freed now
+        return KernelLinear(mat, b, tuple(names))
+
+    def _count_repacked(self, mat, names: list[str]) -> None:
+        """A matrix copied into a repacked layout: its mapped pages are released, its bytes counted."""
+        from .. import kernels
+        if mat.layout == kernels.LAYOUT_ROWS:
+            return
+        for n in names:
+            self.f.release(n)
+        self.copied_bytes += mat.data.nbytes
+        self.repacked_bytes += mat.data.nbytes
 
     def optional_linear(self, name: str, shape: tuple[int, int], bias: str | None = None):
         return self.linear(name, shape, bias) if self.has(name) else None

@@ -161,7 +161,8 @@ def describe_run(model, path: str, n_threads: int, load_s: float) -> dict:
         "model_size": os.path.getsize(path),
         "model_n_params": sum(t.n_elements for t in model.gguf.tensors.values()),
         "n_threads": n_threads,
-        "backend": backend_name() if model.backend == "c" else "numpy reference",
+        "backend": (backend_name() + (" repacked" if getattr(model.runtime, "repacked_bytes", 0) else "")
+                    if model.backend == "c" else "numpy reference"),
         "load_s": load_s,
         "peak_rss_mib": peak_rss_mib(),
         "memory": model.memory(),  # bytes: weights mapped / copied, KV and prefix caches (Model.memory)
