@@ -58,8 +58,9 @@ def test_accepted_sources(smollm2_tokenizer):
                    dict(json_schema=True), dict(regex="[0-9]+"), dict(gbnf='root ::= "yes" | "no"'),
                    dict(lark='start: "a" | %json {"type": "integer"}'),
                    # patterns are checked, a property named "pattern" and a const's value are not patterns
-                   dict(json_schema={"type": "object", "properties": {"pattern": {"type": "string", "pattern": "^[a-z]+$"},
-                                                                      "k": {"const": {"pattern": "(("}}}})):
+                   dict(json_schema={"type": "object",
+                                     "properties": {"pattern": {"type": "string", "pattern": "^[a-z]+$"},
+                                                    "k": {"const": {"pattern": "(("}}}})):
         g = compile_grammar(smollm2_tokenizer, **source)
         assert g.matcher().allowed().any()
 

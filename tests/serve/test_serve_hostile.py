@@ -165,8 +165,8 @@ def test_ambiguous_framing_is_refused_and_the_connection_closed(server, baseline
                    + headers.encode() + b"\r\n" + body + smuggled)
         _one_error(_exchange(u, request), status, needle)
     # a GET is held to the same framing
-    _one_error(_exchange(u, b"GET /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"),
-               400, "Duplicate Content-Length")
+    twice = b"GET /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"
+    _one_error(_exchange(u, twice), 400, "Duplicate Content-Length")
     # leading zeros are still one length, and a single well-formed one is served on a kept-alive connection
     reply = _exchange(u, post_bytes("/v1/completions", body).replace(b"Content-Length: ", b"Content-Length: 00")
                       + b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
@@ -181,8 +181,8 @@ def test_a_body_answered_before_it_is_read_closes_the_connection(server, baselin
     u = server.url
     inner = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
     for method, path, status in (("POST", "/v1/nowhere", 404), ("POST", "/v1/models", 405), ("GET", "/health", 200)):
-        reply = _exchange(u, f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {len(inner)}\r\n\r\n".encode()
-                          + inner)
+        head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {len(inner)}\r\n\r\n"
+        reply = _exchange(u, head.encode() + inner)
         assert reply.startswith(b"HTTP/1.1 %d " % status) and reply.count(b"HTTP/1.1 ") == 1, reply
         assert b"\r\nconnection: close" in reply.partition(b"\r\n\r\n")[0].lower()
     assert _answer(u, seed=13) == baseline

@@ -49,7 +49,8 @@ def forward_rows(runtime, seqs, verifying: list[bool], scoring: list[bool] | Non
         return runtime.forward_batch(seqs, last_only=True)
     n_last = [len(tokens) if v or s else 1 for (tokens, _), v, s in zip(seqs, verifying, scoring)]
     n_rows = sum(len(tokens) for tokens, _ in seqs)
-    if n_rows == sum(n_last) and n_rows <= MAX_GEMV_ROWS and not any(scoring) and kernels.available():  # no prefill rows
+    no_prefill_rows = n_rows == sum(n_last) and not any(scoring)  # a scored prompt's rows are prefill rows
+    if no_prefill_rows and n_rows <= MAX_GEMV_ROWS and kernels.available():
         with kernels.gemv_rows(n_rows):
             return runtime.forward_batch(seqs, n_last=n_last)
     return runtime.forward_batch(seqs, n_last=n_last)

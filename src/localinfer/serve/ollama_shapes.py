@@ -220,7 +220,8 @@ def show(entry, n_ctx: int | None) -> dict:
     parameters = "\n".join(f"{k:<16}{v}" for k, v in params.items())
     template = facts["template"] or ""
     # the file's name, not its path: where the server keeps its files is none of a client's business
-    modelfile = (f"# Modelfile of a model served by localinfer\nFROM {os.path.basename(entry.path)}\nTEMPLATE \"\"\"{template}\"\"\"\n"
+    modelfile = (f"# Modelfile of a model served by localinfer\nFROM {os.path.basename(entry.path)}\n"
+                 f"TEMPLATE \"\"\"{template}\"\"\"\n"
                  + "".join(f"PARAMETER {k} {v}\n" for k, v in params.items()))
     capabilities = ["completion"] + (["tools"] if "tools" in template else [])
     license_ = facts["model_info"].get("general.license")

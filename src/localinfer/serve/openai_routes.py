@@ -3,10 +3,10 @@ Server-Sent Events) and /v1/embeddings.
 
 A request's body is parsed and validated off the event loop (api.py: tokenizing and compiling a
 grammar may take a while), then its requests go to the model's engine (jobs.py), which also scores
-an echoed prompt whose logprobs are asked for, in the request's slot. A whole answer is awaited while watching for the client's disconnect; a stream is
-Starlette's StreamingResponse, which stops when the client goes. Either way, what did not finish is
-cancelled and its slots freed. Streams are SSE as OpenAI sends them: `data: {json}\\n\\n` per chunk,
-then `data: [DONE]\\n\\n`.
+an echoed prompt whose logprobs are asked for, in the request's slot. A whole answer is awaited
+while watching for the client's disconnect; a stream is Starlette's StreamingResponse, which stops
+when the client goes. Either way, what did not finish is cancelled and its slots freed. Streams are
+SSE as OpenAI sends them: `data: {json}\\n\\n` per chunk, then `data: [DONE]\\n\\n`.
 """
 from __future__ import annotations
 
