@@ -33,6 +33,12 @@ from .serve_ray import ray_options, serve_ray
               show_default=True, help="MiB of this model's blocks the --prefix-cache-dir folder holds at most.")
 @click.option("--api-key", default=None, envvar="LOCALINFER_API_KEY",
               help="Require 'Authorization: Bearer KEY' (also from $LOCALINFER_API_KEY).")
+@click.option("--cors-origins", default=None, envvar="LOCALINFER_ORIGINS", metavar="ORIGIN,...",
+              help="Web origins (https://app.example, '*': any) whose pages may call a server without --api-key "
+                   "(also from $LOCALINFER_ORIGINS); others get 403. Its own page and localhost pages always may.")
+@click.option("--allowed-hosts", default=None, envvar="LOCALINFER_ALLOWED_HOSTS", metavar="NAME,...",
+              help="Host names a server without --api-key answers besides localhost, loopback addresses and "
+                   "--host ('*': any); others get 403 (a defence against DNS rebinding).")
 @click.option("--max-body", type=click.IntRange(1024), default=4 << 20, show_default=True,
               help="Largest request body in bytes (413 beyond).")
 @click.option("--timeout", "io_timeout", type=click.FloatRange(0.5), default=30.0, show_default=True,
@@ -53,9 +59,9 @@ from .serve_ray import ray_options, serve_ray
 @ray_options
 @speculative_options
 @cache_type_options
-def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body, io_timeout,
-          threads, verbose, pooling, prefix_cache_dir, prefix_cache_dir_mib, models, keep_alive, max_memory,
-          speculative, cache_type_k, cache_type_v, ray):
+def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, cors_origins, allowed_hosts,
+          max_body, io_timeout, threads, verbose, pooling, prefix_cache_dir, prefix_cache_dir_mib, models, keep_alive,
+          max_memory, speculative, cache_type_k, cache_type_v, ray):
     """Serve MODEL (a catalog name or a .gguf path), or the --models, over the OpenAI API
     (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics) and
     Ollama's (/api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps)."""
@@ -82,7 +88,12 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
             os.makedirs(prefix_cache_dir, exist_ok=True)
         except OSError as e:
             raise click.ClickException(f"--prefix-cache-dir {prefix_cache_dir}: {e}")
-    config = dict(api_key=api_key, max_body=max_body, io_timeout=io_timeout, verbose=verbose, pooling=pooling,
+    from localinfer.serve.origins import is_loopback, split_list
+    if not api_key and not is_loopback(host.strip("[]").lower()):
+        click.echo(f"localinfer: warning: listening on {host} without --api-key: anyone who can reach this address "
+                   f"may use the model", err=True)
+    config = dict(api_key=api_key, cors_origins=split_list(cors_origins), allowed_hosts=split_list(allowed_hosts),
+                  max_body=max_body, io_timeout=io_timeout, verbose=verbose, pooling=pooling,
                   on_stop=lambda: click.echo("\nlocalinfer: stopping", err=True))
     if models is not None:
         from localinfer.serve.pool import DEFAULT_KEEP_ALIVE

@@ -13,6 +13,7 @@ import numpy as np
 
 MAX_BIAS = 100.0
 MAX_ENTRIES = 1024  # a request body is untrusted: bound the map
+MAX_KEY_DIGITS = 20  # a token id is far shorter; leading zeros beyond this are no id either
 
 
 class LogitBiasError(ValueError):
@@ -31,6 +32,9 @@ def check_logit_bias(bias: Mapping | None, n_vocab: int) -> tuple[tuple[int, flo
     out = {}
     for key, value in bias.items():
         if isinstance(key, str) and key.strip().isdecimal():
+            if len(key.strip()) > MAX_KEY_DIGITS:  # before int(): a long one costs quadratic time, or Python refuses it
+                raise LogitBiasError(f"logit_bias: the key {key.strip()[:20]}... ({len(key.strip())} digits) is not "
+                                     f"a token id (the vocabulary has {n_vocab} tokens)")
             token = int(key)
         elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             token = int(key)

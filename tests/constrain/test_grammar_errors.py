@@ -23,6 +23,11 @@ REFUSED = [
     dict(),  # nothing given
     dict(regex="a", gbnf='root ::= "a"'),  # two given
     dict(regex=r"[a-z]" * (MAX_GRAMMAR_CHARS // 5 + 1)),  # over the size budget
+    # patterns whose lexer llguidance builds only as a string is generated: too many expressions
+    dict(json_schema={"type": "string", "pattern": "(.{0,100}){0,100}z"}),
+    dict(json_schema={"type": "object", "properties": {"a": {"type": "string", "pattern": "(.{0,30}){0,30}z"}}}),
+    dict(lark='start: "call " args\nargs: %json {"type": "string", "pattern": "(.{0,100}){0,100}z"}\n'),
+    dict(json_schema={"anyOf": [{"type": "string", "pattern": f"p{i}"} for i in range(65)]}),  # too many patterns
 ]
 
 
@@ -51,7 +56,11 @@ def test_the_parser_limits_apply_when_compiling(smollm2_tokenizer, monkeypatch):
 def test_accepted_sources(smollm2_tokenizer):
     for source in (dict(json_schema={"type": "object"}), dict(json_schema='{"type": "array"}'),
                    dict(json_schema=True), dict(regex="[0-9]+"), dict(gbnf='root ::= "yes" | "no"'),
-                   dict(lark='start: "a" | %json {"type": "integer"}')):
+                   dict(lark='start: "a" | %json {"type": "integer"}'),
+                   # patterns are checked, a property named "pattern" and a const's value are not patterns
+                   dict(json_schema={"type": "object",
+                                     "properties": {"pattern": {"type": "string", "pattern": "^[a-z]+$"},
+                                                    "k": {"const": {"pattern": "(("}}}})):
         g = compile_grammar(smollm2_tokenizer, **source)
         assert g.matcher().allowed().any()
 

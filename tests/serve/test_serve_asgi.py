@@ -130,7 +130,7 @@ def test_a_client_trickling_its_headers_is_dropped(strict):
     """uvicorn bounds no header's time: a byte every 0.2 s would hold a connection forever. The
     headers must be complete within io_timeout (2 s) or the connection is closed, unanswered."""
     u = strict.url
-    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + b"X-Padding: " + b"a" * 200 + b"\r\n"
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n" + b"X-Padding: " + b"a" * 200 + b"\r\n"
     t0 = time.monotonic()
     with connect(u, timeout=15) as s:
         sent, closed = 0, False
@@ -160,7 +160,7 @@ def test_chunked_bodies_are_counted_against_the_limit(strict):
     for body, status in ((small, 200), (big, 413)):
         chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 1000]), body[i:i + 1000]) for i in range(0, len(body), 1000))
         with connect(u, timeout=30) as s:
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
                       + chunks + b"0\r\n\r\n")
             assert s.recv(4096).startswith(b"HTTP/1.1 %d " % status)
     assert wait_idle(u)["slots_busy"] == 0

@@ -86,10 +86,10 @@ def test_huge_and_missing_bodies(server):
     _error(raw(u, "POST", "/v1/completions", json.dumps({"prompt": "x" * (40 << 10)}).encode()), 413,
            "limit is 32768")
     with connect(u) as s:  # a claimed size over the limit is refused before a byte of it is read
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n")
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 99999999999\r\n\r\n")
         assert s.recv(4096).startswith(b"HTTP/1.1 413")
     with connect(u) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert s.recv(4096).startswith(b"HTTP/1.1 411")
     with connect(u) as s:
         s.sendall(b"\x16\x03\x01 garbage that is not HTTP\r\n\r\n")
@@ -147,7 +147,7 @@ def test_ambiguous_framing_is_refused_and_the_connection_closed(server, baseline
     body = json.dumps({**COUNTING, "max_tokens": 2}).encode()
     n = len(body)
     # behind each body, a request a proxy that framed it differently would not have seen
-    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    smuggled = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
     # the HTTP parser (llhttp) refuses each of these itself, before the app sees the request
     for headers, status, needle in [
         (f"Content-Length: {n}\r\nContent-Length: {n}\r\n", 400, "Duplicate Content-Length"),
@@ -161,15 +161,15 @@ def test_ambiguous_framing_is_refused_and_the_connection_closed(server, baseline
         (f"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\nContent-Length: {n}\r\n", 400,
          "Transfer-Encoding"),
     ]:
-        request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        request = (b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                    + headers.encode() + b"\r\n" + body + smuggled)
         _one_error(_exchange(u, request), status, needle)
     # a GET is held to the same framing
-    _one_error(_exchange(u, b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"),
-               400, "Duplicate Content-Length")
+    twice = b"GET /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"
+    _one_error(_exchange(u, twice), 400, "Duplicate Content-Length")
     # leading zeros are still one length, and a single well-formed one is served on a kept-alive connection
     reply = _exchange(u, post_bytes("/v1/completions", body).replace(b"Content-Length: ", b"Content-Length: 00")
-                      + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                      + b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 200") and reply.count(b"HTTP/1.1 200") == 2, reply
     assert wait_idle(u)["slots_busy"] == 0
     assert _answer(u, seed=12) == baseline
@@ -179,10 +179,10 @@ def test_a_body_answered_before_it_is_read_closes_the_connection(server, baselin
     """An error before the body is read (no route, wrong method) and a GET with a body: the
     body's bytes are never taken for the next request on the connection."""
     u = server.url
-    inner = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    inner = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
     for method, path, status in (("POST", "/v1/nowhere", 404), ("POST", "/v1/models", 405), ("GET", "/health", 200)):
-        reply = _exchange(u, f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(inner)}\r\n\r\n".encode()
-                          + inner)
+        head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {len(inner)}\r\n\r\n"
+        reply = _exchange(u, head.encode() + inner)
         assert reply.startswith(b"HTTP/1.1 %d " % status) and reply.count(b"HTTP/1.1 ") == 1, reply
         assert b"\r\nconnection: close" in reply.partition(b"\r\n\r\n")[0].lower()
     assert _answer(u, seed=13) == baseline
@@ -196,7 +196,7 @@ def test_slow_clients_are_dropped_while_others_are_served(server):
     drip = connect(u)  # sends its body a byte at a time, never finishing within the body timeout
     drip.sendall(post_bytes("/v1/completions", body)[:-len(body)])
     silent = connect(u)  # stops in the middle of its headers
-    silent.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+    silent.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Le")
     assert raw(u, "POST", "/v1/completions", {**COUNTING, "max_tokens": 2})[0] == 200  # others are served
     reply = b""
     for byte in body:

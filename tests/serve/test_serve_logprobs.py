@@ -182,6 +182,8 @@ def test_logit_bias_bans_and_forces(client, model):
     ("/v1/completions", {"logit_bias": {"five": 1}}, "logit_bias"),
     ("/v1/completions", {"logit_bias": {"5": "1"}}, "logit_bias"),
     ("/v1/completions", {"logit_bias": [5]}, "logit_bias"),
+    ("/v1/completions", {"logit_bias": {"1" * 5000: 1}}, "logit_bias"),  # beyond Python's int-from-str limit
+    ("/v1/completions", {"logit_bias": {"0" * 30 + "5": 1}}, "logit_bias"),
     ("/v1/completions", {"best_of": 2}, "best_of"),
     ("/v1/completions", {"suffix": "!"}, "suffix"),
 ])

@@ -125,6 +125,10 @@ def test_text_format_is_free_text(smollm2_server):
     ({"type": "json_schema"}, "response_format.json_schema"),
     ({"type": "json_schema", "json_schema": {"name": "bad name!", "schema": {}}}, "response_format.json_schema.name"),
     ({"type": "yaml"}, "response_format.type"),
+    # compiles, but its lexer would fail on the answer's second token: refused before a slot is taken
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string",
+                                                                     "pattern": "(.{0,100}){0,100}z"}}},
+     "response_format"),
     ("json", "response_format"),
 ])
 def test_refused_formats_are_400s_naming_response_format(smollm2_server, fmt, param):

@@ -28,8 +28,8 @@ class CompletionCache:
 
     @staticmethod
     def key(request) -> tuple | None:
-        if not request.params.deterministic:
-            return None
+        if not request.params.deterministic or request.prompt_logprobs is not None:
+            return None  # a scored prompt is computed: its rows are the answer's first part
         grammar = getattr(request.grammar, "key", None)  # llguidance's grammar text: it decides the tokens too
         return (tuple(request.prompt), request.params, request.max_tokens, tuple(request.stop), grammar,
                 request.logprobs)

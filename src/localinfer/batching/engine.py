@@ -16,6 +16,10 @@ So requests join the running batch at the next step and leave it when they are d
 The n choices of one prompt (fork.py, OpenAI's `n`) are admitted together: the first prefills
 the prompt, the others take a copy of its KV cache and sample from the same last logits row.
 A slot owns a KV cache of n_ctx positions for its whole life (allocated once, reused).
+A request that scores its prompt (Request.prompt_logprobs: echo with logprobs) is prefilled in its
+slot like any other, every row's logits kept in chunks of at most SCORE_LOGITS_BYTES, and takes no
+prefix from the cache (a cached prefix has no logits); so it waits for a slot, or is refused, as
+generation does.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..generate import ChunkAssembler, GenerationChunk, check_prompt_fits
-from ..logprobs import LogprobRecorder
+from ..logprobs import LogprobRecorder, TokenLogprob, token_logprob
 from .completion_cache import CompletionCache
 from .fork import copy_cache
 from .metrics import Metrics
@@ -43,6 +47,11 @@ from .speculation import draft_for, forward_rows, speculative_for, verify_slot
 # this many rows, and a chunked prefill never leaves fewer for last: a request's logits are then
 # bitwise the same whether its prefix was cached or not (when it runs alone), and a seed repeats.
 MIN_PREFILL_ROWS = 16
+
+# A slot scoring its prompt (Request.prompt_logprobs: /v1/completions echo with logprobs) gets every
+# row's logits of its prefill chunks, so its chunks are bounded in bytes of logits (float32) rather
+# than by prefill_chunk alone: 32 rows of a 262k vocabulary, 170 of a 49k one.
+SCORE_LOGITS_BYTES = 32 << 20
 
 
 class QueueFullError(RuntimeError):
@@ -75,6 +84,7 @@ class Slot:
     spec: object = None  # the request's speculative.decode.Speculator
     drafted: list = field(default_factory=list)  # tokens drafted for this step, verified after next_token
     draft_q: list | None = None  # the distributions they were drawn from (sampling with a draft model)
+    scores: list | None = None  # the prompt's TokenLogprobs so far, when the request scores its prompt
 
     @property
     def busy(self) -> bool:
@@ -127,7 +137,7 @@ class Engine:
             raise ValueError(f"max_tokens must be >= 0, got {request.max_tokens}")
         check_prompt_fits(len(request.prompt), self.n_ctx)
         request.on_cancel = self._notify
-        if request.max_tokens == 0:
+        if request.max_tokens == 0 and request.prompt_logprobs is None:
             request.timings.prompt_tokens = len(request.prompt)
             request.put(GenerationChunk("", [], "length", request.timings))
             return request
@@ -293,7 +303,8 @@ class Engine:
         reused = 0
         if slot.leader is not None:  # a choice of n: its prompt's K/V come from the leader (_fork)
             self.metrics.count("prompt_tokens_shared", len(r.prompt))
-        elif self.prefix_cache is not None:  # the last prompt tokens are always computed: they give the logits
+        elif self.prefix_cache is not None and r.prompt_logprobs is None:  # scoring needs every row's logits
+            # the last prompt tokens are always computed: they give the logits
             reused = self.prefix_cache.restore(r.prompt, slot.cache, limit=len(r.prompt) - MIN_PREFILL_ROWS)
         slot.tokens = list(r.prompt[:reused])
         slot.todo = list(r.prompt[reused:]) if slot.leader is None else []
@@ -303,6 +314,7 @@ class Engine:
         slot.matcher = r.grammar.matcher() if r.grammar is not None else None
         slot.recorder = LogprobRecorder(r.logprobs) if r.logprobs is not None else None
         slot.spec = speculative_for(self, slot, r.params)
+        slot.scores = [TokenLogprob(r.prompt[0], None, [])] if r.prompt_logprobs is not None else None
         if slot.recorder:  # first: logprobs are the model's, before any transform (logprobs.py)
             slot.processors.insert(0, slot.recorder)
         r.timings.prompt_tokens, r.timings.prompt_cached = len(r.prompt), reused
@@ -322,7 +334,11 @@ class Engine:
                 if budget <= 0:
                     continue
                 n = min(budget, len(slot.todo))
-                if 0 < len(slot.todo) - n < MIN_PREFILL_ROWS:  # never leave a GEMV-sized tail
+                if slot.scores is not None:
+                    n = self._score_chunk(slot, budget)
+                    if not n:
+                        continue
+                elif 0 < len(slot.todo) - n < MIN_PREFILL_ROWS:  # never leave a GEMV-sized tail
                     n = max(1, len(slot.todo) - MIN_PREFILL_ROWS)
                 chunk = slot.todo[:n]
                 budget -= n
@@ -332,7 +348,8 @@ class Engine:
         if not rows:
             return
         try:
-            logits = forward_rows(self.runtime, [(t, s.cache) for s, t in rows], [bool(s.drafted) for s, _ in rows])
+            logits = forward_rows(self.runtime, [(t, s.cache) for s, t in rows], [bool(s.drafted) for s, _ in rows],
+                                  [s.scores is not None and bool(s.todo) for s, _ in rows])
         except Exception as e:  # nothing is half-done: every sequence of the batch fails cleanly
             for slot, _ in rows:
                 self._finish(slot, e)
@@ -345,6 +362,8 @@ class Engine:
                 self._verify(slot, row)
                 continue
             if slot.todo:
+                if slot.scores is not None:
+                    self._score(slot, tokens, row)
                 del slot.todo[:len(tokens)]
                 if slot.todo:
                     if self.prefix_cache is not None and len(slot.tokens) > self.prefix_cache.block_size:
@@ -353,12 +372,37 @@ class Engine:
                     continue  # more of the prompt next step
                 slot.request.timings.prefill_s = time.perf_counter() - slot.prefill_start
                 self.metrics.count("prefills")
+                if slot.scores is not None:
+                    slot.request.prompt_scores = slot.scores  # before the first chunk: a reader takes it then
+                    if slot.request.max_tokens == 0:  # scoring only
+                        slot.request.put(GenerationChunk("", [], "length", slot.request.timings))
+                        self._finish(slot, None)
+                        continue
                 if slot.spec is not None:  # the draft model's prompt too, before the first token
                     slot.spec.proposer.prefill(slot.tokens)
                 if self.prefix_cache is not None:
                     self.prefix_cache.store(slot.tokens, slot.cache)
                 self._fork(slot, row[-1])
             self._sample(slot, row[-1])
+
+    def _score_chunk(self, slot: Slot, budget: int) -> int:
+        """How many prompt tokens a scoring slot prefills this step (0: not this step): at most
+        SCORE_LOGITS_BYTES of logits, and never fewer than MIN_PREFILL_ROWS rows nor a shorter
+        tail, so each row is Model.logits' row bit for bit (logprobs.score_prompt's chunking)."""
+        n_vocab = self.tokenizer.n_vocab
+        n = min(len(slot.todo), max(MIN_PREFILL_ROWS, SCORE_LOGITS_BYTES // (4 * n_vocab)))
+        if len(slot.todo) - n < MIN_PREFILL_ROWS:
+            n = len(slot.todo)
+        # a chunk that does not fit what the step has left waits for a step of its own
+        return n if n <= budget or budget == self.prefill_chunk else 0
+
+    def _score(self, slot: Slot, tokens: list[int], rows: np.ndarray) -> None:
+        """rows (len(tokens), n_vocab): the logits after each of `tokens`, the prompt's latest chunk
+        (already in slot.tokens); row k predicts the prompt token after tokens[k]."""
+        prompt, n_top = slot.request.prompt, slot.request.prompt_logprobs
+        start = len(slot.tokens) - len(tokens)
+        for k in range(min(len(tokens), len(prompt) - 1 - start)):
+            slot.scores.append(token_logprob(rows[k], prompt[start + k + 1], n_top))
 
     def _fork(self, leader: Slot, logits: np.ndarray) -> None:
         """The leader's prompt is done: each waiting choice takes a copy of its K/V and samples
@@ -447,5 +491,5 @@ class Engine:
         with self._wake:
             slot.followers, slot.leader, slot.recorder = [], None, None
             slot.request, slot.out, slot.sampler, slot.matcher = None, None, None, None
-            slot.spec, slot.drafted, slot.draft_q = None, [], None
+            slot.spec, slot.drafted, slot.draft_q, slot.scores = None, [], None, None
             slot.tokens, slot.todo, slot.history, slot.next_token, slot.chunks = [], [], [], None, []

@@ -62,9 +62,13 @@ class Request:
     timings: Timings = field(default_factory=Timings)
     grammar: object = None  # a constrain.Grammar: the engine masks this request's logits with it
     logprobs: int | None = None  # None: none; n: each chunk carries its tokens' logprobs and n alternatives
+    # None: the prompt is not scored; n: the engine also scores the prompt while prefilling it (every
+    # row's logits, in its slot), into prompt_scores before the first chunk: TokenLogprobs with n alternatives
+    prompt_logprobs: int | None = None
 
     def __post_init__(self):
         self.prompt = [int(t) for t in self.prompt]
+        self.prompt_scores: list | None = None  # set by the engine (prompt_logprobs), before the first chunk
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self._events: queue.Queue = queue.Queue()

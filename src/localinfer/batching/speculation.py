@@ -41,14 +41,16 @@ def draft_for(engine, slot) -> list[int]:
     return slot.drafted
 
 
-def forward_rows(runtime, seqs, verifying: list[bool]) -> list[np.ndarray]:
+def forward_rows(runtime, seqs, verifying: list[bool], scoring: list[bool] | None = None) -> list[np.ndarray]:
     """forward_batch for one step: the last row's logits of each sequence, every row's of the
-    sequences being verified."""
-    if not any(verifying):
+    sequences being verified or scored (a prompt whose logprobs are asked for)."""
+    scoring = scoring or [False] * len(seqs)
+    if not any(verifying) and not any(scoring):
         return runtime.forward_batch(seqs, last_only=True)
-    n_last = [len(tokens) if v else 1 for (tokens, _), v in zip(seqs, verifying)]
+    n_last = [len(tokens) if v or s else 1 for (tokens, _), v, s in zip(seqs, verifying, scoring)]
     n_rows = sum(len(tokens) for tokens, _ in seqs)
-    if n_rows == sum(n_last) and n_rows <= MAX_GEMV_ROWS and kernels.available():  # no prefill rows
+    no_prefill_rows = n_rows == sum(n_last) and not any(scoring)  # a scored prompt's rows are prefill rows
+    if no_prefill_rows and n_rows <= MAX_GEMV_ROWS and kernels.available():
         with kernels.gemv_rows(n_rows):
             return runtime.forward_batch(seqs, n_last=n_last)
     return runtime.forward_batch(seqs, n_last=n_last)

@@ -122,6 +122,46 @@ def _llg_grammar(kind: str, text: str) -> str:
         raise GrammarError(f"{kind}: {_short(e)}") from None
 
 
+MAX_PATTERNS = 64  # distinct regexes in one schema, each built when the grammar is compiled (a few ms each)
+
+
+def _schema_patterns(kind: str, text: str) -> set[str]:
+    """The regexes of a JSON schema (`pattern` values, `patternProperties` keys), or of the
+    `%json {...}` schemas inside a Lark grammar (tool calls' arguments)."""
+    if kind == "json_schema":
+        schemas = [json.loads(text)]
+    elif kind == "lark":
+        decoder, schemas, at = json.JSONDecoder(), [], text.find("%json")
+        while at >= 0:
+            start = text.find("{", at)
+            try:
+                schemas.append(decoder.raw_decode(text, start)[0] if start >= 0 else None)
+            except json.JSONDecodeError:
+                pass  # not a schema llguidance would take either: it reports that itself
+            at = text.find("%json", at + 5)
+    else:
+        return set()
+    found, stack = set(), schemas
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("const", "enum", "default", "examples"):
+                    continue  # values, not schemas
+                if k == "pattern" and isinstance(v, str):
+                    found.add(v)
+                elif k == "patternProperties" and isinstance(v, dict):
+                    found.update(v)
+                    stack.extend(v.values())
+                else:
+                    stack.append(v)
+    if len(found) > MAX_PATTERNS:
+        raise GrammarError(f"{kind} holds {len(found)} distinct patterns; at most {MAX_PATTERNS} are accepted")
+    return found
+
+
 class Grammar:
     """A checked grammar for one tokenizer; `matcher()` gives each sequence its own state."""
 
@@ -137,6 +177,22 @@ class Grammar:
             raise GrammarError(f"{kind} refused: {_short(pristine.get_error())}")
         Matcher(pristine.deep_copy(), self).allowed()  # the first mask: a grammar no token can start fails now, not mid-request
         self._pristine = pristine
+        for pattern in sorted(_schema_patterns(kind, text)):
+            self._check_pattern(pattern)
+
+    def _check_pattern(self, pattern: str) -> None:
+        """llguidance builds the lexer of a JSON string's `pattern` as the string is generated, not
+        when the schema is compiled: one it cannot build (`(.{0,100}){0,100}z`: too many expressions)
+        would fail mid-answer. Compiled as a grammar of its own, its first mask walks every token
+        through it from the start, which builds what the answer's first tokens would need."""
+        try:
+            key = _llg_grammar("regex", pattern)
+            ll = llguidance.LLMatcher(self.ll_tokenizer, key, log_level=0, limits=_limits())
+            if ll.is_error():
+                raise GrammarError(_short(ll.get_error()))
+            Matcher(ll, self).allowed()
+        except GrammarError as e:
+            raise GrammarError(f"{self.kind}: the pattern {pattern[:80]!r} cannot be used: {e}") from None
 
     def matcher(self) -> "Matcher":
         return Matcher(self._pristine.deep_copy(), self)

@@ -15,7 +15,6 @@ from ..chat.prompt import ChatContentError
 from ..chat.template import ChatTemplateError
 from ..batching.fork import Choices
 from ..batching.request import Request, SamplingParams
-from ..logprobs import score_prompt
 from .choices import ChoiceOptions, LogprobFormat, parse_choice_options
 from .response_format import ResponseFormatError, response_grammar
 from ..chat.tools import ToolError
@@ -120,10 +119,18 @@ class Job:
     options: ChoiceOptions = ChoiceOptions()
     logprobs: LogprobFormat | None = None  # how to shape logprobs, when asked for
     echo: str | None = None  # /v1/completions echo: the prompt's text, put before each choice's
-    echo_logprobs: list | None = None  # the prompt tokens' TokenLogprobs (echo with logprobs)
-
-
     tools: Any = None  # chat with tools on offer: a ToolSetup, whose calls are parsed out of the answer
+
+    @property
+    def scores_prompt(self) -> bool:
+        return self.request.prompt_logprobs is not None
+
+    def echo_logprobs(self, index: int) -> list | None:
+        """The prompt tokens' TokenLogprobs (echo with logprobs) for choice `index`: scored by the
+        engine in the request's slot, there once that choice's first chunk has come. Choices that
+        share a prefill share the first one's; each choice of a group of max_tokens 0 scores its own."""
+        own = self.choices.requests[index].prompt_scores
+        return own if own is not None else self.request.prompt_scores
 
 
 def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, default_max, model,
@@ -251,8 +258,9 @@ def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
     job = _common(body, "completion", model_name, tokens, n_ctx, COMPLETIONS_DEFAULT_MAX_TOKENS, model)
     if job.options.echo:
         job.echo = prompt if isinstance(prompt, str) else model.detokenize(tokens)
-        if job.options.n_top is not None:  # one more pass over the prompt, every row's logits (logprobs.py)
-            job.echo_logprobs = score_prompt(model, tokens, job.options.n_top)
+        if job.options.n_top is not None:  # the engine scores the prompt as it prefills it, in the slot
+            for r in job.choices.requests:
+                r.prompt_logprobs = job.options.n_top
     return job
 
 

@@ -71,7 +71,7 @@ def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 808
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family, backlog=2048)  # OSError when the address is taken
     try:
-        app = create_app(model, ServerConfig(**config), model_name=model_name, parallel=parallel,
+        app = create_app(model, ServerConfig(host=host, **config), model_name=model_name, parallel=parallel,
                          ctx_size=ctx_size, max_queue=max_queue, prefix_cache_mib=prefix_cache_mib,
                          prefill_chunk=prefill_chunk, prefix_cache_dir=prefix_cache_dir,
                          prefix_cache_dir_mib=prefix_cache_dir_mib)
@@ -87,7 +87,7 @@ def make_registry_server(registry, host: str = "127.0.0.1", port: int = 8080, on
     loads them on demand. config: ServerConfig fields, as make_server's."""
     sock = socket.create_server((host, port), backlog=2048)
     try:
-        app = create_app(registry, ServerConfig(**config))
+        app = create_app(registry, ServerConfig(host=host, **config))
     except BaseException:
         sock.close()
         raise

@@ -9,8 +9,9 @@ deployment's ingress (`@serve.ingress(app)`).
 Routes (each also without the /v1 prefix, as llama-server answers):
     GET  /health /metrics /v1/models /v1/models/{name} /props, and the chat page at / (webui.py)
     POST /v1/chat/completions /v1/completions /v1/embeddings (openai_routes.py)
-Every route but /health and the page's files needs the API key when one is set. Errors are in
-OpenAI's shape, 404 and 405 included.
+Every route but /health and the page's files needs the API key when one is set; without one, only
+the server's own Host names and web origins are answered (origins.py). Errors are in OpenAI's
+shape, 404 and 405 included.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from . import api, ollama_routes, openai_routes, webui
 from .endpoint import endpoint, error_response
 from .config import ServerConfig
 from .limits import BodyLimits
+from .origins import OriginGuard
 from .prometheus import exposition, metrics_registry
 from .registry import EngineOptions, Served, StaticRegistry, start_engine
 
@@ -67,7 +69,9 @@ def create_app(registry_or_model, config: ServerConfig | None = None, **options:
     app = Starlette(routes=_routes() + ollama_routes.routes(), lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error, api.ApiError: _api_error},
                     middleware=[Middleware(BodyLimits, max_body=config.max_body, body_timeout=config.body_timeout,
-                                           io_timeout=config.io_timeout)])
+                                           io_timeout=config.io_timeout),
+                                # inside BodyLimits: a refusal sent before the body closes the connection
+                                Middleware(OriginGuard, config=config)])
     app.state.registry, app.state.config = registry, config
     app.state.metrics = metrics_registry(registry)
     return app

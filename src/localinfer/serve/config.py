@@ -16,3 +16,8 @@ class ServerConfig:
     verbose: bool = False  # log every request
     pooling: str | None = None  # /v1/embeddings: "mean", "last" or "cls"; None: the file's, else mean
     created: int = field(default_factory=lambda: int(time.time()))
+    # who may talk to a keyless server (origins.py): the address it listens on (None: unknown, e.g. mounted
+    # in another app: loopback names only), more Host names ("*": any) and web origins ("*": any)
+    host: str | None = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ()

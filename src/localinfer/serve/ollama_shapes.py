@@ -219,7 +219,9 @@ def show(entry, n_ctx: int | None) -> dict:
         params["num_ctx"] = n_ctx
     parameters = "\n".join(f"{k:<16}{v}" for k, v in params.items())
     template = facts["template"] or ""
-    modelfile = (f"# Modelfile of a model served by localinfer\nFROM {entry.path}\nTEMPLATE \"\"\"{template}\"\"\"\n"
+    # the file's name, not its path: where the server keeps its files is none of a client's business
+    modelfile = (f"# Modelfile of a model served by localinfer\nFROM {os.path.basename(entry.path)}\n"
+                 f"TEMPLATE \"\"\"{template}\"\"\"\n"
                  + "".join(f"PARAMETER {k} {v}\n" for k, v in params.items()))
     capabilities = ["completion"] + (["tools"] if "tools" in template else [])
     license_ = facts["model_info"].get("general.license")

@@ -1,12 +1,12 @@
 """The OpenAI API's generation routes: /v1/chat/completions, /v1/completions (whole answers or
 Server-Sent Events) and /v1/embeddings.
 
-A request's body is parsed and validated off the event loop (api.py: tokenizing, compiling a
-grammar, scoring an echoed prompt may take a while), then its requests go to the model's engine
-(jobs.py). A whole answer is awaited while watching for the client's disconnect; a stream is
-Starlette's StreamingResponse, which stops when the client goes. Either way, what did not finish is
-cancelled and its slots freed. Streams are SSE as OpenAI sends them: `data: {json}\\n\\n` per chunk,
-then `data: [DONE]\\n\\n`.
+A request's body is parsed and validated off the event loop (api.py: tokenizing and compiling a
+grammar may take a while), then its requests go to the model's engine (jobs.py), which also scores
+an echoed prompt whose logprobs are asked for, in the request's slot. A whole answer is awaited
+while watching for the client's disconnect; a stream is Starlette's StreamingResponse, which stops
+when the client goes. Either way, what did not finish is cancelled and its slots freed. Streams are
+SSE as OpenAI sends them: `data: {json}\\n\\n` per chunk, then `data: [DONE]\\n\\n`.
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class EventStream(StreamingResponse):
 async def _whole(job: api.Job) -> dict:
     shaper, n, k = api.Shaper(job), 0, len(job.choices.requests)
     text = [[job.echo or ""] for _ in range(k)]
-    logprobs = [list(job.echo_logprobs or []) for _ in range(k)]
+    logprobs: list[list] = [[] for _ in range(k)]
     answers: list = [None] * k
     try:
         async for i, chunk in jobs.choice_events(job.choices):
@@ -106,6 +106,8 @@ async def _whole(job: api.Job) -> dict:
         raise jobs.ClientGone() from None
     except Exception as e:
         raise api.ApiError(500, f"generation failed: {e}", "server_error") from None
+    if job.scores_prompt:  # scored as the prompt was prefilled: there now
+        logprobs = [(job.echo_logprobs(j) or []) + logprobs[j] for j in range(k)]
     return shaper.combine([shaper.whole("".join(text[j]), finish, n, j, logprobs[j]) for finish, j in answers])
 
 
@@ -114,14 +116,19 @@ def _sse(obj) -> bytes:
 
 
 async def _events(job: api.Job):
-    shaper, n = api.Shaper(job), 0
+    shaper, n, echo_due = api.Shaper(job), 0, set()
     for i in range(len(job.choices.requests)):
         if job.kind == "chat":
             yield _sse(shaper.chunk(None, first=True, index=i))
+        elif job.echo is not None and job.scores_prompt:
+            echo_due.add(i)  # with the prompt's logprobs: the engine has them by the choice's first chunk
         elif job.echo is not None:
-            yield _sse(shaper.chunk(job.echo, index=i, logprobs=job.echo_logprobs))
+            yield _sse(shaper.chunk(job.echo, index=i))
     try:
         async for i, chunk in jobs.choice_events(job.choices):
+            if i in echo_due:
+                echo_due.discard(i)
+                yield _sse(shaper.chunk(job.echo, index=i, logprobs=job.echo_logprobs(i)))
             n += len(chunk.tokens)
             if shaper.tools is not None:  # tool calls: only what the parser has settled
                 for event in shaper.tool_chunks(chunk.text, chunk.finish_reason, index=i):

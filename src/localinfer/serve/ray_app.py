@@ -146,7 +146,10 @@ class LocalinferReplica:
     def __serve_build_asgi_app__(self):
         # the app's lifespan closes the registry (the engine) when Ray stops the replica
         from . import ServerConfig, create_app
-        return ReplicaHeader(create_app(self.registry, ServerConfig(**self.spec.config)), self.replica_id)
+        # Ray's proxy listens where the cluster says and its Service names reach it: no Host check here
+        # (origins.py); web origins are still checked
+        config = {"host": None, "allowed_hosts": ("*",), **self.spec.config}
+        return ReplicaHeader(create_app(self.registry, ServerConfig(**config)), self.replica_id)
 
 
 def build_application(spec: ReplicaSpec, scaling: Scaling, deployment_name: str = "localinfer"):
