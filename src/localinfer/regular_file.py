@@ -80,17 +80,20 @@ def check_replaceable(path: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, durable: bool = True) -> Iterator[BinaryIO]:
+def atomic_write(path: str | os.PathLike, durable: bool = True, mode: int | None = None) -> Iterator[BinaryIO]:
     """`with atomic_write(path) as f: f.write(...)`: the bytes land at `path` only if the block
     completes, by renaming a temporary file of the same folder over it; `durable` fsyncs it first
     (a power cut leaves the old file or the new one). Refuses (NotRegularFileError, before writing
     anything) a path that names a FIFO, device, directory or socket, or a symlink to one. A
-    symlink to a regular file is replaced by the file, not written through."""
+    symlink to a regular file is replaced by the file, not written through. `mode`: the new file's
+    permissions (mkstemp's 0600, readable by its owner only, when None)."""
     path = os.fspath(path)
     check_replaceable(path)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=os.path.dirname(os.path.abspath(path)))
     try:
         with os.fdopen(fd, "wb") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             yield f
             f.flush()
             if durable:
