@@ -255,3 +255,14 @@ def test_a_poisoned_block_costs_only_its_own_reuse(smollm2_path, tmp_path):
         assert out["choices"][0]["message"]["content"] == cold_text
         assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
         assert state["prefix_cache_disk_rejected_blocks"] == 1
+
+
+def test_a_folder_that_goes_away_costs_only_the_reuse(tmp_path, block):
+    import shutil
+    cache, arrays = block
+    folder = tmp_path / "blocks"
+    store = PrefixStore(folder, 1 << 20, "model-a", block_size=8)
+    shutil.rmtree(folder)  # removed before the first block is looked for: the scan finds nothing
+    assert store.load(bytes(16), cache) is None
+    store.save(bytes(16), arrays, cache)  # cannot be written: logged, not raised
+    assert store.written == 0 and store.load(bytes(16), cache) is None

@@ -79,15 +79,23 @@ class PrefixStore:
             return
         self._scanned_prefixes.add(prefix)
         found, now = [], time.time()
-        for entry in os.scandir(self.folder):
-            if (entry.name.startswith(".tmp-") and entry.is_file(follow_symlinks=False)
-                    and now - entry.stat(follow_symlinks=False).st_mtime > STALE_TMP_S):
-                _unlink(entry.path)  # a write cut short by a crash (a live one is seconds old)
+        try:
+            entries = list(os.scandir(self.folder))
+        except OSError as e:  # the folder went away or became unreadable: nothing to count
+            log.warning("cannot list the prefix cache folder %s: %s", self.folder, e)
+            return
+        for entry in entries:
+            try:
+                if (entry.name.startswith(".tmp-") and entry.is_file(follow_symlinks=False)
+                        and now - entry.stat(follow_symlinks=False).st_mtime > STALE_TMP_S):
+                    _unlink(entry.path)  # a write cut short by a crash (a live one is seconds old)
+                    continue
+                if (entry.name.startswith(prefix + "-") and entry.name.endswith(SUFFIX)
+                        and entry.is_file(follow_symlinks=False)):
+                    st = entry.stat(follow_symlinks=False)
+                    found.append((st.st_mtime, entry.name, st.st_size))
+            except OSError:  # deleted meanwhile (another server evicting from the same folder)
                 continue
-            if (entry.name.startswith(prefix + "-") and entry.name.endswith(SUFFIX)
-                    and entry.is_file(follow_symlinks=False)):
-                st = entry.stat(follow_symlinks=False)
-                found.append((st.st_mtime, entry.name, st.st_size))
         for _, name, size in sorted(found):
             self._files[name] = size
             self.nbytes += size
