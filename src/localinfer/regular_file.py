@@ -1,5 +1,5 @@
 """Reading and writing files that must be regular files: saved KV state (--prompt-cache, a chat
-session), the prefix cache's blocks.
+session), the prefix cache's blocks, the model cache's checksum stamps.
 
 A path that names a FIFO blocks `open()` until a writer comes, a device hands out endless or
 empty bytes, and `os.replace` onto a device or FIFO swaps it for a regular file (as root, a
