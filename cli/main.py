@@ -19,6 +19,7 @@ from .embed import embed
 from .imatrix import imatrix
 from .perplexity import perplexity
 from .progress import ByteProgress
+from .prompt_cache import checked_path
 from .quality import quality
 from .quantize import quantize
 from .serve import serve
@@ -54,7 +55,7 @@ def main():
               help="Answers are JSON that validates against the JSON Schema in this file.")
 @click.option("--grammar-file", type=click.File("r", encoding="utf-8"), default=None,
               help="Answers follow the grammar in this file (GBNF, llama.cpp's grammar format).")
-@click.option("--prompt-cache", type=click.Path(dir_okay=False), default=None,
+@click.option("--prompt-cache", type=click.Path(dir_okay=False), default=None, callback=checked_path,
               help="Keep the KV state in this file: a later run reuses the prompt (or continues the chat) it holds.")
 @speculative_options
 @cache_type_options

@@ -4,7 +4,9 @@ One-shot (-p or piped): the file's context is loaded when it exists, so the part
 prompt it already holds (a long system prompt, a document) is not computed again; after the
 answer the context (prompt and answer) is written back. Interactive: the saved conversation
 is continued, and written after every turn. A file for another model, cache or context size,
-or a damaged one, is reported and ignored (then overwritten), never used.
+or a damaged one, is reported and ignored (then overwritten), never used. A path that is not a
+regular file (a FIFO, a device such as /dev/null, a directory) is refused before the model loads:
+the file is replaced on every save, and what is there must be a file to replace.
 """
 from __future__ import annotations
 
@@ -13,13 +15,24 @@ import os
 import click
 
 
+def checked_path(ctx, param, path: str | None) -> str | None:
+    """The option's callback: a usage error naming the path when it is no regular file's place."""
+    if path is not None:
+        from localinfer.regular_file import NotRegularFileError, check_replaceable
+        try:
+            check_replaceable(path)
+        except NotRegularFileError as e:
+            raise click.BadParameter(f"{e}: it is replaced on every save, so it must be a file or nothing")
+    return path
+
+
 def _load(obj, path: str, what: str) -> bool:
     from localinfer import StateFileError
     if not os.path.exists(path):
         return False
     try:
         obj.load(path)
-    except StateFileError as e:
+    except (StateFileError, OSError) as e:  # damaged, for another model, unreadable: start afresh
         click.echo(f"[--prompt-cache: not using {what}: {e}]", err=True)
         return False
     return True
@@ -45,5 +58,5 @@ def session_for(llm, path: str, system: str | None, **options):
 def save(obj, path: str) -> None:
     try:
         obj.save(path)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # a full disk, a FIFO put there since, a header too deep
         click.echo(f"[--prompt-cache: cannot write {path}: {e}]", err=True)

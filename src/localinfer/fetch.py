@@ -28,8 +28,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
+from .regular_file import atomic_write, open_regular
+
 CHUNK = 1 << 20
 STAMP_SUFFIX = ".verified"
+MAX_STAMP_BYTES = 4096  # a stamp is one small JSON object: more is damage, read no further
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +98,12 @@ def _stamp_key(st: os.stat_result, sha256: str) -> dict:
 
 
 def _read_stamp(path: Path) -> dict | None:
+    """The stamp's contents, or None for a missing or damaged one (or a FIFO or device in its
+    place, which a plain open would block on or read forever)."""
     try:
-        data = json.loads(stamp_path(path).read_text())
-    except (OSError, ValueError):
+        with open_regular(stamp_path(path)) as f:
+            data = json.loads(f.read(MAX_STAMP_BYTES))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -107,15 +113,9 @@ def _write_stamp(path: Path, key: dict) -> None:
     means the next check hashes again."""
     stamp = stamp_path(path)
     try:
-        fd, tmp = tempfile.mkstemp(dir=stamp.parent, prefix=stamp.name + ".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from other users of a shared cache
-                json.dump(key, f)
-            os.replace(tmp, stamp)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        # 0644: mkstemp's 0600 would hide it from other users of a shared cache
+        with atomic_write(stamp, durable=False, mode=0o644) as f:
+            f.write(json.dumps(key).encode())
     except OSError as e:
         log.debug("could not write %s: %s", stamp, e)
 

@@ -9,8 +9,11 @@ each array's name, dtype and shape. A reader checks, before it allocates anythin
 header is small, the dtypes are known, the shapes add up to exactly the bytes in the file, and
 the checksum matches; only then does it hand out the arrays. So a truncated, bit-flipped or
 hostile file raises StateFileError (a ValueError) naming what is wrong, and never loads as
-garbage. Writes go to a temporary file in the same folder that is renamed over the target when
-complete: a crash leaves the old file or no file, never half of one that later loads.
+garbage; so does a header nested deeper than MAX_HEADER_DEPTH, which no writer makes. Files are
+opened and replaced through regular_file.py: a FIFO, device or directory at the path is refused
+(StateFileError when reading, NotRegularFileError when writing), never read from or replaced.
+Writes go to a temporary file in the same folder that is renamed over the target when complete:
+a crash leaves the old file or no file, never half of one that later loads.
 """
 from __future__ import annotations
 
@@ -18,14 +21,16 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from typing import Mapping
 
 import numpy as np
 
+from .regular_file import NotRegularFileError, atomic_write, open_regular
+
 MAGIC = b"LISTATE\0"
 VERSION = 1
 MAX_HEADER_BYTES = 4 << 20  # a header holds names, shapes and a chat's messages: far below this
+MAX_HEADER_DEPTH = 64  # nesting of the header's JSON: a layout or a chat message (tool arguments too) is a few levels
 MAX_ARRAYS = 4096
 MAX_DIMS = 8
 _PREFIX = struct.Struct("<8sII")  # magic, version, header_len
@@ -46,7 +51,9 @@ class StateMismatchError(StateFileError):
 def write_state(path: str | os.PathLike, header: Mapping, arrays: Mapping[str, np.ndarray],
                 durable: bool = True) -> None:
     """Writes header + arrays to `path` atomically (a temporary file renamed over it); `durable`
-    also flushes it to the disk first (fsync), so a power cut leaves the old file or the new one."""
+    also flushes it to the disk first (fsync), so a power cut leaves the old file or the new one.
+    Raises NotRegularFileError (an OSError), writing nothing, when `path` is a FIFO, a device or a
+    directory."""
     header = dict(header)
     header["arrays"] = [[name, a.dtype.name, list(a.shape)] for name, a in arrays.items()]
     for name, dtype, _ in header["arrays"]:
@@ -55,31 +62,19 @@ def write_state(path: str | os.PathLike, header: Mapping, arrays: Mapping[str, n
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
     if len(head) > MAX_HEADER_BYTES:
         raise ValueError(f"the state header would be {len(head)} bytes (at most {MAX_HEADER_BYTES})")
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    if _depth_exceeds(header, MAX_HEADER_DEPTH):  # a reader would refuse it: do not write it
+        raise ValueError(f"the state header would nest deeper than {MAX_HEADER_DEPTH} levels")
     digest = hashlib.blake2b(digest_size=_CHECKSUM_BYTES)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".state", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for part in (_PREFIX.pack(MAGIC, VERSION, len(head)), head):
-                f.write(part)
-                digest.update(part)
-            for a in arrays.values():
-                data = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False)
-                view = memoryview(data).cast("B")
-                f.write(view)
-                digest.update(view)
-            f.write(digest.digest())
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_write(path, durable) as f:
+        for part in (_PREFIX.pack(MAGIC, VERSION, len(head)), head):
+            f.write(part)
+            digest.update(part)
+        for a in arrays.values():
+            data = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False)
+            view = memoryview(data).cast("B")
+            f.write(view)
+            digest.update(view)
+        f.write(digest.digest())
 
 
 def _array_specs(header: dict, path: str) -> list[tuple[str, np.dtype, tuple[int, ...], int]]:
@@ -100,10 +95,18 @@ def _array_specs(header: dict, path: str) -> list[tuple[str, np.dtype, tuple[int
     return out
 
 
+def _open(path: str, follow_symlinks: bool):
+    try:
+        return open_regular(path, follow_symlinks)
+    except NotRegularFileError as e:
+        raise StateFileError(str(e)) from None
+
+
 def read_header(path: str | os.PathLike) -> dict:
     """The header alone (checked for size and syntax, not against the payload)."""
-    with open(path, "rb") as f:
-        return _read_header(f, os.fspath(path))[0]
+    path = os.fspath(path)
+    with _open(path, True) as f:
+        return _read_header(f, path)[0]
 
 
 def _read_header(f, path: str) -> tuple[dict, int]:
@@ -124,17 +127,37 @@ def _read_header(f, path: str) -> tuple[dict, int]:
         header = json.loads(head.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise StateFileError(f"{path}: the header is not valid JSON ({e})") from None
+    except RecursionError:  # nested past the interpreter's stack before MAX_HEADER_DEPTH was checked
+        raise StateFileError(f"{path}: the header is nested deeper than {MAX_HEADER_DEPTH} levels") from None
     if not isinstance(header, dict):
         raise StateFileError(f"{path}: the header is not a JSON object")
+    if _depth_exceeds(header, MAX_HEADER_DEPTH):
+        raise StateFileError(f"{path}: the header is nested deeper than {MAX_HEADER_DEPTH} levels")
     return header, _PREFIX.size + head_len
 
 
-def read_state(path: str | os.PathLike, check=None) -> tuple[dict, dict[str, np.ndarray]]:
+def _depth_exceeds(value, limit: int) -> bool:
+    """Whether parsed JSON nests lists/objects deeper than `limit` (walked without recursion, so
+    the check itself cannot overflow the stack; the code that reads the header recurses freely)."""
+    stack = [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def read_state(path: str | os.PathLike, check=None, follow_symlinks: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
     """(header, {name: array}) of a whole, uncorrupted file. `check(header)`, when given, runs
     after the header is read and before the payload is: it raises StateMismatchError for a file
-    made for something else, so no payload is read for it."""
+    made for something else, so no payload is read for it. follow_symlinks=False refuses a
+    symlink (where the caller chose the file's name itself)."""
     path = os.fspath(path)
-    with open(path, "rb") as f:
+    with _open(path, follow_symlinks) as f:
         size = os.fstat(f.fileno()).st_size
         header, start = _read_header(f, path)
         specs = _array_specs(header, path)

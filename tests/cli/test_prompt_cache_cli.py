@@ -62,3 +62,34 @@ def test_interactive_chat_continues_after_a_restart(tmp_path):
     term.expect(">>> ")
     term.send("/bye\r")
     assert term.wait() == 0
+
+
+def test_a_path_that_is_not_a_file_is_refused_before_anything_runs(tmp_path):
+    """A FIFO would block the run in open(); a device (`--prompt-cache /dev/null`, here a link to
+    it in a temporary folder) would be replaced by a regular file as root. Both are a usage error
+    naming the path; the subprocess's timeout makes a blocked run fail rather than hang."""
+    import os
+    fifo = tmp_path / "pipe.state"
+    os.mkfifo(fifo)
+    null = tmp_path / "null.state"
+    null.symlink_to(os.devnull)
+    for path, kind in ((fifo, "a FIFO"), (null, "a character device")):
+        r = _run(["run", "smollm2", "-n", "4", "--prompt-cache", str(path), "-p", "Hi"], timeout=60)
+        assert r.returncode == 2 and f"{path} is {kind}, not a regular file" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert not fifo.is_file() and fifo.exists() and null.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null.state", "pipe.state"]
+
+
+def test_a_deeply_nested_header_is_reported_and_replaced(tmp_path):
+    import struct
+    from localinfer.state_file import MAGIC
+    cache = tmp_path / "prompt.state"
+    head = b'{"kind": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    cache.write_bytes(struct.pack("<8sII", MAGIC, 1, len(head)) + head + bytes(32))
+    args = ["run", "smollm2", "-n", "4", "--temp", "0", "-v", "--prompt-cache", str(cache), "-p", "Hi"]
+    r = _run(args)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "not using the saved prompt" in r.stderr and "nested deeper" in r.stderr
+    r = _run(args)
+    assert r.returncode == 0 and "not using" not in r.stderr and _cached(r.stderr) > 0

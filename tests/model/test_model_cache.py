@@ -152,12 +152,32 @@ def test_a_new_checksum_in_the_catalog_invalidates_the_stamp(cache, monkeypatch)
     assert fetch.cache_status(newer).state == "corrupt" and cache.hashes == 1
 
 
-@pytest.mark.parametrize("stamp", ["not json", "[1, 2]", '{"size": 1}', ""])
+@pytest.mark.parametrize("stamp", ["not json", "[1, 2]", '{"size": 1}', "", "[" * 200_000 + "]" * 200_000])
 def test_an_unreadable_stamp_means_hash_again(cache, stamp):
     fetch.pull("tiny")
     fetch.stamp_path(cache.path).write_text(stamp)
     assert fetch.is_cached(cache.entry) and cache.hashes == 1
     assert fetch.is_cached(cache.entry) and cache.hashes == 1
+
+
+def test_a_fifo_in_place_of_the_stamp_is_neither_read_nor_replaced(cache):
+    """A plain open() of a FIFO waits for a writer: the check runs in a thread, and if it is still
+    blocked after a generous wait a writer is opened to release it and the test fails."""
+    import threading
+    fetch.pull("tiny")
+    stamp = fetch.stamp_path(cache.path)
+    stamp.unlink()
+    os.mkfifo(stamp)
+    got = {}
+    worker = threading.Thread(target=lambda: got.update(cached=fetch.is_cached(cache.entry)), daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():
+        os.close(os.open(stamp, os.O_RDWR))
+        worker.join()
+        pytest.fail("reading the stamp blocked on a FIFO")
+    assert got["cached"] and cache.hashes == 1  # no stamp to trust: hashed
+    assert stamp.exists() and not stamp.is_file()  # and the FIFO was not replaced
 
 
 def test_a_failed_refetch_names_the_corrupt_file_and_keeps_it(cache):

@@ -232,3 +232,62 @@ def test_other_cache_arrays_are_saved_and_blocked_generically():
     assert store.restore(list(range(41)), restored, limit=40) == 40
     assert np.array_equal(restored.k_blocks[:, :40], cache.k_blocks[:, :40])
     assert not store.restore(list(range(41)), KVCache_(2, 64, 1, 64), limit=40)  # blocks of another type
+
+
+def _in_thread(call, fifo):
+    """call() in a thread; if it is still blocked after a generous wait (an open() on a FIFO waits
+    for the other end), the FIFO's other end is opened to release it and the test fails."""
+    import threading
+    got = {}
+
+    def run():
+        try:
+            got["result"] = call()
+        except BaseException as e:
+            got["error"] = e
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_RDWR))  # both ends at once: the blocked open returns
+        worker.join()
+        pytest.fail("blocked on a FIFO")
+    return got
+
+
+def test_a_fifo_is_neither_read_nor_replaced(tmp_path):
+    from localinfer.regular_file import NotRegularFileError
+    fifo = tmp_path / "pipe.state"
+    os.mkfifo(fifo)
+    got = _in_thread(lambda: read_state(fifo), fifo)
+    assert isinstance(got.get("error"), StateFileError) and "is a FIFO" in str(got["error"])
+    got = _in_thread(lambda: write_state(fifo, {"kind": "x"}, {"a": np.zeros(2, np.float32)}), fifo)
+    assert isinstance(got.get("error"), NotRegularFileError) and str(fifo) in str(got["error"])
+    assert fifo.exists() and not fifo.is_file()  # still the FIFO
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe.state"]  # and no temporary left
+
+
+def test_a_device_behind_a_symlink_is_not_replaced(tmp_path):
+    """What `--prompt-cache /dev/null` does (as root the rename would replace /dev/null): here a
+    link to it in a temporary folder, so a regression replaces only the link."""
+    from localinfer.regular_file import NotRegularFileError
+    link = tmp_path / "null.state"
+    link.symlink_to(os.devnull)
+    with pytest.raises(NotRegularFileError, match="character device"):
+        write_state(link, {"kind": "x"}, {"a": np.zeros(2, np.float32)})
+    assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["null.state"]
+    with pytest.raises(StateFileError, match="character device"):
+        read_state(link)
+    with pytest.raises(NotRegularFileError, match="directory"):
+        write_state(tmp_path, {"kind": "x"}, {"a": np.zeros(2, np.float32)})
+
+
+@pytest.mark.parametrize("depth", [100, 200_000])  # past the header's limit; past the interpreter's stack
+def test_a_deeply_nested_header_is_a_state_file_error(tmp_path, depth):
+    path = tmp_path / "deep.state"
+    head = b'{"kind": ' + b"[" * depth + b"]" * depth + b"}"
+    path.write_bytes(struct.pack("<8sII", MAGIC, 1, len(head)) + head + bytes(32))
+    with pytest.raises(StateFileError, match="nested deeper"):
+        read_state(path)
+    with pytest.raises(ValueError, match="nest deeper"):  # and nothing writes a file it would refuse
+        write_state(path, {"kind": "x", "deep": json.loads(b"[" * 100 + b"]" * 100)}, {})

@@ -158,3 +158,111 @@ def test_a_write_cut_short_leaves_nothing_that_loads(tmp_path, block):
     store = PrefixStore(tmp_path, 1 << 20, "model-a", block_size=8)
     assert store.load(bytes(16), cache) is None  # no block: the temporaries are never read as one
     assert not stale.exists() and fresh.exists()
+
+
+def _rewrite_header(path, change):
+    """Rewrites a block file's header with change(header) -> header (the checksum is left stale:
+    the reader must refuse the file before it gets that far, or at the checksum)."""
+    data = path.read_bytes()
+    _, version, n = struct.unpack_from("<8sII", data)
+    head = change(json.loads(data[16:16 + n]))
+    head = head if isinstance(head, bytes) else json.dumps(head).encode()
+    path.write_bytes(struct.pack("<8sII", MAGIC, version, len(head)) + head + data[16 + n:])
+
+
+def _deep(depth: int) -> bytes:
+    return b'{"kind": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize("depth", [100, 200_000])  # past the header's limit; past the interpreter's stack
+def test_a_deeply_nested_block_header_is_refused_and_deleted(tmp_path, block, depth):
+    cache, arrays = block
+    store = PrefixStore(tmp_path, 1 << 20, "model-a", block_size=8)
+    key = bytes(16)
+    store.save(key, arrays, cache)
+    (path,) = tmp_path.glob("*" + SUFFIX)
+    _rewrite_header(path, lambda _: _deep(depth))
+    assert store.load(key, cache) is None and store.rejected == 1
+    assert not path.exists()  # deleted: the next request recomputes and writes it again
+    store.save(key, arrays, cache)
+    assert np.array_equal(store.load(key, cache)["k"], arrays["k"])
+
+
+def _load_in_thread(store, key, cache, path):
+    """store.load in a thread; if it is still blocked after a generous wait (an open() on a FIFO
+    waits for a writer), a writer is opened to release it and the test fails instead of hanging."""
+    import os
+    import threading
+    got = {}
+    worker = threading.Thread(target=lambda: got.update(result=store.load(key, cache)), daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():
+        os.close(os.open(path, os.O_WRONLY))  # the blocked reader's open returns, then reads EOF
+        worker.join()
+        pytest.fail("PrefixStore.load blocked on a FIFO named like a block")
+    return got["result"]
+
+
+def test_a_fifo_or_symlink_named_like_a_block_is_refused_without_blocking(tmp_path, block):
+    import os
+    cache, arrays = block
+    store = PrefixStore(tmp_path, 1 << 20, "model-a", block_size=8)
+    key = bytes(16)
+    store.save(key, arrays, cache)
+    (path,) = tmp_path.glob("*" + SUFFIX)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / "valid-block"
+    path.rename(target)
+    os.mkfifo(path)
+    assert _load_in_thread(store, key, cache, path) is None and store.rejected == 1
+    assert path.exists() and not path.is_file()  # not ours to delete: left where it is
+    path.unlink()
+    path.symlink_to(target)  # a valid block, but reached through a link someone else put there
+    assert _load_in_thread(store, key, cache, path) is None and store.rejected == 2
+    assert path.is_symlink() and target.exists()  # neither the link nor what it points to is deleted
+
+
+def test_a_poisoned_block_costs_only_its_own_reuse(smollm2_path, tmp_path):
+    """A block whose header overflows the JSON parser's stack, in a real server's folder, while
+    another request is in flight: both are answered, the matching one as a cold server does."""
+    import threading
+    from serve_helpers import wait_idle
+    with localinfer.load(str(smollm2_path), n_ctx=1024) as m:
+        cold_text = _ask(m, "Is there a gluten-free loaf?")[0]
+        _ask(m, "Do you sell rye bread?", tmp_path)
+        for path in tmp_path.glob("*" + SUFFIX):
+            _rewrite_header(path, lambda _: _deep(200_000))
+        other = {"messages": [{"role": "user", "content": "Count from one to twenty."}],
+                 "max_tokens": 24, "temperature": 0}
+        poisoned = {"messages": [{"role": "system", "content": SYSTEM},
+                                 {"role": "user", "content": "Is there a gluten-free loaf?"}],
+                    "max_tokens": 8, "temperature": 0}
+        answers = {}
+        with BackgroundServer(m, "m", port=0, parallel=2, prefix_cache_dir=tmp_path) as s:
+            threads = [threading.Thread(target=lambda k=k, b=b: answers.update({k: raw(s.url, "POST", "/v1/chat/completions", b)}))
+                       for k, b in (("other", other), ("poisoned", poisoned))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wait_idle(s.url)
+            state = s.engine.state()
+        assert answers["other"][0] == 200, answers["other"]
+        status, _, out = answers["poisoned"]
+        assert status == 200, out
+        assert out["choices"][0]["message"]["content"] == cold_text
+        assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert state["prefix_cache_disk_rejected_blocks"] == 1
+
+
+def test_a_folder_that_goes_away_costs_only_the_reuse(tmp_path, block):
+    import shutil
+    cache, arrays = block
+    folder = tmp_path / "blocks"
+    store = PrefixStore(folder, 1 << 20, "model-a", block_size=8)
+    shutil.rmtree(folder)  # removed before the first block is looked for: the scan finds nothing
+    assert store.load(bytes(16), cache) is None
+    store.save(bytes(16), arrays, cache)  # cannot be written: logged, not raised
+    assert store.written == 0 and store.load(bytes(16), cache) is None

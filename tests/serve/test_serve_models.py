@@ -140,3 +140,40 @@ def test_serve_models_command(tmp_path, smollm2_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_a_bad_file_in_the_models_folder_costs_only_its_own_name(tmp_path, smollm2_path):
+    """A truncated .gguf (behind a symlink) and a text file named .gguf beside a good model: the
+    listings answer, marking the two unavailable with why; requests for them are 503s that name
+    neither the folder nor where the link leads; the good model is served."""
+    folder, hidden = tmp_path / "models", tmp_path / "hidden-target"
+    folder.mkdir()
+    hidden.mkdir()
+    (folder / "good.gguf").symlink_to(smollm2_path)
+    with open(smollm2_path, "rb") as f:
+        (hidden / "cut.gguf").write_bytes(f.read(4 << 20))
+    (folder / "cut.gguf").symlink_to(hidden / "cut.gguf")
+    (folder / "notes.gguf").write_text("not a model\n" * 10)
+    secrets = [str(tmp_path), str(tmp_path.resolve()), "hidden-target"]
+    pool = ModelPool([str(folder)], SMALL, keep_alive=-1)
+    with serve(pool) as server:
+        listed = cards(server.url)
+        assert listed["good"]["status"]["available"] and not listed["good"]["status"]["loaded"]
+        assert "GGUF" in listed["notes"]["status"]["error"] and not listed["notes"]["status"]["available"]
+        assert not listed["cut"]["status"]["available"] and listed["cut"]["status"]["error"]
+        status, _, tags = raw(server.url, "GET", "/api/tags")
+        assert status == 200, tags
+        tags = {m["name"]: m for m in tags["models"]}
+        assert tags["good"]["details"]["format"] == "gguf" and "status" not in tags["good"]
+        assert tags["cut"]["status"]["available"] is False and tags["notes"]["status"]["error"]
+        answers = [raw(server.url, "POST", "/v1/completions", {"model": "cut", "prompt": "Hi", "max_tokens": 2}),
+                   raw(server.url, "POST", "/api/generate", {"model": "notes", "prompt": "Hi", "stream": False}),
+                   raw(server.url, "POST", "/api/show", {"model": "cut"})]
+        for status, _, body in answers:
+            assert status == 503 and "unavailable" in str(body), body
+        status, _, body = answers[0]
+        assert body["error"]["code"] == "model_unavailable" and body["error"]["param"] == "model"
+        text = str([listed, tags, answers])
+        assert not [s for s in secrets if s in text], text
+        status, _, body = raw(server.url, "POST", "/v1/completions", {"model": "good", "prompt": "Hi", "max_tokens": 2})
+        assert status == 200 and body["model"] == "good"

@@ -6,7 +6,11 @@ One file per block, in the state format (state_file.py): its header names the mo
 type) and the block's chain key; the payload is the block's arrays, under a checksum. The file
 name is <model+layout hash>-<chain key>.kvblock, so models and cache types sharing a folder never
 read each other's blocks; the header is checked all the same. A file that fails any check
-(truncated, corrupt, written for something else) is counted, deleted and recomputed, never used.
+(truncated, corrupt, hostile, written for something else: any error while reading it) is counted,
+deleted and recomputed, never used; that costs the one request its reuse, never its answer or
+anyone else's. The names are the store's own, so a block is opened as a regular file and never
+through a symlink (regular_file.py): a FIFO, device or link planted under a block's name is
+refused without blocking and left alone (only regular files of the folder are ever deleted).
 
 Blocks are written when computed (with the in-memory cache's store), atomically. The folder
 holds at most `max_bytes` of this model's blocks: the least recently used files (by mtime, which
@@ -26,6 +30,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import cache_state
+from ..regular_file import unlink_regular
 from ..state_file import StateFileError, check_same, read_state, write_state
 
 log = logging.getLogger(__name__)
@@ -74,13 +79,23 @@ class PrefixStore:
             return
         self._scanned_prefixes.add(prefix)
         found, now = [], time.time()
-        for entry in os.scandir(self.folder):
-            if entry.name.startswith(".tmp-") and entry.is_file() and now - entry.stat().st_mtime > STALE_TMP_S:
-                _unlink(entry.path)  # a write cut short by a crash (a live one is seconds old)
+        try:
+            entries = list(os.scandir(self.folder))
+        except OSError as e:  # the folder went away or became unreadable: nothing to count
+            log.warning("cannot list the prefix cache folder %s: %s", self.folder, e)
+            return
+        for entry in entries:
+            try:
+                if (entry.name.startswith(".tmp-") and entry.is_file(follow_symlinks=False)
+                        and now - entry.stat(follow_symlinks=False).st_mtime > STALE_TMP_S):
+                    _unlink(entry.path)  # a write cut short by a crash (a live one is seconds old)
+                    continue
+                if (entry.name.startswith(prefix + "-") and entry.name.endswith(SUFFIX)
+                        and entry.is_file(follow_symlinks=False)):
+                    st = entry.stat(follow_symlinks=False)
+                    found.append((st.st_mtime, entry.name, st.st_size))
+            except OSError:  # deleted meanwhile (another server evicting from the same folder)
                 continue
-            if entry.name.startswith(prefix + "-") and entry.name.endswith(SUFFIX) and entry.is_file():
-                st = entry.stat()
-                found.append((st.st_mtime, entry.name, st.st_size))
         for _, name, size in sorted(found):
             self._files[name] = size
             self.nbytes += size
@@ -125,15 +140,15 @@ class PrefixStore:
             check_same(path, "the block key", header.get("key"), key.hex())
 
         try:
-            _, arrays = read_state(path, check)
+            _, arrays = read_state(path, check, follow_symlinks=False)
             if set(arrays) - set(layout["arrays"]) or not set(layout["arrays"]) - set(layout["ring"]) <= set(arrays):
                 raise StateFileError(f"{path}: the block's arrays are not those of the layout")
             for n, a in arrays.items():
                 dtype, shape = layout["arrays"][n]
                 if a.dtype.name != dtype or list(a.shape) != shape:
                     raise StateFileError(f"{path}: array {n} is {a.dtype} {a.shape}, expected {dtype} {shape}")
-        except (StateFileError, OSError) as e:
-            log.warning("prefix block not used (recomputed): %s", e)
+        except Exception as e:  # whatever reading a damaged or hostile file raised: recompute
+            log.warning("prefix block not used (recomputed): %s: %s", type(e).__name__, str(e)[:300])
             with self._lock:
                 self.rejected += 1
                 self.nbytes -= self._files.pop(name, 0)
@@ -157,7 +172,4 @@ class PrefixStore:
 
 
 def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    unlink_regular(path)

@@ -133,8 +133,10 @@ async def model(request: Request) -> Response:
 
 
 def _card(entry, created: int) -> dict:
-    return {**api.model_card(entry.name, created), "size": entry.size_bytes,
-            "status": {"loaded": entry.loaded, "expires_at": entry.expires_at}}
+    status = {"loaded": entry.loaded, "expires_at": entry.expires_at, "available": entry.unavailable is None}
+    if entry.unavailable:  # a file that cannot be loaded: why (never where it is)
+        status["error"] = entry.unavailable
+    return {**api.model_card(entry.name, created), "size": entry.size_bytes, "status": status}
 
 
 async def props(request: Request) -> Response:

@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 from . import api
 from .jobs import ClientGone
 from .pool import MemoryBudgetError, ModelBusyError
-from .registry import UnknownModelError
+from .registry import ModelUnavailableError, UnknownModelError
 
 log = logging.getLogger("localinfer.serve")
 
@@ -47,6 +47,8 @@ def endpoint(handler, public: bool = False):
                                                headers={"Retry-After": str(e.retry_after)}))
         except MemoryBudgetError as e:  # the model alone is larger than --max-memory: it never fits
             return error_response(api.ApiError(507, str(e), "server_error", param="model", code="model_too_large"))
+        except ModelUnavailableError as e:  # its file cannot be loaded: the others still can
+            return error_response(api.ApiError(503, str(e), "server_error", param="model", code="model_unavailable"))
         except ClientGone:
             return Response(status_code=204)  # nobody reads it: the connection is gone
         except Exception as e:

@@ -26,6 +26,7 @@ from ..batching.request import SamplingParams
 from ..chat.template import template_for
 from ..gguf_file import GGUFFile
 from .choices import LogprobFormat
+from .registry import ModelUnavailableError, file_error_reason
 from . import tool_calls
 
 DONE_REASON = {"stop": "stop", "length": "length", "context_full": "length"}
@@ -187,11 +188,26 @@ def file_facts(path: str) -> dict:
     return {**_file_facts(os.path.realpath(path), st.st_mtime, st.st_size), "modified_at": rfc3339(st.st_mtime)}
 
 
+def _entry_facts(entry) -> dict:
+    """file_facts of a served model's file, or ModelUnavailableError naming why it cannot be read
+    (not where it is): one bad file fails its own requests, never a listing of all."""
+    if entry.unavailable:
+        raise ModelUnavailableError(entry.name, entry.unavailable)
+    try:
+        return file_facts(entry.path)
+    except Exception as e:  # changed since the pool checked it
+        raise ModelUnavailableError(entry.name, file_error_reason(entry.path, e)) from None
+
+
 def tags_entry(entry) -> dict:
-    """One registry.ModelEntry in /api/tags."""
+    """One registry.ModelEntry in /api/tags; one whose file cannot be read is marked, with why."""
     out = {"name": entry.name, "model": entry.name, "size": entry.size_bytes}
     if entry.path:
-        facts = file_facts(entry.path)
+        try:
+            facts = _entry_facts(entry)
+        except ModelUnavailableError as e:
+            out["status"] = {"available": False, "error": e.reason}
+            return out
         out.update(modified_at=facts["modified_at"], details=facts["details"])
     return out
 
@@ -210,7 +226,7 @@ def show(entry, n_ctx: int | None) -> dict:
     """/api/show: a Modelfile-like description of a served model."""
     if not entry.path:
         raise ValueError(f"the model '{entry.name}' has no file to describe")
-    facts = file_facts(entry.path)
+    facts = _entry_facts(entry)
     defaults = SamplingParams()
     params = {"temperature": defaults.temperature, "top_k": defaults.top_k, "top_p": defaults.top_p,
               "min_p": defaults.min_p, "repeat_penalty": defaults.repeat_penalty,

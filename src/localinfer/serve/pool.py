@@ -19,6 +19,11 @@ Before a load (memory_estimate) the KV caches are counted from the file's metada
 layer kept every position in f16, an upper bound (sliding-window layers and quantized caches hold
 less); after it, from the caches the model's runtime actually makes.
 
+Each file is checked (its GGUF header and tensor table read) when the pool is made and again
+before each load: a file that fails is listed as unavailable with the reason, and its leases raise
+ModelUnavailableError, while the other models are served as usual. A file mended in place is
+served again from its next load.
+
 The pool belongs to one event loop: its state is changed only there, loads and unloads run in
 threads so the loop keeps serving the other models meanwhile.
 """
@@ -34,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Callable, Mapping
 
-from .registry import EngineOptions, ModelEntry, Served, UnknownModelError, start_engine
+from .registry import (EngineOptions, ModelEntry, ModelUnavailableError, Served, UnknownModelError,
+                       model_file_problem, start_engine)
 from .units import parse_duration, parse_size
 
 log = logging.getLogger(__name__)
@@ -147,6 +153,7 @@ class _Entry:
     timer: asyncio.TimerHandle | None = None
     expires_at: float | None = None  # unix time its keep-alive ends; None while leased or kept for good
     last_used: float = 0.0  # time.monotonic() of its last lease's start or end: least recently used goes first
+    unavailable: str | None = None  # why the file failed its last check (model_file_problem); None: it passed
 
 
 class ModelPool:
@@ -165,6 +172,8 @@ class ModelPool:
         self._load = load or _default_load
         self._entries = {name: _Entry(name, path, path.stat().st_size, self.keep_alive)
                          for name, path in model_sources(sources).items()}
+        for entry in self._entries.values():
+            _note_problem(entry, model_file_problem(entry.path))
         self.default_name = next(iter(self._entries))
         self._closed = False
         # close() may run on another thread than the loop (an app's lifespan hands it to an executor):
@@ -213,7 +222,8 @@ class ModelPool:
     def entries(self) -> list[ModelEntry]:
         return [ModelEntry(e.name, str(e.path), e.size_bytes, e.served is not None,
                            e.expires_at if e.served is not None else None,
-                           e.reserved if e.served is not None else None) for e in self._entries.values()]
+                           e.reserved if e.served is not None else None, e.unavailable)
+                for e in self._entries.values()]
 
     def loaded(self) -> list[Served]:
         return [e.served for e in self._entries.values() if e.served is not None]
@@ -269,6 +279,9 @@ class ModelPool:
 
     async def _load_entry(self, entry: _Entry) -> None:
         try:
+            _note_problem(entry, await asyncio.to_thread(model_file_problem, entry.path))
+            if entry.unavailable:
+                raise ModelUnavailableError(entry.name, entry.unavailable)
             if self.max_memory is not None:
                 if entry.estimate is None:
                     entry.estimate = await asyncio.to_thread(memory_estimate, entry.path, self.options)
@@ -378,6 +391,14 @@ class ModelPool:
         return entry.unloading
 
 
+def _note_problem(entry: _Entry, problem: str | None) -> None:
+    """Records the file check's verdict; a new problem is logged once, with the path (for the
+    operator; clients see only the reason)."""
+    if problem and problem != entry.unavailable:
+        log.warning("the model '%s' (%s) is unavailable: %s", entry.name, entry.path, problem)
+    entry.unavailable = problem
+
+
 def _close_served(served: Served) -> None:
     try:
         served.engine.close()
@@ -387,9 +408,10 @@ def _close_served(served: Served) -> None:
 
 def _retrieve(task: asyncio.Future) -> None:
     """Marks a load's or unload's error as seen: the leases waiting on it got it, or none waited.
-    A budget refusal is an answer (503/507), not a fault: only the others are logged."""
+    A budget refusal or an unavailable file is an answer (503/507), not a fault: only the others are
+    logged (an unavailable file was logged, with its path, when it was found)."""
     error = None if task.cancelled() else task.exception()
-    if error is not None and not isinstance(error, MemoryBudgetError):
+    if error is not None and not isinstance(error, (MemoryBudgetError, ModelUnavailableError)):
         log.warning("%s", error)
 
 

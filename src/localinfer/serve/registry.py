@@ -6,10 +6,15 @@ models on demand (pool.py) loads one on its first lease and may unload it once n
 and its keep-alive has passed; StaticRegistry serves one model loaded up front and never unloads it
 (`localinfer serve MODEL`). Listing (`entries`) is what /v1/models, Ollama's /api/tags and /api/ps
 show.
+
+A model file that cannot be served (not a GGUF, truncated, unreadable) is listed as unavailable
+with the reason (ModelEntry.unavailable) and a request for it is a ModelUnavailableError: one bad
+file in a folder costs only its own name, and neither says where the file or its link's target is.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator
@@ -24,6 +29,39 @@ class UnknownModelError(LookupError):
         self.name, self.available = name, available
         super().__init__(f"the model '{name[:100]}' does not exist: this server serves "
                          + ", ".join(f"'{a}'" for a in available))
+
+
+class ModelUnavailableError(RuntimeError):
+    """The request names a model whose file cannot be loaded (a 503 naming the model and why)."""
+
+    def __init__(self, name: str, reason: str):
+        self.name, self.reason = name, reason
+        super().__init__(f"the model '{name[:100]}' is unavailable: {reason}")
+
+
+def file_error_reason(path: str | os.PathLike, error: BaseException) -> str:
+    """What is wrong with a model file, for a client: the reader's message without the path it
+    starts with (an absolute path, or where a symlink leads, is the server's business)."""
+    from ..gguf_file import GGUFError
+    if isinstance(error, GGUFError):
+        text = str(error)
+        for p in {os.fspath(path), os.path.realpath(path)}:
+            text = text.removeprefix(f"{p}: ").replace(p, "the file")
+        return text[:300]
+    if isinstance(error, OSError):
+        return f"the file cannot be read ({error.strerror or type(error).__name__})"
+    return f"the file cannot be read ({type(error).__name__})"
+
+
+def model_file_problem(path: str | os.PathLike) -> str | None:
+    """Why the GGUF at `path` cannot be loaded (file_error_reason), or None when its header and
+    tensor table read: what a load checks before it touches the weights."""
+    from ..gguf_file import GGUFFile
+    try:
+        GGUFFile(path).close()
+    except Exception as e:  # whatever a damaged file makes the reader raise: the file is at fault
+        return file_error_reason(path, e)
+    return None
 
 
 @dataclass(frozen=True)
@@ -70,6 +108,7 @@ class ModelEntry:
     loaded: bool
     expires_at: float | None = None  # unix time an idle loaded model is unloaded; None: never (or not loaded)
     memory_bytes: int | None = None  # a loaded model's memory by the pool's count (/api/ps's size); None: not counted
+    unavailable: str | None = None  # why its file cannot be loaded (file_error_reason); None: it can
 
 
 class StaticRegistry:
