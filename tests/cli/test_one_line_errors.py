@@ -143,3 +143,12 @@ def test_the_server_names_the_cause(models):
         assert status == 400 and "must be -1 (until the context is full) or between 0" in body["error"]["message"]
         status, _, body = raw(s.url, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": -1, "temperature": 0})
         assert status == 200 and body["usage"]["total_tokens"] == 64, body  # OpenAI's "length": the context is full
+
+
+def test_the_interactive_chat_reports_non_finite_logits_and_goes_on(models, monkeypatch, capsys):
+    from localinfer.cli import chat_loop
+    with localinfer.load(str(models["nan"]), n_ctx=64) as m:
+        session = m.chat_session(temperature=0.8)
+        monkeypatch.setattr("builtins.input", lambda prompt: "hi")
+        assert chat_loop._turn(session, verbose=False) is True
+        assert capsys.readouterr().err.startswith("Error: the model produced non-finite logits")
