@@ -9,6 +9,7 @@ context then holds exactly the tokens processed so far, so nothing is lost or ha
 """
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -151,11 +152,11 @@ def check_max_tokens(max_tokens: int | None) -> int | None:
     end of generation or the context's end), which -1 also means (llama.cpp's -n -1)."""
     if max_tokens is None or max_tokens == -1:
         return None
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral):  # numpy's integers pass
         raise TypeError(f"max_tokens must be an integer or None, got {type(max_tokens).__name__}")
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be -1 (until the context is full) or >= 0, got {max_tokens}")
-    return max_tokens
+    return int(max_tokens)
 
 
 def check_prompt_fits(n_prompt: int, n_ctx: int) -> None:
