@@ -59,7 +59,7 @@ def _read_line() -> str | None:
 
 def _turn(session, verbose: bool, prompt_cache: str | None = None) -> bool:
     """Reads one line and acts on it; False when the user is done."""
-    from localinfer import ChatTemplateError, ContextFullError
+    from localinfer import ContextFullError
     line = _read_line()
     if line is None or line.strip() == "/bye":
         if line is None:
@@ -81,7 +81,7 @@ def _turn(session, verbose: bool, prompt_cache: str | None = None) -> bool:
                 save(session, prompt_cache)
         except ContextFullError as e:  # the session has already dropped the message that did not fit
             click.echo(f"[{e}; /clear to start over]", err=True)
-        except ChatTemplateError as e:  # the model file's template failed; the message was dropped too
+        except ValueError as e:  # the file's template failed, the model gave NaN ...; the message was dropped too
             click.echo(f"Error: {e}", err=True)
     return True
 

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import sys
+import warnings
 
 import click
 
@@ -33,6 +34,12 @@ def main():
     # the server), so it is always caught, as llama.cpp's tools do: a process started from a
     # script without job control inherits SIGINT ignored, and would otherwise not stop at all.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    warnings.showwarning = _one_line_warning
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    """A warning (n_ctx past the trained length, the numpy path) as one line, like the errors."""
+    click.echo(f"Warning: {message}", err=True)
 
 
 @main.command()
@@ -66,14 +73,16 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
     Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
     With -p, or with text piped on stdin, answers once and exits."""
     set_threads(threads)
-    from localinfer import ChatTemplateError, ContextFullError
     from .chat_loop import answer, interactive
 
+    if max_tokens < -1:  # before the model loads: -1 is "no limit" (llama.cpp's), another negative a mistake
+        raise click.ClickException(f"-n/--max-tokens must be -1 (until the context is full) or >= 0, "
+                                   f"got {max_tokens}")
     try:
         llm = load_model(model, ctx_size, threads, speculative, cache_type_k, cache_type_v)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
-    options = dict(max_tokens=None if max_tokens < 0 else max_tokens, temperature=temperature, top_k=top_k,
+    options = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k,
                    top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
     if json_schema_file or grammar_file:
         options["grammar"] = _constraint(llm, json_schema_file, grammar_file)
@@ -86,7 +95,7 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
             answer(llm, prompt, system=system, raw=raw, verbose=verbose, prompt_cache=prompt_cache, **options)
         else:
             interactive(llm, system=system, verbose=verbose, prompt_cache=prompt_cache, **options)
-    except (ContextFullError, ChatTemplateError) as e:
+    except ValueError as e:  # ContextFullError, ChatTemplateError, NonFiniteLogitsError ...: one line each
         raise click.ClickException(str(e))
 
 

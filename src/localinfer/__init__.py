@@ -24,7 +24,8 @@ _EXPORTS = {  # public name -> the module that defines it
     "ChatSession": ".chat.session", "ChatTemplateError": ".chat.template",
     "FetchError": ".fetch", "ModelNotFoundError": ".fetch",
     "GenerationChunk": ".generate", "GenerationResult": ".generate", "Timings": ".generate",
-    "GGUFError": ".gguf_file", "ContextFullError": ".kv_cache",
+    "GGUFError": ".gguf_file", "ContextFullError": ".kv_cache", "ContextMemoryError": ".kv_cache",
+    "NonFiniteLogitsError": ".sampling",
     "compile_grammar": ".constrain", "GrammarError": ".constrain",
     "TokenLogprob": ".logprobs", "LogitBiasError": ".logit_bias",
     "StateFileError": ".state_file", "StateMismatchError": ".state_file",
@@ -32,7 +33,7 @@ _EXPORTS = {  # public name -> the module that defines it
 __all__ = ["load", "Model", "ChatSession", "GenerationResult", "GenerationChunk", "Timings",
            "GGUFError", "ContextFullError", "ChatTemplateError", "ModelNotFoundError", "FetchError",
            "ModelClosedError", "compile_grammar", "GrammarError", "TokenLogprob", "LogitBiasError",
-           "StateFileError", "StateMismatchError"]
+           "StateFileError", "StateMismatchError", "ContextMemoryError", "NonFiniteLogitsError"]
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .chat.session import ChatSession
@@ -41,10 +42,11 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .fetch import FetchError, ModelNotFoundError
     from .generate import GenerationChunk, GenerationResult, Timings
     from .gguf_file import GGUFError
-    from .kv_cache import ContextFullError
+    from .kv_cache import ContextFullError, ContextMemoryError
     from .logit_bias import LogitBiasError
     from .logprobs import TokenLogprob
     from .model import Model, ModelClosedError, load
+    from .sampling import NonFiniteLogitsError
     from .state_file import StateFileError, StateMismatchError
 
 

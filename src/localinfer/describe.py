@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from .gguf_file import GGUFFile
+from .gguf_file import GGUFError, GGUFFile
 
 HYPERPARAMETERS = ("context_length", "embedding_length", "block_count", "feed_forward_length",
                    "attention.head_count", "attention.head_count_kv", "attention.key_length",
@@ -37,7 +37,8 @@ def describe(f: GGUFFile) -> dict:
         bytes_by_type[t.ggml_type.name] += t.nbytes
     n_params = sum(t.n_elements for t in f.tensors.values())
     n_active, active_bytes = active_share(f, arch)
-    tokens = f.metadata.get("tokenizer.ggml.tokens") or []
+    tokens = _typed(f, "tokenizer.ggml.tokens", list, "an array") or []
+    template = _typed(f, "tokenizer.chat_template", str, "a string")
     return {
         "path": f.path,
         "file_size": os.path.getsize(f.path),
@@ -55,5 +56,13 @@ def describe(f: GGUFFile) -> dict:
         "tokenizer": {"model": f.metadata.get("tokenizer.ggml.model"), "pre": f.metadata.get("tokenizer.ggml.pre"),
                       "n_vocab": len(tokens), "bos_id": f.metadata.get("tokenizer.ggml.bos_token_id"),
                       "eos_id": f.metadata.get("tokenizer.ggml.eos_token_id")},
-        "chat_template": f.metadata.get("tokenizer.chat_template"),
+        "chat_template": template,
     }
+
+
+def _typed(f: GGUFFile, key: str, kind: type, what: str):
+    """The key's value, None when absent; a value of another type is the file's error, named."""
+    value = f.metadata.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise GGUFError(f"{f.path}: {key} = {repr(value)[:60]}: must be {what}")
+    return value

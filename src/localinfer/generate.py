@@ -9,6 +9,7 @@ context then holds exactly the tokens processed so far, so nothing is lost or ha
 """
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -104,9 +105,8 @@ class ChunkAssembler:
 
     def __init__(self, tokenizer, n_prompt: int, n_ctx: int, max_tokens: int | None = None,
                  stop: str | Sequence[str] = (), timings: Timings | None = None, start: float | None = None):
-        if max_tokens is not None and max_tokens < 0:
-            raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-        self.tokenizer, self.n_prompt, self.n_ctx, self.max_tokens = tokenizer, n_prompt, n_ctx, max_tokens
+        self.tokenizer, self.n_prompt, self.n_ctx = tokenizer, n_prompt, n_ctx
+        self.max_tokens = check_max_tokens(max_tokens)
         self.stop = [s for s in ([stop] if isinstance(stop, str) else stop) if s]
         self.timings = timings or Timings()
         self.start = time.perf_counter() if start is None else start
@@ -147,6 +147,18 @@ class ChunkAssembler:
         return GenerationChunk(emit, [token])
 
 
+def check_max_tokens(max_tokens: int | None) -> int | None:
+    """max_tokens as the generators take it: a count >= 0, or None for no limit (until a stop, the
+    end of generation or the context's end), which -1 also means (llama.cpp's -n -1)."""
+    if max_tokens is None or max_tokens == -1:
+        return None
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral):  # numpy's integers pass
+        raise TypeError(f"max_tokens must be an integer or None, got {type(max_tokens).__name__}")
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be -1 (until the context is full) or >= 0, got {max_tokens}")
+    return int(max_tokens)
+
+
 def check_prompt_fits(n_prompt: int, n_ctx: int) -> None:
     if n_prompt >= n_ctx:
         raise ContextFullError(f"the prompt has {n_prompt} tokens, but the context holds {n_ctx} "
@@ -163,6 +175,7 @@ def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], sampler: Sam
     logprobs: each chunk also carries its tokens' log-probabilities with that many alternatives
     (see logprobs.py). speculator (speculative.decode.Speculator): draft and verify several tokens
     per forward pass; the same tokens at temperature 0, the same distribution otherwise."""
+    max_tokens = check_max_tokens(max_tokens)
     out = ChunkAssembler(tokenizer, len(prompt), ctx.n_ctx, max_tokens, stop)
     recorder = LogprobRecorder(logprobs) if logprobs is not None else None
     if recorder:  # first: it sees the raw logits

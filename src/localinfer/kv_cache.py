@@ -17,6 +17,7 @@ attention rounds its softmax weights to, and `kv_types` names the row types).
 from __future__ import annotations
 
 import mmap
+import os
 
 import numpy as np
 
@@ -44,11 +45,47 @@ class ContextFullError(ValueError):
     """More tokens than the context holds."""
 
 
+class ContextMemoryError(ValueError):
+    """A context whose KV cache is larger than the memory there is to hold it."""
+
+
+def available_memory() -> int | None:
+    """Bytes the system can still give: MemAvailable + SwapFree (Linux /proc/meminfo), else the
+    physical memory; None where neither can be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            kib = dict(line.split(":", 1) for line in f if ":" in line)  # "MemAvailable:  123 kB"
+        return (int(kib["MemAvailable"].split()[0]) + int(kib.get("SwapFree", "0").split()[0])) * 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_cache_memory(nbytes: int, n_ctx: int) -> None:
+    """Refuses a cache the memory cannot hold, before it is mapped: the mapping itself may succeed
+    (its pages come as tokens are written) and the process die later, or fail with a bare ENOMEM."""
+    available = available_memory()
+    if available is not None and nbytes > available:
+        raise ContextMemoryError(
+            f"a context of {n_ctx} tokens needs {nbytes} bytes ({nbytes / 2**30:.1f} GiB) of KV cache, more than "
+            f"the {available / 2**30:.1f} GiB of memory available: use a smaller context (n_ctx / --ctx-size)")
+
+
+def _cache_bytes(n_layers: int, n_pos: int, n_head_kv: int, storage_kv) -> int:
+    """Bytes of K and V for n_pos positions of n_layers layers; storage_kv: kv_types.storage's pair."""
+    (kw, kt), (vw, vt) = storage_kv
+    return n_layers * n_pos * n_head_kv * (kw * kt.itemsize + vw * vt.itemsize)
+
+
 class KVCache:
     def __init__(self, n_layers: int, n_ctx: int, n_head_kv: int, head_dim: int, dtype=np.float16):
         self.n_layers, self.n_ctx = n_layers, n_ctx
         self.types = cache_types(dtype)  # KVCacheTypes, or None: both in `dtype`
-        (kw, kt), (vw, vt) = storage(dtype, head_dim)
+        (kw, kt), (vw, vt) = kv = storage(dtype, head_dim)
+        check_cache_memory(_cache_bytes(n_layers, n_ctx, n_head_kv, kv), n_ctx)
         self.k = zeros((n_layers, n_ctx, n_head_kv, kw), kt)  # (layer, pos, kv_head, head_dim or row bytes)
         self.v = zeros((n_layers, n_ctx, n_head_kv, vw), vt)  # (layer, pos, kv_head, head_dim or row bytes)
         self.offset = 0  # tokens stored; the next token goes to position `offset`
@@ -117,7 +154,8 @@ class RotatingKVCache:
         self.n_layers, self.n_ctx, self.window = n_layers, n_ctx, window
         self.n_slots = min(n_ctx, window + trim_margin)
         self.types = cache_types(dtype)  # KVCacheTypes, or None: both in `dtype`
-        (kw, kt), (vw, vt) = storage(dtype, head_dim)
+        (kw, kt), (vw, vt) = kv = storage(dtype, head_dim)
+        check_cache_memory(_cache_bytes(n_layers, self.n_slots, n_head_kv, kv), n_ctx)
         self.k = zeros((n_layers, self.n_slots, n_head_kv, kw), kt)  # (layer, slot, kv_head, head_dim or row bytes)
         self.v = zeros((n_layers, self.n_slots, n_head_kv, vw), vt)  # (layer, slot, kv_head, head_dim or row bytes)
         self.offset = 0

@@ -125,6 +125,12 @@ class Model:
                 if head_dim is not None:
                     row_width(name, head_dim)  # a head size the blocks divide, else CacheTypeError
             self.kv_dtype = kv_types  # flows where the numpy dtype does: Context, Engine, new_cache
+        # made and dropped (its pages are never touched): a context the memory cannot hold is a
+        # ContextMemoryError now, at load, not an ENOMEM at the first request
+        self.runtime.new_cache(self.n_ctx, self.kv_dtype)
+        if self.n_ctx > n_ctx_train:  # llama.cpp warns too: positions past training give poor text
+            warnings.warn(f"n_ctx {self.n_ctx} is more than the {n_ctx_train} tokens {self.path} was trained on",
+                          UserWarning, stacklevel=2)
         bos = self.tokenizer.bos_id
         eos = self.tokenizer.eos_id
         self.draft_model, self.speculative = _speculation(self, draft, draft_max, draft_min, draft_p_min,

@@ -3,7 +3,8 @@
 `make_sampler(...)` returns a plain callable logits (n_vocab,) -> token id;
 `make_logits_processors(...)` returns callables (history, logits) -> logits that run first.
 Order as llama.cpp's default chain: penalties -> top-k -> top-p -> min-p -> temperature -> draw.
-temperature <= 0 is greedy (argmax), as in llama.cpp.
+temperature <= 0 is greedy (argmax), as in llama.cpp. Logits with NaN, +inf or no finite value
+raise NonFiniteLogitsError (a ValueError): a broken model fails with one line, not garbage.
 """
 from __future__ import annotations
 
@@ -13,6 +14,22 @@ import numpy as np
 
 Sampler = Callable[[np.ndarray], int]
 LogitsProcessor = Callable[[Sequence[int], np.ndarray], np.ndarray]
+
+
+class NonFiniteLogitsError(ValueError):
+    """The logits hold NaN or +inf, or no token is left: nothing can be sampled from them."""
+
+
+def check_logits(logits: np.ndarray) -> None:
+    """Refuses logits no token can be drawn from. NaN anywhere makes the maximum NaN, so one
+    reduction finds it; -inf is how bans and grammar masks remove a token, but not every token."""
+    top = float(np.max(logits))
+    if np.isnan(top) or top == np.inf:
+        raise NonFiniteLogitsError("the model produced non-finite logits (NaN or infinity): its weights or "
+                                   "hyper-parameters are broken, or its activations overflowed")
+    if top == -np.inf:
+        raise NonFiniteLogitsError("no token can be sampled: every logit is -inf (the model's output, "
+                                   "or a logit bias or grammar that bans every token)")
 
 
 def apply_top_k(logits: np.ndarray, k: int) -> np.ndarray:
@@ -62,11 +79,15 @@ def apply_min_p(logits: np.ndarray, min_p: float) -> np.ndarray:
 def make_sampler(temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
                  seed: int | None = None) -> Sampler:
     if temperature <= 0.0:
-        return lambda logits: int(np.argmax(logits))
+        def greedy(logits: np.ndarray) -> int:
+            check_logits(logits)  # argmax would pick the first NaN
+            return int(np.argmax(logits))
+        return greedy
     rng = np.random.default_rng(seed)
 
     def sample(logits: np.ndarray) -> int:
         x = np.asarray(logits, dtype=np.float32)
+        check_logits(x)
         # top-k first, and only its survivors (in token order) go on: the later steps and the draw
         # then touch ~k values, not the whole vocabulary (1.3 ms per token for 49k, the cost of a
         # batched decode step's worth of matmuls when 16 sequences sample); the same tokens and

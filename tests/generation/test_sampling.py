@@ -92,3 +92,21 @@ def test_the_draw_is_the_full_vocabulary_chain():
             x = apply_min_p(apply_top_p(apply_top_k(logits, top_k), 0.9), 0.02)
             probs = _probs(x / 0.7)
             assert sampler(logits) == int(ref_rng.choice(probs.shape[0], p=probs))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_non_finite_logits_are_refused_not_sampled(temperature):
+    """NaN logits were token 0 when greedy (argmax picks the first NaN) and numpy's "zero-size
+    array" error otherwise; +inf and all -inf leave nothing to draw from either."""
+    from localinfer.sampling import NonFiniteLogitsError
+    sample = make_sampler(temperature=temperature, seed=0)
+    for bad, says in ((np.nan, "non-finite logits"), (np.inf, "non-finite logits")):
+        x = _logits()
+        x[7] = bad
+        with pytest.raises(NonFiniteLogitsError, match=says):
+            sample(x)
+    with pytest.raises(NonFiniteLogitsError, match="every logit is -inf"):
+        sample(np.full(10, -np.inf, np.float32))
+    x = _logits()
+    x[:-1] = -np.inf  # bans leave one token: it is the one drawn
+    assert sample(x) == len(x) - 1

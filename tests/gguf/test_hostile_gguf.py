@@ -122,6 +122,10 @@ SMOLLM2_VALUES = [
     ("llama.attention.layer_norm_rms_epsilon", NAN, "finite"),
     ("llama.attention.layer_norm_rms_epsilon", 0.0, "positive"),  # loaded, and divided by zero on a zero row
     ("llama.attention.layer_norm_rms_epsilon", INF, "finite"),
+    # finite and positive, and nonsense: these loaded and answered with empty text
+    ("llama.attention.layer_norm_rms_epsilon", 2.0**100, "between 0 and 1"),
+    ("llama.rope.freq_base", 2.0**100, "between 1 and 1e+12"),
+    ("llama.rope.freq_base", 0.5, "between 1 and 1e+12"),
 ]
 
 
@@ -141,6 +145,7 @@ GEMMA3_VALUES = [
     ("gemma3.context_length", 0, "positive"),
     ("gemma3.rope.freq_base", NAN, "finite"),
     ("gemma3.attention.layer_norm_rms_epsilon", 0.0, "positive"),
+    ("gemma3.rope.freq_base", 2.0**100, "between 1 and 1e+12"),
 ]
 
 

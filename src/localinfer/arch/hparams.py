@@ -6,7 +6,8 @@ the loader expects, and a zero, a NaN or a negative value turns into a division 
 logits far from the key that caused it. So the architectures' configs read their keys through
 `HParams`, which checks
 - each value alone: counts are integers in 1..MAX_COUNT (0 only where the key means "none"),
-  floats are finite and positive (or >= 0 where 0 means "none");
+  floats are finite and positive (or >= 0 where 0 means "none"), and in REAL_RANGES where a key
+  has a range outside which no model works;
 - the values against each other: a head size derived from n_embd / n_head divides evenly,
   n_head is a multiple of n_head_kv, the rope dimension is even and at most the head size;
 - the counts against the tensors: block_count is the number of blk.N layers the file has,
@@ -25,6 +26,16 @@ from typing import Any
 from ..gguf_file import GGUFError, GGUFFile
 
 MAX_COUNT = 2**31 - 1  # llama.cpp keeps hyperparameters in 32-bit integers; no real model comes near
+# Floats that are finite and positive can still be nonsense that loads and talks garbage (an epsilon
+# of 1e30 flattens every norm to zero; empty output, no error): suffix -> (least, most) accepted.
+REAL_RANGES = {
+    # a guard against dividing by zero, far below an activation's mean square; real models: 1e-6 .. 1e-5
+    "attention.layer_norm_rms_epsilon": (0.0, 1.0),
+    # RoPE's wavelengths grow with the base; below 1 they shrink instead. Real models: 1e4 .. ~4e9
+    # (Llama-3 long-context fine-tunes); 1e12 leaves room without reaching float32's limits.
+    "rope.freq_base": (1.0, 1e12),
+    "rope.freq_base_swa": (1.0, 1e12),
+}
 _LAYER_TENSOR = re.compile(r"blk\.(\d{1,9})\.")  # llama.cpp's per-layer tensor names, "blk.N.*"
 
 
@@ -83,6 +94,9 @@ class HParams:
             raise self.error(suffix, value, "must be a finite number")
         if value < 0 or (value == 0 and not zero_means_none):
             raise self.error(suffix, value, "must be >= 0 (0: none)" if zero_means_none else "must be positive")
+        least, most = REAL_RANGES.get(suffix, (0.0, math.inf))
+        if not least <= value <= most:
+            raise self.error(suffix, value, f"must be between {least:g} and {most:g}")
         return value
 
     def text(self, suffix: str, default: Any = ...) -> Any:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .template import ChatTemplate
+from .template import ChatTemplate, ChatTemplateError
 from ..tokenizer import Tokenizer
 
 # Unicode noncharacters, set aside for a program's internal use: no text a user or a template
@@ -49,6 +49,9 @@ def chat_prompt_tokens(template: ChatTemplate, tokenizer: Tokenizer, messages: S
     extra: more template variables (`tools`)."""
     extra = dict(extra or {})
     text = template.render(messages, add_generation_prompt=True, **extra)
+    if not text.strip():  # the model would answer nothing at all: the template is the file's fault
+        raise ChatTemplateError(f"the chat template rendered the conversation as {text!r}, no prompt at all: "
+                                f"the model file's tokenizer.chat_template is broken")
     spans = [] if allow_special_in_content else content_spans(template, tokenizer, messages, text, extra)
     ids = tokenizer.tokenize(text, add_special=False, parse_special=True, text_spans=spans)
     bos = tokenizer.bos_id

@@ -156,9 +156,11 @@ def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, def
         max_tokens = default_max
     elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
         raise bad(f"'{name}' must be an integer, got {type(max_tokens).__name__}", name)
+    elif max_tokens == -1:  # llama.cpp's "no limit": until a stop, the end of generation or the context's end
+        max_tokens = None
     elif max_tokens < 0 or max_tokens > n_ctx:  # can never be honoured: an error, not a silent clamp
-        raise bad(f"'{name}' is {max_tokens}, but it must be between 0 and the context size {n_ctx}",
-                  name, "invalid_value")
+        raise bad(f"'{name}' is {max_tokens}, but it must be -1 (until the context is full) or between 0 and "
+                  f"the context size {n_ctx}", name, "invalid_value")
     if not tokens:
         raise bad("the prompt is empty", "messages" if kind == "chat" else "prompt")
     if len(tokens) >= n_ctx:

@@ -63,7 +63,17 @@ def _bpe_model(metadata: Mapping[str, Any]) -> VocabModel:
 
 
 def _spm_model(metadata: Mapping[str, Any]) -> VocabModel:
-    n_tokens = len(metadata.get(K.LIST) or ())
+    tokens = metadata.get(K.LIST) or ()
+    n_tokens = len(tokens)
+    # SentencePiece writes a word's start as "▁" and spells what its pieces cannot with byte tokens;
+    # a vocabulary with neither (GPT-2's byte-level BPE writes a space as "Ġ") fails on the first
+    # space of any text, so the mismatch is named here, at load
+    if not any("\u2581" in t or t.startswith("<0x") for t in tokens if isinstance(t, str)):
+        raise ValueError(
+            f"{K.MODEL} = 'llama' (SentencePiece) does not fit this vocabulary: no token holds '\u2581' "
+            f"(a word start) and there are no byte tokens <0xNN>"
+            f"{'' if K.SCORES in metadata else f' (nor {K.SCORES})'}; a GPT-2 style BPE vocabulary needs "
+            f"{K.MODEL} = 'gpt2'")
     raw_scores = metadata.get(K.SCORES)
     if raw_scores is None:
         scores = [0.0] * n_tokens            # llama.cpp: score 0 for every token
@@ -135,6 +145,10 @@ class Tokenizer:
                     f"tokenizer model {name!r} ({_NOT_YET[name]}) is not supported yet; "
                     f"supported: {supported}")
             raise ValueError(f"unknown tokenizer model {K.MODEL}={name!r}; supported: {supported}")
+        for key in (K.LIST, K.TOKEN_TYPE, K.SCORES, K.MERGES):  # arrays; a string would pass for one
+            value = metadata.get(key)
+            if value is not None and (isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray))):
+                raise ValueError(f"{key} must be an array, got {type(value).__name__} {str(value)[:40]!r}")
         model = build(metadata)
         vocab = load_vocab(
             metadata,
