@@ -3,9 +3,11 @@
 Jinja2's ImmutableSandboxedEnvironment keeps a template away from Python internals and from
 mutating its inputs, but not from spending: `{{ 'a' * 10**10 }}` allocates 10 GB, nested loops
 run for hours, and `{{ 7 ** 10 ** 10 }}` hangs the *compile* (Jinja folds constant expressions).
-LimitedEnvironment adds a budget per render (and per compile): a wall-clock deadline, a count
-of steps, caps on the size of every string, list and integer and on all of them together. A
-template that passes one gets LimitExceeded naming the limit, within the deadline.
+LimitedEnvironment adds a budget per render (and per compile): the rendering thread's CPU time,
+a count of steps, caps on the size of every string, list and integer and on all of them
+together, each growing with the input. None is wall-clock time, which a busy machine spends for
+the template: a render that fits its budget on an idle machine fits it under any load. A
+template that passes one gets LimitExceeded naming the limit.
 
 How each limit is enforced, in one place:
 - No compile-time evaluation of anything unbounded: every operator is intercepted and every
@@ -13,7 +15,8 @@ How each limit is enforced, in one place:
   it still folds (literals, item lookups, `~` of literals) is bounded by the source's size.
 - Steps: every hook the sandbox offers (calls, attribute and item lookups, operators, filters,
   tests), every loop iteration (the code generator starts each loop body with one) and every
-  output piece counts against the step limit and checks the deadline.
+  output piece counts against the step limit; every few steps, and after every large piece of
+  work, the thread's CPU time is checked against the CPU limit.
 - Sizes: a value is checked where it is made (the result of every operator, call and filter)
   and, where something turns it into text (output, `~`, the serializing filters, `%`,
   `str.format`), by its written-out size, which counts a shared reference each time it is
@@ -51,7 +54,11 @@ from markupsafe import Markup
 # limits grow with the input (the messages and other variables, measured as serialized
 # characters), so a huge but honest conversation is never stopped by a limit meant for the
 # template: it reaches the context-length check instead.
-RENDER_SECONDS = 1.0          # wall clock per render, and per compile
+RENDER_CPU_SECONDS = 1.0      # the thread's CPU time per render and per compile; + 50 us per input item
+CPU_SECONDS_PER_INPUT_ITEM = 50e-6  # honest templates spend ~5 us per message field (20,000 messages: 0.5 s)
+CPU_SECONDS_PER_INPUT_CHAR = 60e-9  # and ~3 ns per character: both with ten times the room
+CPU_CHECK_STEPS = 32          # the CPU clock is a system call (~0.5 us): read it every 32 steps
+CPU_CHECK_WORK = 1 << 16      # and after any one piece of work this large
 MAX_STEPS = 1_000_000         # hook calls, loop iterations and output pieces; + 64 per input item
 MAX_CHARS = 4 << 20           # characters in one string, serialized value or the output; + 4 x input
 MAX_ITEMS = 1_000_000         # items in one list, tuple or dict; + 4 x input
@@ -117,7 +124,12 @@ class Budget:
     every later step fails too."""
 
     def __init__(self, input_chars: int = 0, input_items: int = 0):
-        self.deadline = time.monotonic() + RENDER_SECONDS
+        # The CPU time of the thread that makes the budget, which is the one that renders: the
+        # honest cost of a render grows with its input, and time spent waiting for a core is not
+        # the template's.
+        self.cpu_seconds = (RENDER_CPU_SECONDS + CPU_SECONDS_PER_INPUT_ITEM * input_items
+                            + CPU_SECONDS_PER_INPUT_CHAR * input_chars)
+        self.cpu_deadline = time.thread_time() + self.cpu_seconds
         self.steps_left = MAX_STEPS + 64 * input_items
         self.max_chars = MAX_CHARS + 4 * input_chars
         self.max_items = MAX_ITEMS + 4 * input_chars
@@ -141,13 +153,20 @@ class Budget:
         self.steps_left -= 1
         if self.steps_left < 0:
             self.fail(f"more than {MAX_STEPS} steps (limit per render)")
-        if time.monotonic() > self.deadline:
-            self.fail(f"ran longer than {RENDER_SECONDS:g} s (limit per render)")
+        if self.steps_left % CPU_CHECK_STEPS == 0:
+            self.check_cpu()
+
+    def check_cpu(self) -> None:
+        if time.thread_time() > self.cpu_deadline:
+            self.fail(f"used more than {self.cpu_seconds:.3g} s of CPU time (limit per render)")
 
     def spend(self, n: int) -> None:
+        """Counts characters and items made (or, for comparisons and searches, gone through)."""
         self.produced_left -= n
         if self.produced_left < 0:
             self.fail(f"made more than {self.max_produced} characters and items in all (limit per render)")
+        if n >= CPU_CHECK_WORK:
+            self.check_cpu()
 
     def check_chars(self, n: int, what: str = "a string") -> None:
         if n > self.max_chars:
@@ -162,10 +181,18 @@ class Budget:
             self.fail(f"an integer of more than {MAX_INT_BITS} bits (limit per value)")
 
     def measure(self, value: Any, indent: int = 0) -> int:
+        if isinstance(value, (str, bytes)):  # the common case, without the walk
+            n = len(value) + 2
+            if n > self.max_chars:
+                self.fail(f"a value longer than {self.max_chars} characters (limit per value)")
+            return n
         try:
-            return _walk(value, self.max_chars, indent)[0]
+            size, count = _walk(value, self.max_chars, indent)
         except LimitExceeded as e:
             self.fail(str(e))
+        if count >= CPU_CHECK_WORK >> 6:  # the walk itself was a piece of work (~0.3 us an item)
+            self.check_cpu()
+        return size
 
     def produce(self, value: Any) -> Any:
         """Checks a value an operation just made and counts it against the render's total."""
