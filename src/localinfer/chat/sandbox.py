@@ -62,9 +62,9 @@ from markupsafe import Markup
 # limits grow with the input (the messages and other variables, measured as serialized
 # characters), so a huge but honest conversation is never stopped by a limit meant for the
 # template: it reaches the context-length check instead.
-RENDER_CPU_SECONDS = 1.0      # the thread's CPU time per render and per compile; + 50 us per input item
-CPU_SECONDS_PER_INPUT_ITEM = 50e-6  # honest templates spend ~5 us per message field (20,000 messages: 0.5 s)
-CPU_SECONDS_PER_INPUT_CHAR = 60e-9  # and ~3 ns per character: both with ten times the room
+RENDER_CPU_SECONDS = 1.0      # the thread's CPU time per render and per compile; + the two below
+CPU_SECONDS_PER_INPUT_ITEM = 200e-6  # honest templates spend 5-20 us per input item (20,000 messages:
+CPU_SECONDS_PER_INPUT_CHAR = 60e-9   # 0.5-2 s) and ~3 ns per character: both with ten times the room
 CPU_CHECK_STEPS = 32          # the CPU clock is a system call (~0.5 us): read it every 32 steps
 CPU_CHECK_WORK = 1 << 16      # and after any one piece of work this large
 MAX_WORDWRAP_CHARS = 1 << 16  # textwrap is quadratic in a long word: 64K chars is ~0.2 s at width 1
