@@ -14,9 +14,10 @@ from localinfer.chat.template import ChatTemplate, ChatTemplateError
 USER = [{"role": "user", "content": "hi"}]
 CJK = "".join(chr(0x4E00 + i) for i in range(3000))  # 3000 distinct characters: punycode's worst case
 
-# Each is one call that, unchecked, holds a core for seconds to hours (CPU seconds before the
-# cost checks, on a 2-core x86 machine: punycode and idna > 12, the sorts and searches of a
-# shared long string > 12, wordwrap ~1.6 and 0.35), with the words its error must name.
+# Each is one call that, unchecked, holds a core for seconds to hours, with the words its error
+# must name. CPU seconds before the cost checks (2-core x86, busy): punycode 31, idna, wordwrap(1)
+# of one long word, and sorting, searching, counting or comparing a list of one long string
+# shared a million times each > 12 (stopped there); wordwrap(1) over 2 MB 1.7.
 SLOW_CALLS = {
     "punycode": ("{{ (cjk * 20).encode('punycode') }}", "codec 'punycode'"),
     "idna (punycode per label)": ("{{ (cjk * 20).encode('idna') }}", "codec 'idna'"),
@@ -24,7 +25,7 @@ SLOW_CALLS = {
     "namereplace (30 characters per character)": ("{{ ('\u4e00' * 1000000).encode('ascii', 'namereplace') }}",
                                                   "error handler 'namereplace'"),
     "wordwrap(1) over 2 MB": ("{{ ('x ' * 1000000)|wordwrap(1) }}", "wordwrap of more than"),
-    "wordwrap of one long word": ("{{ ('a' * 1000000)|wordwrap }}", "wordwrap of more than"),
+    "wordwrap(1) of one long word": ("{{ ('a' * 1000000)|wordwrap(1) }}", "wordwrap of more than"),
     "str.center": ("{{ 'x'.center(10**8) }}", "characters"),
     "printf width": ("{{ '%99999999s' % 'x' }}", "characters"),
     "str.format width": ("{{ '{:>99999999}'.format('x') }}", "characters"),
@@ -34,7 +35,7 @@ SLOW_CALLS = {
                                          "characters"),
     "in over one long string shared": ("{% set s = 'x' * 4000000 %}{% set t = s[:-1] ~ 'y' %}"
                                        "{{ t in [s] * 1000000 }}", "characters"),
-    "== of lists of one long string shared": ("{% set s = 'x' * 4000000 %}{% set t = s[:-1] ~ 'y' %}"
+    "== of lists of equal long strings": ("{% set s = 'x' * 4000000 %}{% set t = s[:-1] ~ 'x' %}"
                                               "{{ [s] * 1000000 == [t] * 1000000 }}", "characters"),
     "'in' test over one long string shared": ("{% set s = 'x' * 4000000 %}{% set t = s[:-1] ~ 'y' %}"
                                               "{{ t is in ([s] * 1000000) }}", "characters"),
