@@ -70,9 +70,10 @@ def test_honest_calls_still_run():
               "{{ 'a b'.split()|length }} {{ 'a,b,c'.split(',', 1) }} {{ 'x'.encode('ascii', 'xmlcharrefreplace') }} "
               "{{ ['a', 'b'].index('b') }} {{ 'b' in ['a', 'b'] }} {{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} "
               "{{ 'k' in {'k': 1} }} {{ 2 in range(3) }} {{ 'ab' not in 'xaby' }} {{ [1, [2]] == [1, [2]] }} "
-              "{{ 'tab wrap'|wordwrap(3) }} {{ 'b' is in 'abc' }} {{ 1 is eq 1 }}")
+              "{{ 'tab wrap'|wordwrap(3) }} {{ 'b' is in 'abc' }} {{ 1 is eq 1 }} "
+              "{{ 1 > 2 > nope.x }}")  # as in Python's chain, nope.x is never evaluated
     assert ChatTemplate(source).render(USER) == (
-        "3 h\u00e9 2 ['a', 'b,c'] b'x' 1 True True False True True False True tab\nwra\np True True")
+        "3 h\u00e9 2 ['a', 'b,c'] b'x' 1 True True False True True False True tab\nwra\np True True False")
 
 
 def test_the_budget_is_cpu_time_not_waiting():

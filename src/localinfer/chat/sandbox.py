@@ -576,14 +576,18 @@ class _LimitedCodeGenerator(CodeGenerator):
 
     @optimizeconst  # comparisons of constants are still folded: they are bounded by the source
     def visit_Compare(self, node, frame):
-        # `a < b < c` as limited_compare(a, 'lt', b, 'lt', c), which counts each comparison
-        # first. Unlike Python's chain it evaluates every operand: template operands are lookups
-        # and literals, and a chain of comparisons is rare in templates.
+        # `a < b < c` as limited_compare(a, 'lt', b, ('lt', lambda: c)), which counts each
+        # comparison first; like Python's chain, an operand after the first two is evaluated only
+        # when the comparisons before it hold.
+        first, *rest = node.ops
         self.write("environment.limited_compare(")
         self.visit(node.expr, frame)
-        for operand in node.ops:
-            self.write(f", {operand.op!r}, ")
+        self.write(f", {first.op!r}, ")
+        self.visit(first.expr, frame)
+        for operand in rest:
+            self.write(f", ({operand.op!r}, lambda: ")
             self.visit(operand.expr, frame)
+            self.write(")")
         self.write(")")
 
     def visit_Concat(self, node, frame):  # `a ~ b`: str() of each side, measured first
@@ -675,16 +679,18 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
     def limited_loop_step(self, text_chars: int) -> None:
         current_budget().spend(text_chars)
 
-    def limited_compare(self, left: Any, *ops_and_operands: Any) -> bool:
+    def limited_compare(self, left: Any, op: str, right: Any, *later: tuple) -> Any:
         b = current_budget()
-        for i in range(0, len(ops_and_operands), 2):
-            op, right = ops_and_operands[i:i + 2]
+        b.step()
+        _check_compare(b, op, left, right)
+        result = _COMPARE[op](left, right)
+        for op, operand in later:
+            if not result:
+                break
+            left, right = right, operand()
             b.step()
             _check_compare(b, op, left, right)
             result = _COMPARE[op](left, right)
-            if not result:
-                return result
-            left = right
         return result
 
     def limited_concat(self, context, values: tuple) -> str:
