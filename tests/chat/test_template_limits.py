@@ -23,15 +23,16 @@ from localinfer.chat.template import CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTempla
 from localinfer.cli import chat_loop
 from localinfer.cli.main import main
 from localinfer.serve.app import BackgroundServer
-from localinfer.chat.sandbox import RENDER_SECONDS, Budget, LimitedEnvironment, running_under
+from localinfer.chat.sandbox import RENDER_CPU_SECONDS, Budget, LimitedEnvironment, running_under
 
 from serve_helpers import connect, post_bytes, raw
 
-pytestmark = pytest.mark.slow  # each hostile template runs to its wall-clock budget
+pytestmark = pytest.mark.slow  # each hostile template runs to its budget
 
-# A hostile template must fail within its deadline, not hang: the bound is loose (a hang never
-# ends, and pytest-timeout stops one) so that a loaded machine's slower steps still pass.
-FAST = 10 * RENDER_SECONDS
+# A hostile template must fail within its CPU budget, not hang: the bound is loose (a hang never
+# ends, and pytest-timeout stops one). Renders run in the calling thread, so its CPU time is
+# what they spent, however busy the machine is.
+FAST = 10 * RENDER_CPU_SECONDS
 USER = [{"role": "user", "content": "hi"}]
 
 # The findings, and their relatives: each would hang, spin or allocate gigabytes unbounded.
@@ -79,21 +80,21 @@ HOSTILE = {
 }
 
 
-def _fails_fast(render, match="chat template"):
-    start = time.monotonic()
+def _fails_fast(render, match="chat template", within=FAST):
+    start = time.thread_time()
     with pytest.raises(ChatTemplateError, match=match) as e:
         render()
-    elapsed = time.monotonic() - start
-    assert elapsed < FAST, f"took {elapsed:.2f} s"
+    elapsed = time.thread_time() - start
+    assert elapsed < within, f"took {elapsed:.2f} s of CPU time"
     assert "\n" not in str(e.value)
     return str(e.value)
 
 
 @pytest.mark.parametrize("source", HOSTILE.values(), ids=HOSTILE.keys())
 def test_hostile_template_fails_fast(source):
-    start = time.monotonic()
+    start = time.thread_time()
     t = ChatTemplate(source)  # never compiles here: loading a model must not run the template
-    assert time.monotonic() - start < FAST
+    assert time.thread_time() - start < FAST
     _fails_fast(lambda: t.render(USER))
     _fails_fast(lambda: t.render(USER))  # and again: no state is left behind
 
@@ -101,7 +102,13 @@ def test_hostile_template_fails_fast(source):
 def test_limit_errors_name_the_limit():
     assert "4096 bits" in _fails_fast(lambda: ChatTemplate(HOSTILE["constant power (folded at compile time)"])
                                       .render(USER), "exceeded its limits")
-    assert "1 s" in _fails_fast(lambda: ChatTemplate(HOSTILE["nested loops"]).render(USER), "exceeded its limits")
+    with pytest.MonkeyPatch.context() as mp:  # whichever limit is lower is the one named
+        mp.setattr(template_sandbox, "RENDER_CPU_SECONDS", 1000.0)
+        assert "1000000 steps" in _fails_fast(lambda: ChatTemplate(HOSTILE["nested loops"]).render(USER),
+                                              "exceeded its limits", within=1000.0)
+        mp.setattr(template_sandbox, "RENDER_CPU_SECONDS", 0.05)
+        assert "s of CPU time" in _fails_fast(lambda: ChatTemplate(HOSTILE["nested loops"]).render(USER),
+                                              "exceeded its limits")
     assert "characters" in _fails_fast(lambda: ChatTemplate(HOSTILE["string repetition"]).render(USER),
                                        "exceeded its limits")
     assert "items" in _fails_fast(lambda: ChatTemplate(HOSTILE["list repetition"]).render(USER), "exceeded its limits")
@@ -258,9 +265,9 @@ def test_real_template_of_the_test_model_renders_as_before(load_ref):
     t = ChatTemplate(ref["template"], ref["bos_token"], ref["eos_token"])
     assert t.render(ref["messages"]) == ref["formatted_prompt"]
     messages = [{"role": ("user", "assistant")[i % 2], "content": f"turn {i} " * 20} for i in range(2000)]
-    start = time.monotonic()
+    start = time.thread_time()
     assert t.render(messages) == _plain_render(ref["template"], messages, ref["bos_token"], ref["eos_token"])
-    assert time.monotonic() - start < RENDER_SECONDS / 2  # far inside the budget, not near it
+    assert time.thread_time() - start < RENDER_CPU_SECONDS / 2  # far inside the budget, not near it
 
 
 def test_template_errors_stay_template_errors():
@@ -279,7 +286,7 @@ _BINOPS = ["+", "-", "*", "**", "%", "//", "~", "==", "in", "and"]
 _FILTERS = ["length", "string", "upper", "list", "first", "last", "join", "join(',')", "tojson", "trim",
             "center(9)", "center(1000000000)", "indent(4)", "replace('a', 'bb')", "batch(2)|list", "reverse|list",
             "sum", "unique|list", "format(1)", "default(3)", "int", "title", "items|list", "map('upper')|list",
-            "slice(3)|list", "wordwrap(3)", "selectattr('role')|list", "dictsort", "pprint", "e", "count", "abs"]
+            "slice(3)|list", "wordwrap(3)", "selectattr('role')|list", "dictsort", "e", "count", "abs"]
 
 
 def _expressions():
@@ -315,20 +322,20 @@ _messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "as
 def test_fuzz_any_template_renders_or_fails_within_the_budget(body, messages):
     source = "{% set ns = namespace(v=0) %}{% set m = messages[0] %}" + "".join(body)
     with pytest.MonkeyPatch.context() as mp:  # a shorter deadline keeps the examples that meet it quick
-        mp.setattr(template_sandbox, "RENDER_SECONDS", 0.2)
-        start = time.monotonic()
+        mp.setattr(template_sandbox, "RENDER_CPU_SECONDS", 0.2)
+        start = time.thread_time()
         try:
             out = ChatTemplate(source).render(messages)
         except ChatTemplateError as e:
             assert "\n" not in str(e) and str(e).startswith(("chat template", "invalid chat template"))
         else:
             assert isinstance(out, str)
-        assert time.monotonic() - start < FAST
+        assert time.thread_time() - start < FAST
 
 
 # Only operations that stay small, so that Jinja's own sandbox can render whatever the limited one does.
 _SMALL_ATOMS = [a for a in _ATOMS if a not in ("1000000", "10 ** 9", "range(100000)")]
-_SMALL_FILTERS = [f for f in _FILTERS if f not in ("center(1000000000)", "pprint")]
+_SMALL_FILTERS = [f for f in _FILTERS if f != "center(1000000000)"]
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -382,9 +389,9 @@ def folding_path(tmp_path_factory):
 
 def test_model_with_hostile_template_loads_and_generates_raw(folding_path, hostile_path):
     for path in (folding_path, hostile_path):
-        start = time.monotonic()
+        start = time.thread_time()
         model = localinfer.load(str(path), n_ctx=64)
-        assert time.monotonic() - start < FAST
+        assert time.thread_time() - start < FAST
         assert model.generate("hi", max_tokens=2, temperature=0).tokens
         _fails_fast(lambda: model.chat_tokens(USER), "exceeded its limits")
         _fails_fast(lambda: model.chat_session().send("hi"), "exceeded its limits")
@@ -392,9 +399,9 @@ def test_model_with_hostile_template_loads_and_generates_raw(folding_path, hosti
 
 def test_cli_prints_error_not_traceback(folding_path, hostile_path):
     for path in (folding_path, hostile_path):
-        start = time.monotonic()
+        start = time.thread_time()
         r = CliRunner().invoke(main, ["run", str(path), "-p", "hi", "-n", "2"])
-        assert r.exit_code == 1 and time.monotonic() - start < 2 * FAST
+        assert r.exit_code == 1 and time.thread_time() - start < 2 * FAST
         assert r.output.startswith("Error: chat template exceeded its limits") and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["run", str(folding_path), "--raw", "-p", "hi", "-n", "2", "--temp", "0"])
     assert r.exit_code == 0, r.output

@@ -3,17 +3,26 @@
 Jinja2's ImmutableSandboxedEnvironment keeps a template away from Python internals and from
 mutating its inputs, but not from spending: `{{ 'a' * 10**10 }}` allocates 10 GB, nested loops
 run for hours, and `{{ 7 ** 10 ** 10 }}` hangs the *compile* (Jinja folds constant expressions).
-LimitedEnvironment adds a budget per render (and per compile): a wall-clock deadline, a count
-of steps, caps on the size of every string, list and integer and on all of them together. A
-template that passes one gets LimitExceeded naming the limit, within the deadline.
+LimitedEnvironment adds a budget per render (and per compile): the rendering thread's CPU time,
+a count of steps, caps on the size of every string, list and integer and on all of them
+together, each growing with the input. None is wall-clock time, which a busy machine spends for
+the template: a render that fits its budget on an idle machine fits it under any load. A
+template that passes one gets LimitExceeded naming the limit.
 
 How each limit is enforced, in one place:
 - No compile-time evaluation of anything unbounded: every operator is intercepted and every
   filter and test is wrapped as a context-taking function, and Jinja folds none of these. What
   it still folds (literals, item lookups, `~` of literals) is bounded by the source's size.
-- Steps: every hook the sandbox offers (calls, attribute and item lookups, operators, filters,
-  tests), every loop iteration (the code generator starts each loop body with one) and every
-  output piece counts against the step limit and checks the deadline.
+- Steps: every hook the sandbox offers (calls, attribute and item lookups, operators,
+  comparisons, filters, tests), every loop iteration (the code generator starts each loop body
+  with one) and every output piece counts against the step limit; every few steps, and after
+  every large piece of work, the thread's CPU time is checked against the CPU limit.
+- One step never runs long: the CPU check runs between steps, so each single call is bounded
+  before it runs. Methods of strings run from an allowlist of linear-time ones (codecs from an
+  allowlist too: punycode and idna are quadratic), comparisons and the sorting filters first
+  measure what they compare, and the filters with a superlinear worst case take bounded input
+  (wordwrap) or are removed (pprint). The costliest step is then one linear pass over the
+  largest value allowed.
 - Sizes: a value is checked where it is made (the result of every operator, call and filter)
   and, where something turns it into text (output, `~`, the serializing filters, `%`,
   `str.format`), by its written-out size, which counts a shared reference each time it is
@@ -24,11 +33,13 @@ How each limit is enforced, in one place:
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
 import contextvars
 import functools
 import inspect
 import itertools
+import operator
 import re
 import time
 import types
@@ -36,7 +47,7 @@ from collections import abc
 from typing import Any, Iterator, Mapping
 
 from jinja2 import nodes, pass_context
-from jinja2.compiler import CodeGenerator
+from jinja2.compiler import CodeGenerator, optimizeconst
 from jinja2.runtime import markup_join, str_join
 from jinja2.sandbox import (ImmutableSandboxedEnvironment, SandboxedEscapeFormatter, SandboxedFormatter,
                             SecurityError)
@@ -51,7 +62,12 @@ from markupsafe import Markup
 # limits grow with the input (the messages and other variables, measured as serialized
 # characters), so a huge but honest conversation is never stopped by a limit meant for the
 # template: it reaches the context-length check instead.
-RENDER_SECONDS = 1.0          # wall clock per render, and per compile
+RENDER_CPU_SECONDS = 1.0      # the thread's CPU time per render and per compile; + the two below
+CPU_SECONDS_PER_INPUT_ITEM = 200e-6  # honest templates spend 5-20 us per input item (20,000 messages:
+CPU_SECONDS_PER_INPUT_CHAR = 60e-9   # 0.5-2 s) and ~3 ns per character: both with ten times the room
+CPU_CHECK_STEPS = 32          # the CPU clock is a system call (~0.5 us): read it every 32 steps
+CPU_CHECK_WORK = 1 << 16      # and after any one piece of work this large
+MAX_WORDWRAP_CHARS = 1 << 16  # textwrap is quadratic in a long word: 64K chars is ~0.2 s at width 1
 MAX_STEPS = 1_000_000         # hook calls, loop iterations and output pieces; + 64 per input item
 MAX_CHARS = 4 << 20           # characters in one string, serialized value or the output; + 4 x input
 MAX_ITEMS = 1_000_000         # items in one list, tuple or dict; + 4 x input
@@ -117,7 +133,12 @@ class Budget:
     every later step fails too."""
 
     def __init__(self, input_chars: int = 0, input_items: int = 0):
-        self.deadline = time.monotonic() + RENDER_SECONDS
+        # The CPU time of the thread that makes the budget, which is the one that renders: the
+        # honest cost of a render grows with its input, and time spent waiting for a core is not
+        # the template's.
+        self.cpu_seconds = (RENDER_CPU_SECONDS + CPU_SECONDS_PER_INPUT_ITEM * input_items
+                            + CPU_SECONDS_PER_INPUT_CHAR * input_chars)
+        self.cpu_deadline = time.thread_time() + self.cpu_seconds
         self.steps_left = MAX_STEPS + 64 * input_items
         self.max_chars = MAX_CHARS + 4 * input_chars
         self.max_items = MAX_ITEMS + 4 * input_chars
@@ -141,13 +162,20 @@ class Budget:
         self.steps_left -= 1
         if self.steps_left < 0:
             self.fail(f"more than {MAX_STEPS} steps (limit per render)")
-        if time.monotonic() > self.deadline:
-            self.fail(f"ran longer than {RENDER_SECONDS:g} s (limit per render)")
+        if self.steps_left % CPU_CHECK_STEPS == 0:
+            self.check_cpu()
+
+    def check_cpu(self) -> None:
+        if time.thread_time() > self.cpu_deadline:
+            self.fail(f"used more than {self.cpu_seconds:.3g} s of CPU time (limit per render)")
 
     def spend(self, n: int) -> None:
+        """Counts characters and items made (or, for comparisons and searches, gone through)."""
         self.produced_left -= n
         if self.produced_left < 0:
             self.fail(f"made more than {self.max_produced} characters and items in all (limit per render)")
+        if n >= CPU_CHECK_WORK:
+            self.check_cpu()
 
     def check_chars(self, n: int, what: str = "a string") -> None:
         if n > self.max_chars:
@@ -162,10 +190,18 @@ class Budget:
             self.fail(f"an integer of more than {MAX_INT_BITS} bits (limit per value)")
 
     def measure(self, value: Any, indent: int = 0) -> int:
+        if isinstance(value, (str, bytes)):  # the common case, without the walk
+            n = len(value) + 2
+            if n > self.max_chars:
+                self.fail(f"a value longer than {self.max_chars} characters (limit per value)")
+            return n
         try:
-            return _walk(value, self.max_chars, indent)[0]
+            size, count = _walk(value, self.max_chars, indent)
         except LimitExceeded as e:
             self.fail(str(e))
+        if count >= CPU_CHECK_WORK >> 6:  # the walk itself was a piece of work (~0.3 us an item)
+            self.check_cpu()
+        return size
 
     def produce(self, value: Any) -> Any:
         """Checks a value an operation just made and counts it against the render's total."""
@@ -268,15 +304,68 @@ def _check_join(b: Budget, sep: Any, items: list) -> None:
     b.check_chars(sum(b.measure(x) for x in items) + len(str(sep)) * max(len(items) - 1, 0))
 
 
+# Methods of str, bytes and Markup a template may call: each runs in time linear in its
+# inputs and its result, so that one call costs at most a pass over the largest value allowed.
+# Any other is refused before it runs, so a method a new Python adds waits for a look at its cost.
+_TEXT_METHODS = frozenset((
+    "capitalize", "casefold", "center", "count", "encode", "decode", "endswith", "expandtabs", "find",
+    "format", "format_map", "hex", "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit",
+    "isidentifier", "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper", "join", "ljust",
+    "lower", "lstrip", "partition", "removeprefix", "removesuffix", "replace", "rfind", "rindex", "rjust",
+    "rpartition", "rsplit", "rstrip", "split", "splitlines", "startswith", "strip", "swapcase", "title",
+    "translate", "upper", "zfill", "escape", "striptags", "unescape"))
+# Codecs a template may encode or decode with (by codecs.lookup's name), with the most each makes
+# per character under the error handlers allowed. Others are refused: punycode (and idna, built
+# on it) is quadratic in its input, `namereplace` writes ~30 characters per character.
+_CODECS = {"utf-8": 4, "ascii": 1, "iso8859-1": 1, "utf-16": 4, "utf-16-le": 4, "utf-16-be": 4, "utf-32": 4,
+           "utf-32-le": 4, "utf-32-be": 4}
+_CODEC_ERRORS = {"strict": 1, "ignore": 1, "replace": 3, "surrogateescape": 1, "surrogatepass": 1,
+                 "backslashreplace": 10, "xmlcharrefreplace": 10}  # `&#1114111;`, `\U0010ffff`
+
+
+# What Jinja's generated code passes to Context.call besides the call's own arguments.
+_JINJA_CALL_KWARGS = ("_loop_vars", "_block_vars")
+
+
+def _check_codec(b: Budget, owner: Any, args: tuple, kwargs: dict) -> None:
+    encoding = args[0] if args else kwargs.get("encoding", "utf-8")
+    errors = args[1] if len(args) > 1 else kwargs.get("errors", "strict")
+    try:
+        name = codecs.lookup(encoding).name if isinstance(encoding, str) and len(encoding) < 64 else None
+    except LookupError:
+        return  # the call itself says the codec is unknown
+    if name not in _CODECS:
+        b.fail(f"the codec {one_line(encoding, 40)!r} (only utf-8, utf-16, utf-32, ascii and latin-1 run in a template)")
+    if not isinstance(errors, str) or errors not in _CODEC_ERRORS:
+        b.fail(f"the codec error handler {one_line(errors, 40)!r} (only {', '.join(_CODEC_ERRORS)} run in a template)")
+    b.check_chars(len(owner) * _CODECS[name] * _CODEC_ERRORS[errors], "an encoded or decoded value")
+
+
 def _method_guard(b: Budget, owner: Any, name: str, args: tuple, kwargs: dict) -> tuple:
-    """Builtin methods of str, bytes and int whose result can outgrow their inputs; the others
-    make results at most a small multiple of their (already bounded) inputs."""
+    """Before a builtin method of str, bytes, int, list, tuple or dict runs: refuses the string
+    methods that are not linear-time, counts what the call goes through, and checks the ones
+    whose result can outgrow their inputs (the others make results at most a small multiple of
+    their already bounded inputs)."""
+    kwargs = {k: v for k, v in kwargs.items() if k not in _JINJA_CALL_KWARGS}
     a = args + tuple(kwargs.values())
-    if name in ("center", "ljust", "rjust", "zfill") and a:
+    if isinstance(owner, (str, bytes)):
+        if name not in _TEXT_METHODS:
+            b.fail(f"the {type(owner).__name__} method {name} (not among the linear-time methods a template may call)")
+        b.spend(len(owner) + sum(b.measure(x) for x in a))  # a search or a copy of each
+    elif isinstance(owner, (list, tuple, dict)) and name in ("count", "index"):
+        b.spend(b.measure(owner) + sum(b.measure(x) for x in a))  # compares items, as deep as they go
+    if name in ("encode", "decode") and isinstance(owner, (str, bytes)):
+        _check_codec(b, owner, args, kwargs)
+    elif name in ("center", "ljust", "rjust", "zfill") and a:
         b.check_chars(max(len(owner), _int(a[0])))
     elif name == "expandtabs":
         tabs = owner.count("\t" if isinstance(owner, str) else b"\t")
         b.check_chars(len(owner) + tabs * max(_int(a[0]) if a else 8, 1))
+    elif name in ("split", "rsplit") and a and isinstance(a[0], type(owner)) and a[0]:
+        # as many items as separators, counted at the speed of a search rather than of a list
+        limit = _int(a[1]) if len(a) > 1 else -1
+        hits = owner.count(a[0])
+        b.check_items((hits if limit < 0 else min(hits, limit)) + 1)
     elif name == "replace" and len(a) >= 2:
         b.check_chars(_replace_size(owner, a[0], a[1], a[2] if len(a) > 2 else -1))
     elif name == "join" and len(args) == 1:
@@ -333,6 +422,8 @@ def _guard_batch(b, a):
 
 def _guard_wordwrap(b, a):
     text, wrap = str(a["s"]), a["wrapstring"]
+    if len(text) > MAX_WORDWRAP_CHARS:  # textwrap copies a long word once per piece it breaks off
+        b.fail(f"wordwrap of more than {MAX_WORDWRAP_CHARS} characters (limit per call)")
     b.check_chars(len(text) + (len(text) // 2 + 1) * (len(wrap) if isinstance(wrap, str) else 1))
 
 
@@ -341,21 +432,19 @@ def _guard_tojson(b, a):
     b.measure(a["value"], len(indent) if isinstance(indent, str) else _int(indent))
 
 
-def _guard_pprint(b, a):
-    b.measure(a["value"], 1)
-
-
 _FILTER_GUARDS = {"center": _guard_center, "indent": _guard_indent, "format": _guard_format, "join": _guard_join,
                   "replace": _guard_replace, "round": _guard_round, "sum": _guard_sum, "batch": _guard_batch,
-                  "wordwrap": _guard_wordwrap, "tojson": _guard_tojson, "pprint": _guard_pprint}
-# Filters that never write their arguments out as text; every other filter's arguments are
-# measured first (`string`, `tojson`, `join`, `safe`, `upper` ... all serialize).
+                  "wordwrap": _guard_wordwrap, "tojson": _guard_tojson}
+# Filters that never write their arguments out as text nor compare them; every other filter's
+# arguments are measured first (`string`, `tojson`, `join`, `safe`, `upper` ... all serialize;
+# `sort`, `unique`, `min`, `groupby` ... compare items as deep as they go, and a list of one long
+# string shared a million times is short but slow to sort).
 _STRUCTURAL_FILTERS = {"length", "count", "first", "last", "list", "items", "map", "select", "reject",
-                       "selectattr", "rejectattr", "sort", "dictsort", "unique", "reverse", "min", "max",
-                       "groupby", "default", "d", "attr", "batch", "slice", "random", "abs", "int", "float",
-                       "round"}
+                       "selectattr", "rejectattr", "reverse", "default", "d", "attr", "batch", "slice",
+                       "random", "abs", "int", "float", "round"}
 # Jinja helpers no chat template uses, whose output size is not worth bounding.
-_REMOVED_GLOBALS, _REMOVED_FILTERS = ("lipsum",), ("urlize",)
+# pprint too: it writes each nested level out once per level above it.
+_REMOVED_GLOBALS, _REMOVED_FILTERS = ("lipsum",), ("urlize", "pprint")
 
 
 def _pass_first(pass_arg, context) -> tuple:
@@ -398,12 +487,44 @@ def _limited_filter(name: str, func):
     return limited
 
 
-def _limited_test(func):
+_SCALARS = (str, bytes, int, float, type(None))
+_COMPARE = {"eq": operator.eq, "ne": operator.ne, "gt": operator.gt, "gteq": operator.ge, "lt": operator.lt,
+            "lteq": operator.le, "in": lambda a, b: a in b, "notin": lambda a, b: a not in b}
+
+
+def _check_compare(b: Budget, op: str, left: Any, right: Any) -> None:
+    """Counts what `left op right` goes through, before it runs: two lists of one long string
+    shared a million times are short to write but slow to compare."""
+    if op in ("in", "notin"):
+        if isinstance(right, (str, bytes)):  # a substring search
+            b.spend(len(right) + (len(left) if isinstance(left, (str, bytes)) else 0))
+        elif isinstance(right, (abc.Mapping, abc.Set, range)):  # a hash or arithmetic
+            b.spend(b.measure(left))
+        else:  # compares the left side with each item
+            b.spend(b.measure(right))
+    elif isinstance(left, _SCALARS) or isinstance(right, _SCALARS):  # at most the shorter string
+        b.spend(min(len(left) if isinstance(left, (str, bytes)) else 0,
+                    len(right) if isinstance(right, (str, bytes)) else 0))
+    else:
+        b.spend(min(b.measure(left), b.measure(right)))
+
+
+# Tests that compare their arguments, by the operator they apply.
+_COMPARING_TESTS = {"eq": "eq", "equalto": "eq", "==": "eq", "ne": "ne", "!=": "ne", "lt": "lt",
+                    "lessthan": "lt", "<": "lt", "le": "lteq", "<=": "lteq", "gt": "gt", "greaterthan": "gt",
+                    ">": "gt", "ge": "gteq", ">=": "gteq", "in": "in"}
+
+
+def _limited_test(name: str, func):
     pass_arg = _PassArg.from_obj(func)
+    op = _COMPARING_TESTS.get(name)
 
     @pass_context
     def limited(context, *args, **kwargs):
-        current_budget().step()
+        b = current_budget()
+        b.step()
+        if op is not None and len(args) == 2:
+            _check_compare(b, op, *args)
         return func(*_pass_first(pass_arg, context), *args, **kwargs)
 
     return limited
@@ -453,6 +574,22 @@ class _LimitedCodeGenerator(CodeGenerator):
         node.body = [step, *node.body]
         super().visit_For(node, frame)
 
+    @optimizeconst  # comparisons of constants are still folded: they are bounded by the source
+    def visit_Compare(self, node, frame):
+        # `a < b < c` as limited_compare(a, 'lt', b, ('lt', lambda: c)), which counts each
+        # comparison first; like Python's chain, an operand after the first two is evaluated only
+        # when the comparisons before it hold.
+        first, *rest = node.ops
+        self.write("environment.limited_compare(")
+        self.visit(node.expr, frame)
+        self.write(f", {first.op!r}, ")
+        self.visit(first.expr, frame)
+        for operand in rest:
+            self.write(f", ({operand.op!r}, lambda: ")
+            self.visit(operand.expr, frame)
+            self.write(")")
+        self.write(")")
+
     def visit_Concat(self, node, frame):  # `a ~ b`: str() of each side, measured first
         self.write("environment.limited_concat(context, (")
         for arg in node.nodes:
@@ -479,7 +616,7 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         self.globals.update(extra_globals or {})
         self.filters.update(extra_filters or {})
         self.filters = {name: _limited_filter(name, f) for name, f in self.filters.items()}
-        self.tests = {name: _limited_test(f) for name, f in self.tests.items()}
+        self.tests = {name: _limited_test(name, f) for name, f in self.tests.items()}
 
     def call_binop(self, context, operator, left, right):
         b = current_budget()
@@ -512,7 +649,8 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
         if not __self.is_safe_callable(__obj):
             raise SecurityError(f"{__obj!r} is not safely callable")
         owner = getattr(__obj, "__self__", None)
-        if isinstance(owner, (str, bytes, int)) and isinstance(__obj, (types.BuiltinMethodType, types.MethodType)):
+        if isinstance(owner, (str, bytes, int, list, tuple, dict)) and \
+                isinstance(__obj, (types.BuiltinMethodType, types.MethodType)):
             args = _method_guard(b, owner, __obj.__name__, args, kwargs)
         return b.produce(__context.call(__obj, *args, **kwargs))
 
@@ -540,6 +678,20 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
     # called by the code _LimitedCodeGenerator writes
     def limited_loop_step(self, text_chars: int) -> None:
         current_budget().spend(text_chars)
+
+    def limited_compare(self, left: Any, op: str, right: Any, *later: tuple) -> Any:
+        b = current_budget()
+        b.step()
+        _check_compare(b, op, left, right)
+        result = _COMPARE[op](left, right)
+        for op, operand in later:
+            if not result:
+                break
+            left, right = right, operand()
+            b.step()
+            _check_compare(b, op, left, right)
+            result = _COMPARE[op](left, right)
+        return result
 
     def limited_concat(self, context, values: tuple) -> str:
         b = current_budget()

@@ -2,7 +2,7 @@
 
 Templates come from model files downloaded from the internet, so they run in a sandbox with a
 budget (sandbox.LimitedEnvironment): no attribute access to Python internals, no
-mutation of the messages, and per render a deadline, a step count and caps on every size; a
+mutation of the messages, and per render a CPU-time limit, a step count and caps on every size; a
 template that passes a limit is a ChatTemplateError naming it. A template compiles on its first
 render, so a model whose template is broken or hostile still loads (and runs `--raw`). The
 globals mirror what Hugging Face transformers and llama.cpp provide (`raise_exception`,
