@@ -253,7 +253,8 @@ def _anonymous(nbytes: int) -> np.ndarray:
     """nbytes of page-aligned anonymous memory (uint8), huge pages asked for where the OS has them:
     a repacked matrix is read end to end every decode step, and 2 MiB pages spare the TLB."""
     import mmap
-    buf = mmap.mmap(-1, max(nbytes, 1))
+    # private: MAP_SHARED anonymous memory is shmem, which takes no transparent huge pages
+    buf = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if advice is not None:
         try:
