@@ -72,7 +72,7 @@ class DecoderModel:
         loader = WeightLoader(f, backend, repack)
         model = cls(config, cls.load_weights(loader, config), loader.ops)
         model.weight_copy_bytes = loader.copied_bytes  # Model.memory() reports it
-        model.repacked_bytes = loader.repacked_bytes
+        model.repacked_bytes, model.repacked_tensors = loader.repacked_bytes, frozenset(loader.repacked_tensors)
         return model
 
     @classmethod

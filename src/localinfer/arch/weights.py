@@ -106,6 +106,7 @@ class WeightLoader:
         self.repack = bool(repack) and backend == "c"
         self.copied_bytes = 0  # weights held outside the mmap: stacked, dequantized, float32 vectors
         self.repacked_bytes = 0  # of those, matrices in a repacked layout
+        self.repacked_tensors: set[str] = set()
         if backend == "c":
             from .. import ops
             self.ops = ops  # the layer ops in C, same signatures as the reference
@@ -203,6 +204,7 @@ class WeightLoader:
         self.copied_bytes += raw.nbytes
         if mat.layout != kernels.LAYOUT_ROWS:
             self.repacked_bytes += raw.nbytes  # the concatenation was only the repack's input: freed now
+            self.repacked_tensors.update(names)
         return KernelLinear(mat, b, tuple(names))
 
     def _count_repacked(self, mat, names: list[str]) -> None:
@@ -214,6 +216,7 @@ class WeightLoader:
             self.f.release(n)
         self.copied_bytes += mat.data.nbytes
         self.repacked_bytes += mat.data.nbytes
+        self.repacked_tensors.update(names)
 
     def optional_linear(self, name: str, shape: tuple[int, int], bias: str | None = None):
         return self.linear(name, shape, bias) if self.has(name) else None
