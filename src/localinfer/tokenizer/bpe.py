@@ -161,7 +161,7 @@ class BpeEncoder:
         if self._merger is None:
             self._merger = merge_c.PairMerger(self.ranks, BYTE_TO_UNICODE)
             self._symbol_token = np.array(
-                [self.token_to_id.get(t, -1) for t in self._merger.symbol_texts], np.int64)
+                [self.token_to_id.get(t, -1) for t in self._merger.symbol_texts], np.int32)
         sym, _ = self._merger.merge(word.encode("utf-8"))
         ids = self._symbol_token[sym]
         if ids.min(initial=0) >= 0:
