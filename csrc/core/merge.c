@@ -251,10 +251,12 @@ static uint64_t queue_pop(merge_queue *q, int *more, int *rc) {
         if (q->batch_i < q->batch_n) {
             uint64_t b = heap_key(q->rank, q->batch[q->batch_i]);
             if (q->heap.n == 0 || b < q->heap.a[0]) {
+#if defined(__GNUC__) || defined(__clang__)
                 if (q->batch_i + 16 < q->batch_n) {
                     __builtin_prefetch(q->sym + q->batch[q->batch_i + 16]);
                     __builtin_prefetch(q->span + q->batch[q->batch_i + 16]);
                 }
+#endif
                 q->batch_i++;
                 return b;
             }
