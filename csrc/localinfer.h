@@ -178,6 +178,37 @@ int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers
  * read, and copy (read + write bytes) unless copy_bps is NULL. */
 int li_membw(int64_t bytes, int reps, double *read_bps, double *copy_bps);
 
+/* core/merge.c: the tokenizers' pair merges (llama.cpp's llm_bigram_bpe / llm_bigram_spm work queue).
+ * A vocabulary is looked up either by pairs of symbol ids (BPE: pair i is pair_left[i], pair_right[i],
+ * merging at rank pair_rank[i] into symbol pair_result[i]; byte_symbol (256) is each byte's symbol) or,
+ * when pair_slots is NULL, by text (SPM: text i is text_blob[text_offsets[i] .. text_offsets[i+1]],
+ * rank text_rank[i], and it is symbol i). Lower ranks merge first, the leftmost pair on ties.
+ * The slots are an open-addressing index (a power of two, more than the entries) that
+ * li_merge_pairs_index / li_merge_texts_index fill. */
+typedef struct {
+    const int32_t *pair_left, *pair_right, *pair_rank, *pair_result;   /* (n_pairs) each */
+    const int32_t *pair_slots;                 /* (n_pair_slots), or NULL to look up by text */
+    int64_t n_pair_slots;
+    const int32_t *byte_symbol;                /* (256) a byte's symbol id, -1 when it has none */
+    const uint8_t *text_blob;
+    const int64_t *text_offsets;               /* (n_texts + 1) */
+    const int32_t *text_rank;                  /* (n_texts) */
+    const int32_t *text_slots;                 /* (n_text_slots) */
+    int64_t n_text_slots;
+    int64_t text_max_bytes;                    /* the longest text: longer pairs are not looked up */
+    int64_t n_ranks;                           /* 1 + the highest rank */
+    int64_t rank_queue_from;                   /* words of this many bytes and more queue pairs in lists
+                                                  per rank (n_ranks heads), shorter ones in one heap */
+} li_merge_vocab;
+
+int li_merge_pairs_index(const int32_t *left, const int32_t *right, int64_t n_pairs, int32_t *slots, int64_t n_slots);
+int li_merge_texts_index(const uint8_t *blob, const int64_t *offsets, int64_t n_texts, int32_t *slots, int64_t n_slots);
+
+/* Merges one word of n bytes (valid UTF-8). The first symbols are its bytes (by pairs) or its code
+ * points (by text). Writes the final symbols' ids to sym[0..k) (-1: a code point that is no text)
+ * and their byte lengths to span[0..k); both (n). Returns k, or a negative li_status. */
+int64_t li_merge_word(const li_merge_vocab *v, const uint8_t *word, int64_t n, int32_t *sym, int32_t *span);
+
 /* LI_CDEF_END */
 
 #endif /* LOCALINFER_H */

@@ -51,6 +51,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES
 
@@ -139,6 +140,8 @@ class ModelShape:
 
         def first(key: str, default: int = 0) -> int:
             v = meta.get(f"{arch}.{key}", default)
+            if isinstance(v, np.ndarray):   # a per-layer array from the GGUF reader
+                v = v.tolist()
             return int(max(v) if isinstance(v, list) and v else v or 0)
 
         return cls(arch, first("block_count"), first("attention.head_count"),

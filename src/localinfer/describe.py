@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import numpy as np
+
 from .gguf_file import GGUFError, GGUFFile
 
 HYPERPARAMETERS = ("context_length", "embedding_length", "block_count", "feed_forward_length",
@@ -29,6 +31,19 @@ def active_share(f: GGUFFile, arch: str) -> tuple[int, int]:
     return params, nbytes
 
 
+MAX_SHOWN_ELEMENTS = 16
+
+
+def summarize(value):
+    """A metadata value as plain JSON data: a numeric array (a numpy view, per-layer values) as a
+    list when short, else as one line saying what it is -- a file may hold millions of elements."""
+    if not isinstance(value, np.ndarray):
+        return value
+    if len(value) <= MAX_SHOWN_ELEMENTS:
+        return value.tolist()
+    return f"array of {len(value)} {value.dtype.name} (min {value.min()}, max {value.max()})"
+
+
 def describe(f: GGUFFile) -> dict:
     arch = f.metadata.get("general.architecture", "?")
     types = Counter(t.ggml_type.name for t in f.tensors.values())
@@ -52,7 +67,8 @@ def describe(f: GGUFFile) -> dict:
         "n_tensors": len(f.tensors),
         "tensor_types": dict(types.most_common()),
         "tensor_bytes": dict(bytes_by_type.most_common()),
-        "hyperparameters": {k: f.metadata[f"{arch}.{k}"] for k in HYPERPARAMETERS if f"{arch}.{k}" in f.metadata},
+        "hyperparameters": {k: summarize(f.metadata[f"{arch}.{k}"]) for k in HYPERPARAMETERS
+                            if f"{arch}.{k}" in f.metadata},
         "tokenizer": {"model": f.metadata.get("tokenizer.ggml.model"), "pre": f.metadata.get("tokenizer.ggml.pre"),
                       "n_vocab": len(tokens), "bos_id": f.metadata.get("tokenizer.ggml.bos_token_id"),
                       "eos_id": f.metadata.get("tokenizer.ggml.eos_token_id")},

@@ -98,7 +98,7 @@ def _fields(f: GGUFFile) -> list[tuple[int, int]]:
         elif vtype == GGUFValueType.ARRAY:
             out += [(p, 4), (p + 4, 8)]
             p += 12
-            if value and isinstance(value[0], str):
+            if isinstance(value, list) and value and isinstance(value[0], str):
                 for s in value:
                     out.append((p, 8))
                     p += 8 + len(s.encode())

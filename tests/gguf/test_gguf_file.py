@@ -1,7 +1,9 @@
 """The GGUF reader against gguf-py's reader on the real file, and against broken files."""
 from __future__ import annotations
 
+import json
 import struct
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -30,8 +32,13 @@ def test_matches_gguf_py_on_the_real_file(smollm2_path):
     ref = GGUFReader(str(smollm2_path))
     with GGUFFile(smollm2_path) as f:
         for key, field in ref.fields.items():
-            if not key.startswith("GGUF."):
-                assert f.metadata[key] == field.contents(), key
+            if key.startswith("GGUF."):
+                continue
+            value = f.metadata[key]
+            if isinstance(value, np.ndarray):   # numeric arrays: read-only views
+                assert not value.flags.writeable and value.tolist() == field.contents(), key
+            else:
+                assert value == field.contents(), key
         assert len(f.tensors) == len(ref.tensors)
         for t in ref.tensors[:20]:
             info = f.tensors[t.name]
@@ -55,7 +62,7 @@ def test_tiny_file_roundtrip(tmp_path):
         assert f.architecture == "llama"
         assert f.metadata["general.name"] == "tiny"
         assert f.metadata["tokenizer.ggml.tokens"] == ["a", "b", "c"]
-        assert f.metadata["test.floats"] == [1.5, 2.5]
+        assert f.metadata["test.floats"].tolist() == [1.5, 2.5]
         np.testing.assert_array_equal(f.tensor_data("a.weight"), np.arange(64, dtype=np.float32).reshape(2, 32))
         assert f.tensors["b.weight"].ggml_type == GGMLQuantizationType.F16
 
@@ -157,3 +164,47 @@ def test_a_bad_string_in_an_array_is_named(tmp_path, patch, match):
     (tmp_path / "s.gguf").write_bytes(data)
     with pytest.raises(GGUFError, match=match):
         GGUFFile(tmp_path / "s.gguf")
+
+
+def test_a_large_numeric_array_is_a_view_not_a_list(tmp_path):
+    """A 20 MB u8 metadata array: as python ints it took 8.6x its size; as a view it costs nothing
+    until read, and `info` shows it in one line."""
+    from localinfer.describe import describe
+
+    n = 20_000_000
+    big_values = (np.arange(n) % 7 + 1).astype(np.uint8)
+
+    def kv(key: str, vtype: int, payload: bytes) -> bytes:
+        k = key.encode()
+        return struct.pack("<Q", len(k)) + k + struct.pack("<I", vtype) + payload
+
+    def array(etype: int, fmt: str, values) -> bytes:
+        return struct.pack("<IQ", etype, len(values)) + struct.pack(f"<{len(values)}{fmt}", *values)
+
+    arch = b"llama"
+    entries = [
+        kv("general.architecture", 8, struct.pack("<Q", len(arch)) + arch),
+        kv("llama.block_count", 4, struct.pack("<I", 1)),
+        kv("llama.attention.head_count", 9, struct.pack("<IQ", 0, n) + big_values.tobytes()),   # u8 array
+        kv("llama.attention.head_count_kv", 9, array(4, "I", [1, 2, 3])),                      # u32 array
+        kv("test.flags", 9, array(7, "?", [True, False, True])),                                # bool array
+    ]
+    (tmp_path / "big.gguf").write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(entries)) + b"".join(entries))
+    del big_values
+
+    tracemalloc.start()
+    try:
+        with GGUFFile(tmp_path / "big.gguf") as f:
+            big = f.metadata["llama.attention.head_count"]
+            _, peak = tracemalloc.get_traced_memory()
+            assert peak < n // 20, peak
+            assert isinstance(big, np.ndarray) and big.dtype == np.uint8 and len(big) == n
+            assert not big.flags.writeable and not big.flags.owndata
+            assert big[:8].tolist() == [1, 2, 3, 4, 5, 6, 7, 1]
+            assert f.metadata["test.flags"].tolist() == [True, False, True]
+            hp = describe(f)["hyperparameters"]
+    finally:
+        tracemalloc.stop()
+    assert hp["attention.head_count_kv"] == [1, 2, 3]
+    assert hp["attention.head_count"] == f"array of {n} uint8 (min 1, max 7)"
+    json.dumps(hp)

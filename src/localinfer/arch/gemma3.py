@@ -101,7 +101,7 @@ def _swa_layers(h: HParams, n_layer: int, window: int | None, default_period: in
         return (False,) * n_layer
     key = "attention.sliding_window_pattern"
     pattern = h.f.metadata.get(h.key(key))
-    if isinstance(pattern, list):
+    if isinstance(pattern, (list, np.ndarray)):
         if len(pattern) != n_layer:
             raise h.error(key, pattern, f"has {len(pattern)} entries for {n_layer} layers")
         return tuple(bool(p) for p in pattern)

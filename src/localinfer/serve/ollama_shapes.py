@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 
 import gguf
+import numpy as np
 
 from ..batching.request import SamplingParams
 from ..chat.template import template_for
@@ -170,8 +171,8 @@ def _file_facts(path: str, mtime: float, size: int) -> dict:
     arch = metadata.get("general.architecture", "unknown")
     info = {}
     for k, v in metadata.items():  # Ollama's model_info: the scalars; long arrays and strings as null
-        if isinstance(v, (list, tuple)):
-            info[k] = None if len(v) > 64 else list(v)
+        if isinstance(v, (list, tuple, np.ndarray)):
+            info[k] = None if len(v) > 64 else list(v.tolist() if isinstance(v, np.ndarray) else v)
         elif isinstance(v, str) and len(v) > MAX_INFO_STRING:
             info[k] = None
         else:

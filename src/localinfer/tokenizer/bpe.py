@@ -10,6 +10,9 @@ from __future__ import annotations
 import heapq
 from typing import Mapping, Sequence
 
+import numpy as np
+
+from . import merge_c
 from .pretokenize import PreTokenizer, PreTokenizerSpec
 
 
@@ -108,7 +111,13 @@ def bpe_merge(word: str, ranks: Mapping[tuple[str, str], int]) -> list[str]:
 
 
 class BpeEncoder:
-    """Encodes one raw-text fragment (no special tokens inside) into token ids."""
+    """Encodes one raw-text fragment (no special tokens inside) into token ids.
+
+    Words go through the C merge loop (merge_c.py) when the kernels are built, else through
+    `bpe_merge`; both give `bpe_merge_ref`'s symbols."""
+
+    _CACHE_LIMIT = 1 << 16
+    _CACHE_MAX_WORD = 64       # longer words are rare enough to recompute, and would pin memory
 
     def __init__(
         self,
@@ -120,8 +129,9 @@ class BpeEncoder:
         self.ranks = ranks
         self.pre = pre
         self.pre_tokenizer = PreTokenizer(pre.regexes)
-        self._cache: dict[str, tuple[int, ...]] = {}
-        self._cache_limit = 1 << 16
+        self._cache: dict[str, Sequence[int]] = {}
+        self._merger: merge_c.PairMerger | None = None
+        self._symbol_token: np.ndarray | None = None   # merger symbol -> token id, -1 if none
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
@@ -129,21 +139,40 @@ class BpeEncoder:
         for word in self.pre_tokenizer.split(text):
             ids = cache.get(word)
             if ids is None:
-                ids = self._encode_word(byte_encode(word))
-                if len(cache) >= self._cache_limit:
-                    cache.clear()
-                cache[word] = ids
+                ids = self._encode_word(word)
+                if len(word) <= self._CACHE_MAX_WORD:
+                    if len(cache) >= self._CACHE_LIMIT:
+                        cache.clear()
+                    cache[word] = ids
             out.extend(ids)
         return out
 
-    def _encode_word(self, word: str) -> tuple[int, ...]:
+    def _encode_word(self, word: str) -> Sequence[int]:
         token_to_id = self.token_to_id
         if self.pre.ignore_merges:
-            whole = token_to_id.get(word)
+            whole = token_to_id.get(byte_encode(word))
             if whole is not None:
                 return (whole,)
+        if merge_c.available():
+            return self._encode_word_c(word)
+        return tuple(self._symbols_to_ids(bpe_merge(byte_encode(word), self.ranks)))
+
+    def _encode_word_c(self, word: str) -> list[int]:
+        if self._merger is None:
+            self._merger = merge_c.PairMerger(self.ranks, BYTE_TO_UNICODE)
+            self._symbol_token = np.array(
+                [self.token_to_id.get(t, -1) for t in self._merger.symbol_texts], np.int32)
+        sym, _ = self._merger.merge(word.encode("utf-8"))
+        ids = self._symbol_token[sym]
+        if ids.min(initial=0) >= 0:
+            return ids.tolist()
+        texts = self._merger.symbol_texts
+        return self._symbols_to_ids(texts[s] for s in sym.tolist())
+
+    def _symbols_to_ids(self, symbols) -> list[int]:
+        token_to_id = self.token_to_id
         ids: list[int] = []
-        for symbol in bpe_merge(word, self.ranks):
+        for symbol in symbols:
             tid = token_to_id.get(symbol)
             if tid is not None:
                 ids.append(tid)
@@ -156,7 +185,7 @@ class BpeEncoder:
                     tid = token_to_id.get(chr(b))
                     if tid is not None:
                         ids.append(tid)
-        return tuple(ids)
+        return ids
 
 
 def decode_token_text(text: str) -> bytes:

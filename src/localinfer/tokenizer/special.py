@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping, Sequence, Union
 
+import numpy as np
+
 from .vocab import K, TokenAttr, Vocab
 
 Fragment = Union[str, int]   # raw text still to tokenize, or a token id
@@ -52,7 +54,20 @@ class SpecialToken:
 
 def text_ngrams(text: str) -> set[str]:
     """The characters and 2-character substrings of `text`."""
-    return set(text) | set(map(operator.add, text, text[1:]))
+    if len(text) < _NGRAM_CHUNK:
+        return set(text) | set(map(operator.add, text, text[1:]))
+    # A long text: as code points, chunk by chunk (memory stays a few chunks' worth), with each
+    # pair packed in one integer; only the distinct ones become strings.
+    found: set[str] = set()
+    for at in range(0, len(text) - 1, _NGRAM_CHUNK):
+        cps = np.frombuffer(text[at:at + _NGRAM_CHUNK + 1].encode("utf-32-le"), np.uint32).astype(np.uint64)
+        found.update(map(chr, np.unique(cps).tolist()))
+        for code in np.unique(cps[:-1] << 21 | cps[1:]).tolist():
+            found.add(chr(code >> 21) + chr(code & 0x1FFFFF))
+    return found
+
+
+_NGRAM_CHUNK = 1 << 16
 
 
 def special_tokens(vocab: Vocab, metadata: Mapping[str, Any]) -> list[SpecialToken]:

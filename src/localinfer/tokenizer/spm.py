@@ -29,6 +29,10 @@ import heapq
 import re
 from typing import Mapping, Sequence
 
+import numpy as np
+
+from . import merge_c
+
 SPACE = "\u2581"   # "▁", SentencePiece's visible space
 
 
@@ -128,7 +132,9 @@ def _word_split_pattern(tokens: Sequence[str]) -> re.Pattern[str]:
 class SpmEncoder:
     """Encodes one raw-text fragment (no special tokens inside) into token ids.
 
-    The caller adds llama.cpp's space prefix (`add_space_prefix`) before calling."""
+    The caller adds llama.cpp's space prefix (`add_space_prefix`) before calling.  Words go
+    through the C merge loop (merge_c.py) when the kernels are built, else through `spm_merge`;
+    both give `spm_merge_ref`'s symbols."""
 
     _CACHE_LIMIT = 1 << 16
     _CACHE_MAX_WORD = 64       # longer words (CJK runs, long code lines) are not cached
@@ -136,9 +142,11 @@ class SpmEncoder:
     def __init__(self, tokens: Sequence[str], token_to_id: Mapping[str, int], scores: Sequence[float]):
         if len(scores) < len(tokens):
             raise ValueError(f"SPM vocabulary has {len(scores)} scores for {len(tokens)} tokens")
+        self.tokens = tokens
         self.token_to_id = token_to_id
         self.scores = scores
         self._byte_ids = byte_token_ids(token_to_id)
+        self._merger: merge_c.TextMerger | None = None
         self._split = _word_split_pattern(tokens).split
         self._cache: dict[str, tuple[int, ...]] = {}
 
@@ -156,8 +164,10 @@ class SpmEncoder:
             out.extend(ids)
         return out
 
-    def encode_word(self, word: str) -> tuple[int, ...]:
+    def encode_word(self, word: str) -> Sequence[int]:
         """Merge one already-escaped piece of text and map its symbols to ids."""
+        if merge_c.available():
+            return self._encode_word_c(word)
         get = self.token_to_id.get
         ids: list[int] = []
         for symbol in spm_merge(word, self.token_to_id, self.scores):
@@ -167,6 +177,32 @@ class SpmEncoder:
             else:   # a single code point outside the vocab: byte fallback
                 ids.extend(self._byte_fallback(symbol))
         return tuple(ids)
+
+    def _encode_word_c(self, word: str) -> list[int]:
+        if self._merger is None:
+            self._merger = merge_c.TextMerger(self.tokens, self.scores)
+        data = word.encode("utf-8")
+        sym, span = self._merger.merge(data)
+        if sym.min(initial=0) >= 0:
+            return sym.tolist()
+        # Byte fallback, per byte of the code points outside the vocab: one id slot per byte,
+        # holding a symbol's id at its first byte or a byte token, -1 where nothing goes.
+        starts = np.zeros(len(sym), np.int64)
+        np.cumsum(span[:-1], out=starts[1:])
+        per_byte = np.full(len(data), -1, np.int64)
+        known = sym >= 0
+        per_byte[starts[known]] = sym[known]
+        fallback = np.repeat(~known, span)
+        raw = np.frombuffer(data, np.uint8)
+        byte_ids = np.array([-1 if t is None else t for t in self._byte_ids], np.int64)
+        spelled = byte_ids[raw[fallback]]
+        if spelled.min(initial=0) < 0:
+            at = int(np.flatnonzero(fallback)[np.argmax(spelled < 0)])
+            first = int(starts[np.searchsorted(starts, at, side="right") - 1])
+            n = int(span[np.searchsorted(starts, at, side="right") - 1])
+            self._byte_fallback(data[first:first + n].decode("utf-8"))   # raises, naming it
+        per_byte[fallback] = spelled
+        return per_byte[per_byte >= 0].tolist()
 
     def _byte_fallback(self, symbol: str) -> list[int]:
         out = []

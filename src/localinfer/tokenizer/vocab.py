@@ -14,6 +14,7 @@ from itertools import repeat
 from typing import Any, Mapping
 
 import gguf
+import numpy as np
 
 K = gguf.Keys.Tokenizer
 
@@ -131,7 +132,9 @@ def load_vocab(
     else:
         if len(types) < n:
             raise ValueError(f"{K.TOKEN_TYPE} has {len(types)} entries for {n} tokens")
-        attrs = list(map(_TYPE_TO_ATTR_INT.get, types[:n], repeat(int(TokenAttr.UNDEFINED))))
+        # a GGUF's numeric arrays are numpy views: as python ints the dict lookups run at C speed
+        head = types[:n].tolist() if isinstance(types, np.ndarray) else types[:n]
+        attrs = list(map(_TYPE_TO_ATTR_INT.get, head, repeat(int(TokenAttr.UNDEFINED))))
 
     special = _special_ids(metadata, default_ids, n)
 

@@ -1,0 +1,116 @@
+"""The tokenizers' merge loop in C (csrc/core/merge.c): llama.cpp's bigram work queue over the bytes
+of one word, with the vocabulary in two hash indexes built once.
+
+A word's merges cost O(n log n) in C and about 16 bytes per byte of the word, where the Python heap
+loops (`bpe_merge`, `spm_merge`) spend microseconds and hundreds of bytes per character -- a prompt
+that is one 4 MB word took a minute and a gigabyte there.  The Python loops stay as the fallback
+when the kernels are not built, and the `_ref` loops as the oracles (tests/tokenizer/test_merge_c.py).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .. import kernels
+from ..kernels import _check, _ffi, _lib
+
+
+def available() -> bool:
+    return kernels.available()
+
+
+def _n_slots(n: int) -> int:
+    """A power of two with the entries filling at most half of it (short probe runs)."""
+    return 1 << max(4, (2 * n + 1).bit_length())
+
+
+class _Merger:
+    """Holds the index arrays alive as long as the C struct points into them."""
+
+    def __init__(self, n_ranks: int, **arrays: np.ndarray):
+        self._arrays = arrays
+        self._vocab = _ffi.new("li_merge_vocab *")
+        self._vocab.n_ranks = n_ranks
+        self.rank_queue_from = max(1 << 12, n_ranks // 4)
+
+    @property
+    def rank_queue_from(self) -> int:
+        """Words from this many bytes on queue their pairs in lists per rank (merge.c): the
+        (n_ranks) list heads cost more than one heap on shorter words."""
+        return self._vocab.rank_queue_from
+
+    @rank_queue_from.setter
+    def rank_queue_from(self, n: int) -> None:
+        self._vocab.rank_queue_from = n
+
+    def _ptr(self, name: str, ctype: str):
+        return _ffi.cast(ctype, _ffi.from_buffer(self._arrays[name]))
+
+    def merge(self, word: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """Final symbols' ids and byte lengths."""
+        n = len(word)
+        sym = np.empty(n, np.int32)
+        span = np.empty(n, np.int32)
+        k = _lib.li_merge_word(self._vocab, _ffi.from_buffer("uint8_t[]", word), n,
+                               _ffi.from_buffer("int32_t[]", sym, require_writable=True),
+                               _ffi.from_buffer("int32_t[]", span, require_writable=True))
+        _check(min(k, 0), "merge_word")
+        return sym[:k], span[:k]
+
+
+class PairMerger(_Merger):
+    """BPE: symbols are the strings of the merges; a word starts as one symbol per byte.
+
+    `symbol_texts[i]` is symbol i in GPT-2's byte spelling; symbols 0..255 are the bytes."""
+
+    def __init__(self, ranks: Mapping[tuple[str, str], int], byte_text: Sequence[str]):
+        ids: dict[str, int] = {t: i for i, t in enumerate(byte_text)}
+        texts = list(byte_text)
+
+        def sid(text: str) -> int:
+            i = ids.get(text)
+            if i is None:
+                i = ids[text] = len(texts)
+                texts.append(text)
+            return i
+
+        pairs = [(sid(a), sid(b), r, sid(a + b)) for (a, b), r in ranks.items() if a and b]
+        table = np.array(pairs, np.int32).reshape(-1, 4).T.copy()   # (4, n_pairs) rows
+        left, right, rank, result = table
+        slots = np.empty(_n_slots(len(pairs)), np.int32)
+        super().__init__(int(rank.max(initial=-1)) + 1, left=left, right=right, rank=rank, result=result, slots=slots,
+                         byte_symbol=np.arange(256, dtype=np.int32))
+        _check(_lib.li_merge_pairs_index(self._ptr("left", "int32_t *"), self._ptr("right", "int32_t *"),
+                                         len(pairs), self._ptr("slots", "int32_t *"), len(slots)), "merge_pairs_index")
+        v = self._vocab
+        v.pair_left, v.pair_right = self._ptr("left", "int32_t *"), self._ptr("right", "int32_t *")
+        v.pair_rank, v.pair_result = self._ptr("rank", "int32_t *"), self._ptr("result", "int32_t *")
+        v.pair_slots, v.n_pair_slots = self._ptr("slots", "int32_t *"), len(slots)
+        v.byte_symbol = self._ptr("byte_symbol", "int32_t *")
+        self.symbol_texts = texts
+
+
+class TextMerger(_Merger):
+    """SPM: symbols are token ids; a word starts as one symbol per code point and two symbols merge
+    when their text is a token, the highest score first."""
+
+    def __init__(self, tokens: Sequence[str], scores: Sequence[float]):
+        encoded = [t.encode("utf-8") for t in tokens]
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        offsets = np.zeros(len(encoded) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        blob = np.frombuffer(b"".join(encoded) or b"\0", np.uint8)
+        # rank = position of the score in descending order; equal scores share a rank
+        _, rank = np.unique(-np.asarray(scores[:len(tokens)], np.float64), return_inverse=True)
+        slots = np.empty(_n_slots(len(tokens)), np.int32)
+        super().__init__(int(rank.max(initial=-1)) + 1, blob=blob, offsets=offsets, rank=rank.astype(np.int32).reshape(-1), slots=slots)
+        _check(_lib.li_merge_texts_index(self._ptr("blob", "uint8_t *"), self._ptr("offsets", "int64_t *"),
+                                         len(tokens), self._ptr("slots", "int32_t *"), len(slots)), "merge_texts_index")
+        v = self._vocab
+        v.pair_slots = _ffi.NULL
+        v.text_blob, v.text_offsets = self._ptr("blob", "uint8_t *"), self._ptr("offsets", "int64_t *")
+        v.text_rank = self._ptr("rank", "int32_t *")
+        v.text_slots, v.n_text_slots = self._ptr("slots", "int32_t *"), len(slots)
+        v.text_max_bytes = int(lengths.max(initial=0))

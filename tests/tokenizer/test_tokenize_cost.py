@@ -1,0 +1,73 @@
+"""What tokenizing costs on hostile input: one enormous word (4 MB of one letter, or of random
+letters) must cost about what the same amount of English does, and memory linear in the text.
+
+CPU time is compared with English tokenized in the same test (never against the clock); memory
+is tracemalloc's peak above what the result itself holds. Before the merge loop moved to C,
+4 MB of "a" took 12x the English text's CPU time and ~1.2 GB."""
+
+from __future__ import annotations
+
+import operator
+import random
+import time
+import tracemalloc
+
+import pytest
+
+from localinfer.tokenizer import Tokenizer
+from localinfer.tokenizer.special import _NGRAM_CHUNK, text_ngrams
+
+SIZE = 4_000_000
+# CPU time of a pathological text over English of the same size (measured: at most ~1.5)
+MAX_CPU_RATIO = 4
+# Bytes of working memory per byte of text beyond the result: the merge loop's two int32 per
+# byte, and copies of the text (the pre-tokenizer's word, its UTF-8). Measured: at most ~13.
+MAX_BYTES_PER_BYTE = 16
+
+
+def _cpu(fn):
+    start = time.process_time()
+    out = fn()
+    return time.process_time() - start, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["smollm2", "gemma3"])
+def test_an_enormous_word_costs_like_english(model, smollm2_metadata, gemma3_metadata, refdata_dir):
+    book = refdata_dir / "pride_and_prejudice.txt"
+    if not book.is_file():
+        pytest.skip("no English text in the reference data")
+    tok = Tokenizer.from_metadata(smollm2_metadata if model == "smollm2" else gemma3_metadata)
+    tok.tokenize("warm up: the merge indexes and the special tokens' n-grams are built on first use " * 4)
+    text = book.read_text(encoding="utf-8")
+    english = (text * (SIZE // len(text) + 1))[:SIZE]
+    baseline, _ = _cpu(lambda: tok.tokenize(english, add_special=False))
+
+    rng = random.Random(0)
+    for name, word in (("one letter", "a" * SIZE),
+                       ("random letters", "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=SIZE)))):
+        spent, _ = _cpu(lambda: tok.tokenize(word, add_special=False))
+        assert spent <= MAX_CPU_RATIO * baseline, (name, spent, baseline)
+
+        tracemalloc.start()
+        try:
+            ids = tok.tokenize(word, add_special=False)
+            held, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert len(ids) > SIZE // 16
+        assert peak - held <= MAX_BYTES_PER_BYTE * SIZE, (name, peak - held)
+        del ids
+
+
+def test_long_text_ngrams_match_the_plain_definition():
+    """text_ngrams goes chunk by chunk through numpy on long texts (the special-token filter
+    runs it on every long prompt); pairs across chunk borders must not be lost."""
+    rng = random.Random()
+    alphabet = ["a", "b", "é", "你", "🍕", "\n", " ", "\x00"]
+    for n in (_NGRAM_CHUNK - 1, _NGRAM_CHUNK, _NGRAM_CHUNK + 1, _NGRAM_CHUNK + 2, 3 * _NGRAM_CHUNK + 5):
+        text = "".join(rng.choice(alphabet) for _ in range(n))
+        assert text_ngrams(text) == set(text) | set(map(operator.add, text, text[1:])), n
+    # a pair that only occurs across a chunk border
+    text = "a" * _NGRAM_CHUNK + "b" + "a" * 10
+    assert "ab" in text_ngrams(text) and "ba" in text_ngrams(text)
