@@ -341,7 +341,15 @@ class GGUFFile:
             try:
                 mm.close()
             except BufferError:
-                pass  # views still alive; the mapping goes away with them
+                # views still alive (the metadata's numeric arrays, which a closed model keeps for its
+                # tokenizer): the mapping goes away with them, but its resident pages go back now; a
+                # later read of a view faults its page in again from the file
+                advice = getattr(mmap, "MADV_DONTNEED", None)
+                if advice is not None:
+                    try:
+                        mm.madvise(advice)
+                    except (OSError, ValueError):
+                        pass
             self._mmap = None
 
     def __enter__(self) -> "GGUFFile":

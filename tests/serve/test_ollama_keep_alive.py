@@ -43,7 +43,8 @@ def app_and_registry(smollm2_path):
     model = localinfer.load(str(smollm2_path), n_ctx=256)
     registry = RecordingRegistry(Served(NAME, model, start_engine(model, EngineOptions(parallel=1, ctx_size=256)),
                                         size_bytes=smollm2_path.stat().st_size), str(smollm2_path))
-    with TestClient(create_app(registry)) as http:  # the lifespan closes the registry's engine
+    # base_url: a keyless app answers only loopback Host names (serve/origins.py), not "testserver"
+    with TestClient(create_app(registry), base_url="http://localhost") as http:  # the lifespan closes the registry's engine
         yield http, registry
 
 
