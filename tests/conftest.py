@@ -3,16 +3,23 @@ llama.cpp reference data in ../shared/refdata (or $LOCALINFER_REFDATA)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from localinfer.fetch import resolve_model
+from localinfer.fetch import cache_dir, resolve_model
 from localinfer.gguf_file import GGUFFile
 from refdata import refdata_root
 
 SMOLLM2_REF = "smollm2-135m-instruct-q4_1"
 GEMMA3_REF = "gemma-3-270m-q4_k_m"
+
+# numba keeps the quantizers it compiles (quant/, cache=True) in quant/__pycache__, which a clean
+# checkout lacks: about a minute of compiling on 2 cores. Kept beside the models instead, a clean
+# checkout at the same path (CI's) finds them; numba keys them by the source's path and content.
+# Set here, before anything imports numba (its config is read once, at import).
+os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,8 @@ def _run(m, fuse, types, chunks):
 
 @needs_c
 @pytest.mark.parametrize("types", TYPES, ids=lambda t: f"{t.k}-{t.v}")
-@pytest.mark.parametrize("name", ["smollm2_path", "gemma3_path"])
+# gemma3's 540 positions of 262144-wide logits, twice per case: the slow tier
+@pytest.mark.parametrize("name", ["smollm2_path", pytest.param("gemma3_path", marks=pytest.mark.slow)])
 def test_fused_layers_are_the_loop_on_a_quantized_cache(request, name, types):
     """The one C call writes and reads the same quantized rows as the Python loop's ops: same bits
     (gemma3 crosses its 512-key sliding window, so its ring is read and written too)."""

@@ -114,16 +114,16 @@ def _synthetic_tokens(n: int, seed: int = 0) -> np.ndarray:
 
 
 def test_long_prompt_incremental_equals_batch(model):
-    """640 tokens, past the 512-token window: one batch (every key held, the window applied by
-    the mask) equals prefill 600 + 40 single decodes through the rotating cache, whose ring of
+    """608 tokens, past the 512-token window: one batch (every key held, the window applied by
+    the mask) equals prefill 600 + 8 single decodes through the rotating cache, whose ring of
     576 slots has wrapped by then."""
-    tokens = _synthetic_tokens(640)
+    tokens = _synthetic_tokens(608)
     batch = model.forward(tokens, model.new_cache(1024), last_only=True)[-1]
     cache = model.new_cache(1024)
     model.forward(tokens[:600], cache, last_only=True)
     for t in tokens[600:]:
         incremental = model.forward(np.asarray([t]), cache, last_only=True)[-1]
-    assert cache.offset == 640 and cache.swa.held_start == 640 - cache.swa.n_slots
+    assert cache.offset == 608 and cache.swa.held_start == 608 - cache.swa.n_slots
     np.testing.assert_allclose(incremental, batch, atol=0.15, rtol=0)
     assert np.argmax(incremental) == np.argmax(batch)
     # the 15 local layers hold window + trim margin positions, whatever n_ctx is

@@ -93,7 +93,8 @@ def test_collector_rules():
     assert (c.sums["blk.0.ffn_gate_exps.weight"][[0, 1, 3]] == 0).all()
 
 
-@pytest.mark.parametrize("backend", ["c", "reference"])
+# the reference backend runs the whole model in numpy (half a minute and more on 2 cores): the slow tier
+@pytest.mark.parametrize("backend", ["c", pytest.param("reference", marks=pytest.mark.slow)])
 def test_first_layer_sums_on_smollm2(smollm2_path, backend, tmp_path):
     import localinfer
     from localinfer.measure import perplexity as P

@@ -131,7 +131,6 @@ def test_a_client_trickling_its_headers_is_dropped(strict):
     headers must be complete within io_timeout (2 s) or the connection is closed, unanswered."""
     u = strict.url
     head = b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n" + b"X-Padding: " + b"a" * 200 + b"\r\n"
-    t0 = time.monotonic()
     with connect(u, timeout=15) as s:
         sent, closed = 0, False
         while sent < len(head):
@@ -148,8 +147,8 @@ def test_a_client_trickling_its_headers_is_dropped(strict):
                     break
             except TimeoutError:
                 pass
-        assert closed and sent < len(head), "the trickle was never cut off"
-    assert time.monotonic() - t0 < 12  # generous: 2 s plus a busy machine's delays
+        # cut off within 2 s: about 10 of its 250 bytes (a busy machine only sends fewer)
+        assert closed and sent < len(head) // 2, f"the trickle was not cut off ({sent} bytes sent)"
     assert raw(u, "POST", "/v1/completions", {**COUNTING, "max_tokens": 2})[0] == 200  # others are served
 
 

@@ -191,7 +191,6 @@ def test_a_body_answered_before_it_is_read_closes_the_connection(server, baselin
 @pytest.mark.slow
 def test_slow_clients_are_dropped_while_others_are_served(server):
     u = server.url
-    t0 = time.monotonic()
     body = json.dumps({**COUNTING, "max_tokens": 2}).encode()
     drip = connect(u)  # sends its body a byte at a time, never finishing within the body timeout
     drip.sendall(post_bytes("/v1/completions", body)[:-len(body)])
@@ -211,7 +210,6 @@ def test_slow_clients_are_dropped_while_others_are_served(server):
     assert reply.startswith(b"HTTP/1.1 408"), reply
     silent.settimeout(10)
     assert _read_until(silent, b"never sent", timeout=10) == b""  # closed after the I/O timeout
-    assert time.monotonic() - t0 < 15
     drip.close(), silent.close()
 
 
