@@ -8,40 +8,46 @@
  * ISA's vec_dot_x4; the prefill GEMM and any ISA without that dot gather a row back (li_layout_row).
  *
  * A block is split into its quants (one contiguous range) and its header (every other byte: the
- * scales); an x4 block is the four rows' headers, then their quants (quant_blocks.h). Types: those in
- * X4_FORMATS, and only on an ISA with a vec_dot_x4 for them (li_layout_for): elsewhere a repacked
+ * scales); an x4 block is the four rows' headers, then their quants (quant_blocks.h). Types: those with
+ * an X4_MOVE below, and only on an ISA with a vec_dot_x4 for them (li_layout_for): elsewhere a repacked
  * matrix would only be slower.
  */
 #include "core/li.h"
 
-typedef struct {
-    int type;
-    int q_off, q_len;   /* the block's quants: bytes [q_off, q_off + q_len); the header is the rest */
-} x4_format;
+/* Block b of a row <-> its parts in x4 block g as row r: the header (the bytes before and after the
+ * quants) among the four headers, the quants among the four rows' quants. One function per type, its
+ * sizes constants, so that the copies are inlined: the GEMM gathers every row of a repacked matrix. */
+#define X4_MOVE(NAME, BLOCK, Q_OFF, Q_LEN)                                                                    \
+    static void NAME(int r, uint8_t *g, uint8_t *b, int to_x4) {                                             \
+        enum { TS = sizeof(BLOCK), HB = TS - (Q_LEN), TAIL = TS - (Q_OFF) - (Q_LEN) };                       \
+        uint8_t *h = g + r * HB, *q = g + LI_X4_ROWS * HB + r * (Q_LEN);                                     \
+        if (to_x4) {                                                                                         \
+            if (Q_OFF) memcpy(h, b, (Q_OFF));                                                                \
+            if (TAIL) memcpy(h + (Q_OFF), b + (Q_OFF) + (Q_LEN), TAIL);                                      \
+            memcpy(q, b + (Q_OFF), (Q_LEN));                                                                 \
+        } else {                                                                                             \
+            if (Q_OFF) memcpy(b, h, (Q_OFF));                                                                \
+            if (TAIL) memcpy(b + (Q_OFF) + (Q_LEN), h + (Q_OFF), TAIL);                                      \
+            memcpy(b + (Q_OFF), q, (Q_LEN));                                                                 \
+        }                                                                                                    \
+    }
 
-static const x4_format X4_FORMATS[] = {
-    {LI_TYPE_Q4_0, 2, QK4_0 / 2},                       /* d | qs */
-    {LI_TYPE_Q8_0, 2, QK8_0},                           /* d | qs */
-    {LI_TYPE_Q4_K, 4 + K_SCALE_SIZE, QK_K / 2},         /* d, dmin, scales | qs */
-};
+X4_MOVE(move_q4_0, block_q4_0, 2, QK4_0 / 2)              /* d | qs */
+X4_MOVE(move_q8_0, block_q8_0, 2, QK8_0)                  /* d | qs */
+X4_MOVE(move_q4_K, block_q4_K, 4 + K_SCALE_SIZE, QK_K / 2)   /* d, dmin, scales | qs */
 
-static const x4_format *x4_format_of(int wtype) {
-    for (size_t i = 0; i < sizeof(X4_FORMATS) / sizeof(X4_FORMATS[0]); i++)
-        if (X4_FORMATS[i].type == wtype) return &X4_FORMATS[i];
-    return NULL;
+typedef void (*x4_move_fn)(int r, uint8_t *g, uint8_t *b, int to_x4);
+
+static x4_move_fn x4_move_of(int wtype) {
+    switch (wtype) {
+    case LI_TYPE_Q4_0: return move_q4_0;
+    case LI_TYPE_Q8_0: return move_q8_0;
+    case LI_TYPE_Q4_K: return move_q4_K;
+    default: return NULL;
+    }
 }
 
-int li_x4_type(int wtype) { return x4_format_of(wtype) != NULL; }
-
-/* one block b of a row <-> its parts in x4 block g, as row r: header (before and after the quants) then quants */
-static void x4_move(const x4_format *f, size_t ts, int r, uint8_t *g, uint8_t *b, int to_x4) {
-    const size_t hb = ts - (size_t)f->q_len, tail = ts - (size_t)(f->q_off + f->q_len);
-    uint8_t *h = g + (size_t)r * hb, *q = g + LI_X4_ROWS * hb + (size_t)r * (size_t)f->q_len;
-    uint8_t *parts[3][2] = {{h, b}, {h + f->q_off, b + f->q_off + f->q_len}, {q, b + f->q_off}};
-    const size_t len[3] = {(size_t)f->q_off, tail, (size_t)f->q_len};
-    for (int p = 0; p < 3; p++)
-        if (len[p]) to_x4 ? memcpy(parts[p][0], parts[p][1], len[p]) : memcpy(parts[p][1], parts[p][0], len[p]);
-}
+int li_x4_type(int wtype) { return x4_move_of(wtype) != NULL; }
 
 int li_layout_for(int wtype) {
     const li_type_traits *t = li_traits(wtype);
@@ -49,7 +55,7 @@ int li_layout_for(int wtype) {
 }
 
 typedef struct {
-    const x4_format *f;
+    x4_move_fn move;
     const uint8_t *src;
     uint8_t *dst;
     size_t row_bytes, type_size;
@@ -65,7 +71,7 @@ static void task_repack(void *ctx, int ith, int nth) {
         uint8_t *out = j->dst + (size_t)g * LI_X4_ROWS * j->row_bytes;
         for (size_t i = 0; i < nb; i++, out += LI_X4_ROWS * ts)
             for (int r = 0; r < LI_X4_ROWS; r++)
-                x4_move(j->f, ts, r, out, (uint8_t *)(rows + (size_t)r * j->row_bytes + i * ts), 1);
+                j->move(r, out, (uint8_t *)(rows + (size_t)r * j->row_bytes + i * ts), 1);
     }
 }
 
@@ -79,17 +85,17 @@ int li_repack(int wtype, int layout, const void *src, size_t row_bytes, int64_t 
     const uint8_t *s = src;
     uint8_t *d = dst;
     if (d < s + bytes && s < d + bytes) return LI_EINVAL;   /* in place would read what it overwrote */
-    repack_job j = {x4_format_of(wtype), s, d, row_bytes, (size_t)t->type_size, n_out / LI_X4_ROWS};
+    repack_job j = {x4_move_of(wtype), s, d, row_bytes, (size_t)t->type_size, n_out / LI_X4_ROWS};
     li_pool_run(task_repack, &j, j.n_groups >= 64 ? li_get_threads() : 1);
     return LI_OK;
 }
 
 const uint8_t *li_layout_row(int wtype, int layout, const uint8_t *w, size_t row_bytes, int64_t row, uint8_t *tmp) {
     if (layout != LI_LAYOUT_X4) return w + (size_t)row * row_bytes;
-    const x4_format *f = x4_format_of(wtype);
+    const x4_move_fn move = x4_move_of(wtype);
     const size_t ts = (size_t)li_traits(wtype)->type_size, nb = row_bytes / ts;
     const int r = (int)(row % LI_X4_ROWS);
     const uint8_t *g = w + (size_t)(row - r) * row_bytes;
-    for (size_t i = 0; i < nb; i++, g += LI_X4_ROWS * ts) x4_move(f, ts, r, (uint8_t *)g, tmp + i * ts, 0);
+    for (size_t i = 0; i < nb; i++, g += LI_X4_ROWS * ts) move(r, (uint8_t *)g, tmp + i * ts, 0);
     return tmp;
 }
