@@ -309,13 +309,19 @@ class GGUFFile:
         """Drops the pages of a tensor whose bytes were copied elsewhere (a stacked matrix) from this
         process's memory, so the weights are not held twice. The mapping stays valid: a later read
         faults the pages back in from the file. A no-op where the OS has no MADV_DONTNEED."""
-        info = self.tensors[name]
         self.released.add(name)
+        self.release_bytes(name, 0, self.tensors[name].nbytes)
+
+    def release_bytes(self, name: str, lo: int, hi: int) -> None:
+        """release() for bytes [lo, hi) of the tensor only: a copy made piece by piece (a repacked
+        matrix) gives each piece's pages back as it goes, so the weights are never held twice."""
+        info = self.tensors[name]
         advice = getattr(mmap, "MADV_DONTNEED", None)
         if advice is None or self._mmap is None:
             return
-        start = -(-info.offset // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside the tensor only:
-        end = (info.offset + info.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE  # its neighbours stay
+        lo, hi = max(0, lo), min(info.nbytes, hi)
+        start = -(-(info.offset + lo) // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside the range only:
+        end = (info.offset + hi) // mmap.PAGESIZE * mmap.PAGESIZE  # its neighbours stay
         if end > start:
             self._mmap.madvise(advice, start, end - start)
 

@@ -271,7 +271,9 @@ class PreparedMatrix:
     copy in that layout (anonymous memory) is what the kernels read (`data`), `layout` says which,
     and `w` is None: the caller's rows are not kept (a mapped tensor's pages can be released)."""
 
-    def __init__(self, w: np.ndarray, wtype, repack: bool = False) -> None:
+    REPACK_PIECE_BYTES = 8 << 20  # repacked this much at a time, each piece's source handed to on_repacked
+
+    def __init__(self, w: np.ndarray, wtype, repack: bool = False, on_repacked=None) -> None:
         qt, block, type_size, vec_dot_type = _type_info(wtype)
         if vec_dot_type < 0:
             raise UnsupportedQuantType(f"{qt.name} is an activation format, not a weight type the kernels multiply")
@@ -299,8 +301,14 @@ class PreparedMatrix:
             layout = _lib.li_layout_for(int(qt))
             if layout != LAYOUT_ROWS:
                 data = _anonymous(w.nbytes).reshape(w.shape)
-                _check(_lib.li_repack(int(qt), layout, _buffer(w, "w", _raw_alignment(qt)), self.row_bytes,
-                                      self.n_out, _ffi.from_buffer(data)), f"repack of {qt.name} {self.shape}")
+                src, dst = _buffer(w, "w", _raw_alignment(qt)), _ffi.from_buffer(data)
+                rows = max(4, self.REPACK_PIECE_BYTES // self.row_bytes // 4 * 4)  # whole groups per piece
+                for r in range(0, self.n_out, rows):
+                    n, at = min(rows, self.n_out - r), r * self.row_bytes
+                    _check(_lib.li_repack(int(qt), layout, src + at, self.row_bytes, n, dst + at),
+                           f"repack of {qt.name} {self.shape}")
+                    if on_repacked is not None:  # e.g. the mapped pages of what was just copied go back
+                        on_repacked(at, at + n * self.row_bytes)
                 self.layout = int(layout)
                 self.w = None
         self.data = data  # what the kernels read: w, or its repacked copy
@@ -348,10 +356,11 @@ class PreparedMatrix:
         return out
 
 
-def prepare(w: np.ndarray, wtype, repack: bool = False) -> PreparedMatrix:
+def prepare(w: np.ndarray, wtype, repack: bool = False, on_repacked=None) -> PreparedMatrix:
     """Check W once for repeated matmuls (the forward pass keeps one per linear layer); with
-    `repack`, in the active ISA's decode layout where it has one (PreparedMatrix)."""
-    return PreparedMatrix(w, wtype, repack)
+    `repack`, in the active ISA's decode layout where it has one, calling on_repacked(lo, hi) with
+    the byte range of w copied so far, piece by piece (PreparedMatrix)."""
+    return PreparedMatrix(w, wtype, repack, on_repacked)
 
 
 def matmul(w: np.ndarray, wtype, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -102,3 +102,19 @@ def test_the_c_entry_points_check_their_arguments():
     assert lib.li_matmul_layout(int(T.Q4_1), kernels.LAYOUT_X4, src, rb, 8, 64, xp, 1, yp) == lib.LI_EINVAL
     assert lib.li_matmul_layout(int(T.Q4_0), 7, src, rb, 8, 64, xp, 1, yp) == lib.LI_EINVAL
     assert lib.li_matmul_layout(int(T.Q4_0), kernels.LAYOUT_X4, src, rb, 6, 64, xp, 1, yp) == lib.LI_EINVAL
+
+
+def test_a_matrix_is_repacked_piece_by_piece(monkeypatch):
+    """Each piece's source range is handed back as soon as it is copied (the loader releases those
+    mapped pages), the pieces tile the matrix, and the result is the same as in one piece."""
+    if not SIMD_ISAS:
+        pytest.skip("no SIMD variant on this CPU: nothing is repacked")
+    fmt = FORMATS[T.Q4_0]
+    raw = random_rows(fmt, 44, 3, seed=5)
+    whole = kernels.prepare(raw, T.Q4_0, repack=True)
+    monkeypatch.setattr(kernels.PreparedMatrix, "REPACK_PIECE_BYTES", 8 * raw.shape[1])
+    pieces = []
+    pieced = kernels.prepare(raw, T.Q4_0, repack=True, on_repacked=lambda lo, hi: pieces.append((lo, hi)))
+    rb = raw.shape[1]
+    assert pieces == [(lo, min(lo + 8 * rb, raw.nbytes)) for lo in range(0, raw.nbytes, 8 * rb)]
+    np.testing.assert_array_equal(pieced.data, whole.data)

@@ -144,7 +144,8 @@ class WeightLoader:
             from .. import kernels
             from ..quant import UnsupportedQuantType
             try:
-                mat = kernels.prepare(self.f.tensor_data(name), info.ggml_type, self.repack)
+                mat = kernels.prepare(self.f.tensor_data(name), info.ggml_type, self.repack,
+                                      lambda lo, hi: self.f.release_bytes(name, lo, hi))
             except UnsupportedQuantType:
                 pass  # a type the C core lacks: this one layer runs on the reference path
             else:
