@@ -329,11 +329,9 @@ static inline __attribute__((always_inline)) __m256i q4_K_sumi(const uint8_t *qs
 #define Q4_K_PAIRS(b) (char)(b), -1, (char)(b), -1
 #define Q4_K_PAIRS4(b) Q4_K_PAIRS(b), Q4_K_PAIRS(b + 1), Q4_K_PAIRS(b + 2), Q4_K_PAIRS(b + 3)
 
-/* one row's super-block i: acc += d * da * sumi, acc_mins (4 lanes) += dmin * da * mins. w's d, dmin
- * and scales are read, its quants at qs (w->qs, or a repacked group's row: vec_dot_x4_q4_K_q8_K_avx2) */
-static inline __attribute__((always_inline)) void q4_K_block_one(const block_q4_K *w, const uint8_t *qs,
-                                                                 const block_q8_K *a, __m128 da, __m128i bsum_pairs,
-                                                                 __m256 *acc, __m128 *acc_mins) {
+/* one row's super-block i: acc += d * da * sumi, acc_mins (4 lanes) += dmin * da * mins */
+static inline __attribute__((always_inline)) void q4_K_block_one(const block_q4_K *w, const block_q8_K *a, __m128 da,
+                                                                 __m128i bsum_pairs, __m256 *acc, __m128 *acc_mins) {
     const __m128i sm = scales_mins_k4(w->scales);
     int32_t sc[8] __attribute__((aligned(32)));
     _mm256_store_si256((__m256i *)sc, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sm),
@@ -344,7 +342,7 @@ static inline __attribute__((always_inline)) void q4_K_block_one(const block_q4_
     /* lane j%4 of mins: min_j * (bsums[2j] + bsums[2j+1]) + ..., exact in int32 */
     const __m128i mins = _mm_madd_epi16(_mm_unpackhi_epi8(sm, _mm_setzero_si128()), bsum_pairs);
     *acc_mins = _mm_fmadd_ps(_mm_shuffle_ps(dd, dd, 0x55), _mm_cvtepi32_ps(mins), *acc_mins);
-    const __m256i sumi = q4_K_sumi(qs, a->qs, sc, sc + 4);
+    const __m256i sumi = q4_K_sumi(w->qs, a->qs, sc, sc + 4);
     *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), *acc);
 }
 
@@ -358,17 +356,20 @@ void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va,
         /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 127, an int16) for sub-block j of 32 */
         const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
         const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        q4_K_block_one(&w[i], w[i].qs, &a[i], _mm_set1_ps(a[i].d), bsum_pairs, &acc, &acc_mins);
+        q4_K_block_one(&w[i], &a[i], _mm_set1_ps(a[i].d), bsum_pairs, &acc, &acc_mins);
     }
     *s = hsum_ps(acc) - hsum_ps128(acc_mins);
 }
 
-/* The same over a repacked group of four rows (core/repack.c): the rows' super-blocks i follow each
- * other in one stream and share the activation's pair-summed bsums; per row the arithmetic above. */
+/* The same over a repacked group of four rows (core/repack.c): per super-block the four rows' scales
+ * are decoded first, each row into its own stack slots (one shared slot would order the rows' loads
+ * behind each other's stores), then each 32 activation bytes are loaded once for the four rows, whose
+ * sums run as four independent chains. Per row the integers are the row code's, exact in int32. */
 void vec_dot_x4_q4_K_q8_K_avx2(int64_t n, float *s, const void *vg, const void *va, const float *as) {
     (void)as;
     const block_q4_Kx4 *g = vg;
     const block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[LI_X4_ROWS];
     __m128 acc_mins[LI_X4_ROWS];
     for (int r = 0; r < LI_X4_ROWS; r++) acc[r] = _mm256_setzero_ps(), acc_mins[r] = _mm_setzero_ps();
@@ -376,9 +377,33 @@ void vec_dot_x4_q4_K_q8_K_avx2(int64_t n, float *s, const void *vg, const void *
         const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
         const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
         const __m128 da = _mm_set1_ps(a[i].d);
-        for (int r = 0; r < LI_X4_ROWS; r++)   /* the header has block_q4_K's leading fields */
-            q4_K_block_one((const block_q4_K *)(const void *)&g[i].h[r], g[i].qs[r], &a[i], da, bsum_pairs, &acc[r],
-                           &acc_mins[r]);
+        int32_t sc[LI_X4_ROWS][8] __attribute__((aligned(32)));
+        __m128 dd[LI_X4_ROWS];
+        for (int r = 0; r < LI_X4_ROWS; r++) {
+            /* reads 4 bytes past the scales: the next header or the quants, inside the x4 block */
+            const __m128i sm = scales_mins_k4(g[i].h[r].scales);
+            _mm256_store_si256((__m256i *)sc[r], _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sm),
+                                                                     _mm256_setr_epi8(Q4_K_PAIRS4(0), Q4_K_PAIRS4(4))));
+            dd[r] = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)word32(&g[i].h[r].d))), da);
+            const __m128i mins = _mm_madd_epi16(_mm_unpackhi_epi8(sm, _mm_setzero_si128()), bsum_pairs);
+            acc_mins[r] = _mm_fmadd_ps(_mm_shuffle_ps(dd[r], dd[r], 0x55), _mm_cvtepi32_ps(mins), acc_mins[r]);
+        }
+        __asm__("" : "+m"(sc));   /* the madds read the scales back as broadcast loads */
+        __m256i sumi[LI_X4_ROWS] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                                    _mm256_setzero_si256()};
+        for (int j = 0; j < 4; j++) {   /* 32 bytes of each row = sub-blocks 2j (low nibbles), 2j+1 (high) */
+            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j));
+            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32));
+            for (int r = 0; r < LI_X4_ROWS; r++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(g[i].qs[r] + 32 * j));
+                const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(bits, m4), a0);
+                const __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), a1);
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p0, _mm256_set1_epi32(sc[r][2 * j])));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p1, _mm256_set1_epi32(sc[r][2 * j + 1])));
+            }
+        }
+        for (int r = 0; r < LI_X4_ROWS; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd[r]), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
     }
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = hsum_ps(acc[r]) - hsum_ps128(acc_mins[r]);
 }
