@@ -71,3 +71,21 @@ def write(path, weight_dtype=np.float16, seed: int = 0, untied: bool = False) ->
     w.write_tensors_to_file()
     w.close()
     return written
+
+
+def metadata_equal(a: dict, b: dict) -> bool:
+    """Two GGUF metadata dicts hold the same keys and values; numeric arrays are numpy views
+    (gguf_file.py), compared element by element (and by dtype)."""
+    import numpy as np
+
+    if a.keys() != b.keys():
+        return False
+    for k, v in a.items():
+        w = b[k]
+        if isinstance(v, np.ndarray) or isinstance(w, np.ndarray):
+            if not (isinstance(v, np.ndarray) and isinstance(w, np.ndarray) and v.dtype == w.dtype
+                    and np.array_equal(v, w)):
+                return False
+        elif v != w:
+            return False
+    return True

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 import synthetic_gguf
 from localinfer.cli.main import main
 from localinfer.quant.imatrix_file import Imatrix, ImatrixEntry, write_imatrix, write_imatrix_legacy
+from synthetic_gguf import metadata_equal
 
 LLAMA_QUANTIZE = Path(os.environ.get("LLAMA_QUANTIZE") or shutil.which("llama-quantize") or "llama-quantize")
 
@@ -55,7 +56,7 @@ def models(tmp_path_factory):
 def _same_file(ours: Path, theirs: Path) -> None:
     from localinfer.gguf_file import GGUFFile
     with GGUFFile(ours) as a, GGUFFile(theirs) as b:
-        assert a.metadata == b.metadata
+        assert metadata_equal(a.metadata, b.metadata)
         for name, t in b.tensors.items():
             assert a.tensors[name].ggml_type == t.ggml_type, name
             assert np.array_equal(a.tensor_data(name), b.tensor_data(name)), f"{name} ({t.ggml_type.name}) differs"

@@ -23,6 +23,7 @@ from localinfer.gguf_file import GGUFFile
 from localinfer.quant import dequantize
 from localinfer.quant.mixes import FILE_TYPES, ModelShape, fallback_type, get_file_type, plan_tensor_types, use_more_bits
 from localinfer.quant.quantizers import QUANTIZERS, quantize
+from synthetic_gguf import metadata_equal
 
 f32 = np.float32
 LEGACY = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
@@ -432,7 +433,7 @@ def test_smollm2_round_trips_and_q8_0_keeps_the_logits(smollm2_path, tmp_path):
     # Q4_1 -> F16 -> Q4_1 gives back the original file's tensors and metadata, bit for bit
     assert _run(f16, q41, "Q4_1").exit_code == 0
     with GGUFFile(smollm2_path) as a, GGUFFile(q41) as b:
-        assert b.metadata == a.metadata
+        assert metadata_equal(b.metadata, a.metadata)
         for name, t in a.tensors.items():
             assert b.tensors[name].ggml_type == t.ggml_type, name
             np.testing.assert_array_equal(b.tensor_data(name), a.tensor_data(name), err_msg=name)

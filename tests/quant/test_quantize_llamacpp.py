@@ -20,6 +20,7 @@ import synthetic_gguf
 from localinfer.cli.main import main
 from localinfer.gguf_file import GGUFFile
 from localinfer.quant.mixes import FILE_TYPES
+from synthetic_gguf import metadata_equal
 
 LLAMA_QUANTIZE = Path(os.environ.get("LLAMA_QUANTIZE") or shutil.which("llama-quantize") or "llama-quantize")
 
@@ -36,7 +37,7 @@ def models(tmp_path_factory):
 
 def _assert_same_file(ours: Path, theirs: Path) -> None:
     with GGUFFile(ours) as a, GGUFFile(theirs) as b:
-        assert a.metadata == b.metadata
+        assert metadata_equal(a.metadata, b.metadata)
         assert set(a.tensors) == set(b.tensors)
         for name, t in b.tensors.items():
             assert a.tensors[name].ggml_type == t.ggml_type, name
