@@ -14,12 +14,7 @@
 
 #include "core/li.h"
 #include "x86/avx2.h"
-
-static inline __m128 x4_scales(const ggml_half *d, const float *as, __m128 *side) {
-    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)d));
-    *side = _mm_fmadd_ps(dw, _mm_set1_ps(as[1]), *side);
-    return _mm_mul_ps(dw, _mm_set1_ps(as[0]));
-}
+#include "x86/x4_x86.h"
 
 static inline float hsum8(__m256 v) {
     float l[8], t = 0.0f;

@@ -19,13 +19,7 @@
 
 #include "core/li.h"
 #include "x86/avx512.h"
-
-/* the four rows' fp16 scales times the activation's {d, d * sum(q)}: *side += dw * d * sum(q) */
-static inline __m128 x4_scales(const ggml_half *d, const float *as, __m128 *side) {
-    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)d));
-    *side = _mm_fmadd_ps(dw, _mm_set1_ps(as[1]), *side);
-    return _mm_mul_ps(dw, _mm_set1_ps(as[0]));
-}
+#include "x86/x4_x86.h"
 
 /* s[r] = lanes of row r summed (every lane of acc belongs to the row `lanes_per_row` picks) - offset * side[r] */
 static inline void x4_store(__m512 acc, int lanes_per_row, __m128 side, float offset, float *s) {
