@@ -158,11 +158,12 @@ class BpeEncoder:
         return tuple(self._symbols_to_ids(bpe_merge(byte_encode(word), self.ranks)))
 
     def _encode_word_c(self, word: str) -> list[int]:
-        if self._merger is None:
-            self._merger = merge_c.PairMerger(self.ranks, BYTE_TO_UNICODE)
-            self._symbol_token = np.array(
-                [self.token_to_id.get(t, -1) for t in self._merger.symbol_texts], np.int32)
-        sym, _ = self._merger.merge(word.encode("utf-8"))
+        merger = self._merger
+        if merger is None:  # built whole before it is published: another thread may tokenize meanwhile
+            merger = merge_c.PairMerger(self.ranks, BYTE_TO_UNICODE)
+            self._symbol_token = np.array([self.token_to_id.get(t, -1) for t in merger.symbol_texts], np.int32)
+            self._merger = merger
+        sym, _ = merger.merge(word.encode("utf-8"))
         ids = self._symbol_token[sym]
         if ids.min(initial=0) >= 0:
             return ids.tolist()
