@@ -78,23 +78,24 @@ static void task_quantize(void *ctx, int ith, int nth) {
     }
 }
 
-/* rows [r, r + nr) of an x4 matrix (one group, nr = 4 but at a ragged end of the split) for every
- * activation row: the ISA's dot over the group, or each row gathered back for vec_dot */
+/* rows [r, r + nr) of an x4 matrix (one group: the split's chunks are whole groups) for every activation
+ * row: the ISA's dot over the group, or, without one, each row gathered back once for vec_dot */
 static void gemv_x4(const li_job *j, const uint8_t *group, int64_t r, int nr) {
     const li_vec_dot_x4_fn dot_x4 = j->t->vec_dot_x4;
-    uint8_t *tmp = dot_x4 ? NULL : li_scratch(LI_SCRATCH_TASK, j->row_bytes);
-    for (int64_t i = 0; i < j->m; i++) {
-        const uint8_t *a = j->xq + i * j->xq_row_bytes;
-        const float *as = j->xs ? j->xs + i * j->n_sums : NULL;
-        float *y = &j->y[i * j->n_out + r];
-        if (dot_x4) {
-            float s[LI_X4_ROWS];
-            dot_x4(j->k, s, group, a, as);
-            for (int q = 0; q < nr; q++) y[q] = s[q];
-        } else {
-            for (int q = 0; q < nr; q++)
-                j->t->vec_dot(j->k, y + q, li_layout_row(j->wtype, LI_LAYOUT_X4, j->w, j->row_bytes, r + q, tmp), a, as);
+    if (!dot_x4) {
+        uint8_t *tmp = li_scratch(LI_SCRATCH_TASK, j->row_bytes);
+        for (int q = 0; q < nr; q++) {
+            const uint8_t *row = li_layout_row(j->wtype, LI_LAYOUT_X4, j->w, j->row_bytes, r + q, tmp);
+            for (int64_t i = 0; i < j->m; i++)
+                j->t->vec_dot(j->k, &j->y[i * j->n_out + r + q], row, j->xq + i * j->xq_row_bytes,
+                              j->xs ? j->xs + i * j->n_sums : NULL);
         }
+        return;
+    }
+    for (int64_t i = 0; i < j->m; i++) {
+        float s[LI_X4_ROWS];
+        dot_x4(j->k, s, group, j->xq + i * j->xq_row_bytes, j->xs ? j->xs + i * j->n_sums : NULL);
+        for (int q = 0; q < nr; q++) j->y[i * j->n_out + r + q] = s[q];
     }
 }
 
