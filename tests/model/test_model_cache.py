@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 import shutil
+import threading
 import zipfile
 from pathlib import Path
 
@@ -187,7 +188,42 @@ def test_a_failed_refetch_names_the_corrupt_file_and_keeps_it(cache):
     with pytest.raises(fetch.FetchError, match=r"corrupt.*fetching it again failed.*no network"):
         fetch.resolve_model("tiny")
     assert cache.path.stat().st_size == cache.entry.size  # nothing was thrown away
-    assert not cache.path.with_name(cache.path.name + ".partial").exists()
+    assert not list(cache.path.parent.glob("*.partial"))
+
+
+def test_two_fetches_at_once_download_once(cache, monkeypatch):
+    """Two processes starting on an empty cache (two servers, two test workers): the second waits
+    for the first's fetch and finds the file, instead of writing the same partial file beside it."""
+    first_in, go, second_arrived = threading.Event(), threading.Event(), threading.Event()
+    download = cache._pip_download
+
+    def slow_first_download(requirement, dest):
+        if not first_in.is_set():
+            first_in.set()
+            assert go.wait(60)
+        else:
+            second_arrived.set()   # no lock: the second fetch downloads too
+        return download(requirement, dest)
+    monkeypatch.setattr(fetch, "_pip_download", slow_first_download)
+    real_flock = fetch.fcntl.flock
+
+    def flock(fd, op):
+        if first_in.is_set():
+            second_arrived.set()   # the second fetch is at the lock
+        return real_flock(fd, op)
+    monkeypatch.setattr(fetch.fcntl, "flock", flock)
+
+    paths = []
+    workers = [threading.Thread(target=lambda: paths.append(fetch.resolve_model("tiny"))) for _ in range(2)]
+    workers[0].start()
+    assert first_in.wait(60)
+    workers[1].start()
+    assert second_arrived.wait(60)
+    go.set()
+    for w in workers:
+        w.join(60)
+    assert paths == [cache.path, cache.path] and cache.downloads == 1
+    assert cache.path.read_bytes() == cache.content and not list(cache.path.parent.glob("*.partial"))
 
 
 def test_cli_list_and_pull_with_a_corrupt_file(cache):
