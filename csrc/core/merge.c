@@ -40,6 +40,18 @@ static inline uint64_t text_hash(const uint8_t *p, int64_t n) {
     return mix64(h);
 }
 
+/* a[0..n) == b[0..n) for the short texts of tokens: 8 bytes at a time, no call */
+static inline int bytes_equal(const uint8_t *a, const uint8_t *b, int64_t n) {
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8); memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    for (; n > 0; a++, b++, n--)
+        if (*a != *b) return 0;
+    return 1;
+}
+
 static int slots_ok(const int32_t *slots, int64_t n_slots) {
     return slots && n_slots > 0 && (n_slots & (n_slots - 1)) == 0;
 }
@@ -103,7 +115,7 @@ static inline int64_t lookup(const li_merge_vocab *v, const uint8_t *word, const
         int32_t j = v->text_slots[h];
         if (j < 0) return -1;
         const int64_t o = v->text_offsets[j];
-        if (v->text_offsets[j + 1] - o == n && memcmp(v->text_blob + o, p, (size_t)n) == 0) { *result = j; return v->text_rank[j]; }
+        if (v->text_offsets[j + 1] - o == n && bytes_equal(v->text_blob + o, p, n)) { *result = j; return v->text_rank[j]; }
     }
 }
 
@@ -115,7 +127,7 @@ static int32_t text_id(const li_merge_vocab *v, const uint8_t *p, int64_t n) {
         int32_t j = v->text_slots[h];
         if (j < 0) return -1;
         const int64_t o = v->text_offsets[j];
-        if (v->text_offsets[j + 1] - o == n && memcmp(v->text_blob + o, p, (size_t)n) == 0) return j;
+        if (v->text_offsets[j + 1] - o == n && bytes_equal(v->text_blob + o, p, n)) return j;
     }
 }
 
@@ -181,6 +193,7 @@ typedef struct {
     int32_t *own_batch;
     int64_t batch_n, batch_i, own_cap;
     const int32_t *sym, *span;    /* prefetched ahead of the batch: its lefts are far apart in a long word */
+    const uint8_t *word;
 } merge_queue;
 
 static int queue_push(merge_queue *q, int64_t rank, int64_t left) {
@@ -255,6 +268,7 @@ static uint64_t queue_pop(merge_queue *q, int *more, int *rc) {
                 if (q->batch_i + 16 < q->batch_n) {
                     __builtin_prefetch(q->sym + q->batch[q->batch_i + 16]);
                     __builtin_prefetch(q->span + q->batch[q->batch_i + 16]);
+                    __builtin_prefetch(q->word + q->batch[q->batch_i + 16]);
                 }
 #endif
                 q->batch_i++;
@@ -349,7 +363,7 @@ int64_t li_merge_word(const li_merge_vocab *v, const uint8_t *word, int64_t n, i
     const int by_rank = v->n_ranks > 0 && n >= v->rank_queue_from;
     merge_queue q;
     int rc = queue_init(&q, pairs, n_pairs, by_rank ? v->n_ranks : 0);
-    q.sym = sym, q.span = span;
+    q.sym = sym, q.span = span, q.word = word;
 
     for (int more = 1; rc == LI_OK;) {
         const uint64_t top = queue_pop(&q, &more, &rc);
