@@ -134,6 +134,13 @@ class PreTokenizer:
         for rx in self._compiled:
             out: list[str] = []
             for piece in pieces:
+                if not rx.groups:
+                    # The usual case, at C speed: the matches cover the piece (the patterns match
+                    # every character somehow), so there are no gaps to keep between them.
+                    found = rx.findall(piece)
+                    if sum(map(len, found)) == len(piece):
+                        out.extend(filter(None, found))
+                        continue
                 pos = 0
                 for m in rx.finditer(piece):
                     start, end = m.span()

@@ -60,14 +60,25 @@ def text_ngrams(text: str) -> set[str]:
     # pair packed in one integer; only the distinct ones become strings.
     found: set[str] = set()
     for at in range(0, len(text) - 1, _NGRAM_CHUNK):
-        cps = np.frombuffer(text[at:at + _NGRAM_CHUNK + 1].encode("utf-32-le"), np.uint32).astype(np.uint64)
-        found.update(map(chr, np.unique(cps).tolist()))
-        for code in np.unique(cps[:-1] << 21 | cps[1:]).tolist():
-            found.add(chr(code >> 21) + chr(code & 0x1FFFFF))
+        cps = np.frombuffer(text[at:at + _NGRAM_CHUNK + 1].encode("utf-32-le"), np.uint32).astype(np.int64)
+        base = int(cps.max()) + 1
+        if base <= _NGRAM_MARK_BASE:
+            # small code points (most text): mark the pairs in a table instead of sorting them
+            seen = np.zeros(base * base, bool)
+            seen[cps[:-1] * base + cps[1:]] = True
+            firsts, seconds = np.divmod(np.flatnonzero(seen), base)
+            singles = np.flatnonzero(np.bincount(cps))
+        else:
+            pairs = np.unique(cps[:-1] << 21 | cps[1:])
+            firsts, seconds = pairs >> 21, pairs & 0x1FFFFF
+            singles = np.unique(cps)
+        found.update(map(chr, singles.tolist()))
+        found.update(map(operator.add, map(chr, firsts.tolist()), map(chr, seconds.tolist())))
     return found
 
 
 _NGRAM_CHUNK = 1 << 16
+_NGRAM_MARK_BASE = 512     # code points below this: pairs marked in a (base * base) table
 
 
 def special_tokens(vocab: Vocab, metadata: Mapping[str, Any]) -> list[SpecialToken]:

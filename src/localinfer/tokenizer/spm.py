@@ -153,7 +153,8 @@ class SpmEncoder:
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
         cache = self._cache
-        for word in self._split(escape_whitespace(text)):
+        text = escape_whitespace(text)
+        for word in self._split(text) if SPACE in text else (text,):
             ids = cache.get(word)
             if ids is None:
                 ids = self.encode_word(word)
