@@ -147,8 +147,11 @@ class Model:
     def n_vocab(self) -> int:
         return self.tokenizer.n_vocab
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        return self.tokenizer.tokenize(text, add_special=add_special, parse_special=parse_special)
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True,
+                 max_tokens: int | None = None) -> list[int]:
+        """max_tokens: see Tokenizer.tokenize (a text certainly longer is refused before any work)."""
+        return self.tokenizer.tokenize(text, add_special=add_special, parse_special=parse_special,
+                                       max_tokens=max_tokens)
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.tokenizer.detokenize(ids)
@@ -328,7 +331,8 @@ class Model:
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
         return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt)
 
-    def chat_tokens(self, messages: Sequence[Mapping[str, Any]], allow_special_in_content: bool = False) -> list[int]:
+    def chat_tokens(self, messages: Sequence[Mapping[str, Any]], allow_special_in_content: bool = False,
+                    max_tokens: int | None = None) -> list[int]:
         """The rendered conversation as tokens; BOS is added by the model's rules unless the
         template already wrote it (llama.cpp does the same).
 
@@ -336,8 +340,10 @@ class Model:
         becomes ordinary text tokens, so a message cannot forge a turn; only the template's own
         control tokens are control tokens. A content with control-token text that the template
         does not write as it is raises ChatContentError (a ValueError). allow_special_in_content=True
-        tokenizes content like the template (llama.cpp's behaviour): only for trusted content."""
-        return chat_prompt_tokens(self.chat_template, self.tokenizer, messages, allow_special_in_content)
+        tokenizes content like the template (llama.cpp's behaviour): only for trusted content.
+        max_tokens: a conversation certainly longer raises TooManyTokensError before it is tokenized."""
+        return chat_prompt_tokens(self.chat_template, self.tokenizer, messages, allow_special_in_content,
+                                  max_tokens=max_tokens)
 
     def chat(self, messages: Sequence[Mapping[str, Any]], allow_special_in_content: bool = False, **kwargs):
         """Like generate, with the conversation rendered by the chat template (see chat_tokens)."""

@@ -81,6 +81,24 @@ def test_absurd_max_tokens_and_too_long_prompts(server):
     assert err["code"] == "context_length_exceeded"  # both numbers, never a silent truncation
 
 
+def test_a_prompt_far_over_the_context_is_refused_before_it_is_tokenized(server, monkeypatch):
+    """A prompt of more characters than the context's tokens could spell (Tokenizer.fewest_tokens)
+    is refused at once: tokenizing megabytes only to count them cost seconds and gigabytes."""
+    from localinfer.tokenizer.bpe import BpeEncoder
+    lengths, encode = [], BpeEncoder.encode
+    monkeypatch.setattr(BpeEncoder, "encode", lambda self, text: lengths.append(len(text)) or encode(self, text))
+    huge = "a" * 30_000   # at most 81 characters a token in smollm2's vocabulary: >= 370 tokens
+    for path, body, param in (("/v1/completions", {"prompt": huge}, "prompt"),
+                              ("/v1/chat/completions", {"messages": [{"role": "user", "content": huge}]}, "messages"),
+                              ("/v1/embeddings", {"input": [huge]}, "input")):
+        err = _error(raw(server.url, "POST", path, body), 400, "is at least", "256", param=param)
+        assert err["code"] == "context_length_exceeded", path
+    assert max(lengths, default=0) < 1000   # none of the huge text went through the tokenizer
+    # under the bound, the count decides as before
+    err = _error(raw(server.url, "POST", "/v1/completions", {"prompt": "word " * 300}), 400, "301", "256")
+    assert err["message"].startswith("the prompt is 301 tokens long")
+
+
 def test_huge_and_missing_bodies(server):
     u = server.url
     _error(raw(u, "POST", "/v1/completions", json.dumps({"prompt": "x" * (40 << 10)}).encode()), 413,

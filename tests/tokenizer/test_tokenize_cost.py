@@ -14,7 +14,7 @@ import tracemalloc
 
 import pytest
 
-from localinfer.tokenizer import Tokenizer
+from localinfer.tokenizer import Tokenizer, TooManyTokensError
 from localinfer.tokenizer.special import _NGRAM_CHUNK, text_ngrams
 
 SIZE = 4_000_000
@@ -58,6 +58,24 @@ def test_an_enormous_word_costs_like_english(model, smollm2_metadata, gemma3_met
         assert len(ids) > SIZE // 16
         assert peak - held <= MAX_BYTES_PER_BYTE * SIZE, (name, peak - held)
         del ids
+
+
+@pytest.mark.parametrize("model", ["smollm2", "gemma3"])
+def test_fewest_tokens_is_a_lower_bound(model, smollm2_metadata, gemma3_metadata):
+    """What lets a server refuse a prompt longer than its context before tokenizing it."""
+    tok = Tokenizer.from_metadata(smollm2_metadata if model == "smollm2" else gemma3_metadata)
+    rng = random.Random(1)
+    texts = ["", "a", " " * 500, "\n" * 300, "a" * 5000, "ab" * 2000, "<|im_start|><start_of_turn>" * 50,
+             "".join(rng.choice(["a", " ", "é", "你", "🍕", "\n", "<0x41>", "▁"]) for _ in range(3000)),
+             "The quick brown fox jumps over the lazy dog. " * 100]
+    for text in texts:
+        n = len(tok.tokenize(text, add_special=False))
+        assert tok.fewest_tokens(text) <= n, (text[:30], n)
+        longer = text + "x" * 8100   # 100 tokens at least, whatever the vocabulary (<= 81 characters a token)
+        with pytest.raises(TooManyTokensError):
+            tok.tokenize(longer, max_tokens=tok.fewest_tokens(longer) - 1)
+        assert tok.tokenize(longer, max_tokens=tok.fewest_tokens(longer)) == tok.tokenize(longer)
+    assert tok.fewest_tokens("a" * 4_000_000) > 40_000
 
 
 def test_long_text_ngrams_match_the_plain_definition():

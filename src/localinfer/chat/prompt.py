@@ -22,7 +22,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from .template import ChatTemplate, ChatTemplateError
-from ..tokenizer import Tokenizer
+from ..tokenizer import Tokenizer, TooManyTokensError
 
 # Unicode noncharacters, set aside for a program's internal use: no text a user or a template
 # writes is expected to hold them, and those that do are checked for below.
@@ -40,18 +40,22 @@ class ChatContentError(ValueError):
 
 
 def chat_prompt_tokens(template: ChatTemplate, tokenizer: Tokenizer, messages: Sequence[Mapping[str, Any]],
-                       allow_special_in_content: bool = False, extra: Mapping[str, Any] | None = None) -> list[int]:
+                       allow_special_in_content: bool = False, extra: Mapping[str, Any] | None = None,
+                       max_tokens: int | None = None) -> list[int]:
     """The rendered conversation (with the generation prompt) as token ids; BOS is added by
     the vocab's rules unless the template already wrote it (llama.cpp does the same).
 
     allow_special_in_content: tokenize the contents like the template, so that control-token
     text in them becomes control tokens (llama.cpp's behaviour; only for trusted content).
-    extra: more template variables (`tools`)."""
+    extra: more template variables (`tools`).
+    max_tokens: a rendered prompt certainly longer raises TooManyTokensError before it is tokenized."""
     extra = dict(extra or {})
     text = template.render(messages, add_generation_prompt=True, **extra)
     if not text.strip():  # the model would answer nothing at all: the template is the file's fault
         raise ChatTemplateError(f"the chat template rendered the conversation as {text!r}, no prompt at all: "
                                 f"the model file's tokenizer.chat_template is broken")
+    if max_tokens is not None and (at_least := tokenizer.fewest_tokens(text)) > max_tokens:
+        raise TooManyTokensError(at_least, max_tokens)   # before the content spans' second render
     spans = [] if allow_special_in_content else content_spans(template, tokenizer, messages, text, extra)
     ids = tokenizer.tokenize(text, add_special=False, parse_special=True, text_spans=spans)
     bos = tokenizer.bos_id

@@ -145,7 +145,7 @@ class ToolSetup:
 
 # -- the prompt -------------------------------------------------------------------------------------
 def tool_prompt_tokens(template: ChatTemplate, tokenizer: Tokenizer, messages: Sequence[Mapping[str, Any]],
-                       setup: ToolSetup) -> list[int]:
+                       setup: ToolSetup, max_tokens: int | None = None) -> list[int]:
     """The conversation with its tools as prompt tokens (see chat_prompt_tokens).
 
     A template that renders a `tools` variable gets the tools, in whatever format: one whose
@@ -156,10 +156,11 @@ def tool_prompt_tokens(template: ChatTemplate, tokenizer: Tokenizer, messages: S
     if setup.format == GENERIC:
         _refuse_control_text(tokenizer, [("tools", setup.tools)] if renders_tools else [])
         return chat_prompt_tokens(template, tokenizer, generic_messages(messages, setup, not renders_tools),
-                                  extra=extra)
+                                  extra=extra, max_tokens=max_tokens)
     _refuse_control_text(tokenizer, [("tools", setup.tools)] + [
         (f"messages[{i}].tool_calls", m["tool_calls"]) for i, m in enumerate(messages) if m.get("tool_calls")])
-    return chat_prompt_tokens(template, tokenizer, [_native_message(m) for m in messages], extra=extra)
+    return chat_prompt_tokens(template, tokenizer, [_native_message(m) for m in messages], extra=extra,
+                              max_tokens=max_tokens)
 
 
 def _refuse_control_text(tokenizer: Tokenizer, values: list[tuple[str, Any]]) -> None:

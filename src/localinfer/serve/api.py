@@ -18,6 +18,7 @@ from ..batching.request import Request, SamplingParams
 from .choices import ChoiceOptions, LogprobFormat, parse_choice_options
 from .response_format import ResponseFormatError, response_grammar
 from ..chat.tools import ToolError
+from ..tokenizer import TooManyTokensError
 from . import tool_calls
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat has none
@@ -164,9 +165,7 @@ def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, def
     if not tokens:
         raise bad("the prompt is empty", "messages" if kind == "chat" else "prompt")
     if len(tokens) >= n_ctx:
-        raise bad(f"the prompt is {len(tokens)} tokens long, but the context holds {n_ctx} tokens and at least "
-                  f"one more is needed to generate: shorten the prompt (or start the server with a larger "
-                  f"--ctx-size)", "messages" if kind == "chat" else "prompt", "context_length_exceeded")
+        raise _too_long(len(tokens), n_ctx, "messages" if kind == "chat" else "prompt", exact=True)
     stop, params = _stop(body), replace(sampling_params(body), logit_bias=choosing.logit_bias)
     grammar = tool_grammar
     try:  # last: compiling a schema is the costliest check
@@ -203,6 +202,14 @@ def _text_content(i: int, content) -> str:
     raise bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
 
 
+def _too_long(n_tokens: int, n_ctx: int, param: str, exact: bool = False) -> ApiError:
+    """A prompt that leaves no room to generate; `exact=False`: n_tokens is a lower bound, known
+    before tokenizing (Tokenizer.fewest_tokens), so that a huge prompt costs nothing."""
+    return bad(f"the prompt is {'' if exact else 'at least '}{n_tokens} tokens long, but the context holds {n_ctx} "
+               f"tokens and at least one more is needed to generate: shorten the prompt (or start the server with "
+               f"a larger --ctx-size)", param, "context_length_exceeded")
+
+
 def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
     _check_model(body, model_name)
     messages = body.get("messages")
@@ -222,9 +229,11 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
     try:
         setup, grammar = tool_calls.tool_setup(body, model.chat_template.source), None
         if setup.parsed or any("tool_calls" in m or m["role"] == "tool" for m in clean):  # tools, or their history
-            tokens, grammar = tool_calls.tool_prompt(model, clean, setup)
+            tokens, grammar = tool_calls.tool_prompt(model, clean, setup, max_tokens=n_ctx - 1)
         else:
-            tokens = model.chat_tokens(clean)
+            tokens = model.chat_tokens(clean, max_tokens=n_ctx - 1)
+    except TooManyTokensError as e:
+        raise _too_long(e.at_least, n_ctx, "messages") from None
     except ToolError as e:
         raise bad(str(e), e.param) from None
     except ChatTemplateError as e:
@@ -249,7 +258,10 @@ def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        tokens = model.tokenize(prompt)
+        try:
+            tokens = model.tokenize(prompt, max_tokens=n_ctx - 1)
+        except TooManyTokensError as e:
+            raise _too_long(e.at_least, n_ctx, "prompt") from None
     elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         bad_ids = [t for t in prompt if not 0 <= t < model.n_vocab]
         if bad_ids:

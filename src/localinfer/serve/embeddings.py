@@ -19,6 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from ..embedding import DEFAULT_N_BATCH, POOLINGS, default_pooling, embed_passes
+from ..tokenizer import TooManyTokensError
 from .api import ApiError, _check_model, bad
 
 MAX_INPUTS = 2048  # OpenAI's limit on the inputs of one request
@@ -73,12 +74,11 @@ def parse_embeddings(body, model, model_name: str, n_ctx: int, pooling: str | No
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise bad(f"'user' must be a string, got {type(user).__name__}", "user")
-    token_lists = [_tokens(model, i, item) for i, item in enumerate(_inputs(body.get("input")))]
+    token_lists = [_tokens(model, i, item, n_ctx) for i, item in enumerate(_inputs(body.get("input")))]
     total = 0
     for i, tokens in enumerate(token_lists):
         if len(tokens) > n_ctx:
-            raise bad(f"input[{i}] is {len(tokens)} tokens long, but the context holds {n_ctx} tokens: shorten it "
-                      f"(or start the server with a larger --ctx-size)", "input", "context_length_exceeded")
+            raise _too_long(i, len(tokens), n_ctx, exact=True)
         total += len(tokens)
     if total > MAX_TOTAL_TOKENS:
         raise bad(f"the inputs are {total} tokens together; one request may have at most {MAX_TOTAL_TOKENS}",
@@ -112,11 +112,20 @@ def _is_id(t) -> bool:
     return isinstance(t, int) and not isinstance(t, bool)
 
 
-def _tokens(model, i: int, item) -> list[int]:
+def _too_long(i: int, n_tokens: int, n_ctx: int, exact: bool = False) -> ApiError:
+    """exact=False: n_tokens is a lower bound known before tokenizing (Tokenizer.fewest_tokens)."""
+    return bad(f"input[{i}] is {'' if exact else 'at least '}{n_tokens} tokens long, but the context holds {n_ctx} "
+               f"tokens: shorten it (or start the server with a larger --ctx-size)", "input", "context_length_exceeded")
+
+
+def _tokens(model, i: int, item, n_ctx: int) -> list[int]:
     if isinstance(item, str):
         if not item:
             raise bad(f"input[{i}] is an empty string", "input")
-        tokens = model.tokenize(item)
+        try:
+            tokens = model.tokenize(item, max_tokens=n_ctx)
+        except TooManyTokensError as e:
+            raise _too_long(i, e.at_least, n_ctx) from None
     else:
         bad_ids = [t for t in item if not 0 <= t < model.n_vocab]
         if bad_ids:

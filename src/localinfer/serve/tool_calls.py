@@ -69,10 +69,10 @@ def tool_setup(body: dict, template_source: str) -> ToolSetup:
     return ToolSetup(tools, choice, parallel, tool_format(template_source))
 
 
-def tool_prompt(model, messages: list[dict], setup: ToolSetup) -> tuple[list[int], Any]:
+def tool_prompt(model, messages: list[dict], setup: ToolSetup, max_tokens: int | None = None) -> tuple[list[int], Any]:
     """The prompt tokens, and the grammar that keeps the answer to the tool-call format (or None)."""
     _check_results(messages)
-    tokens = tool_prompt_tokens(model.chat_template, model.tokenizer, messages, setup)
+    tokens = tool_prompt_tokens(model.chat_template, model.tokenizer, messages, setup, max_tokens)
     spec = tool_grammar(setup, model.tokenizer)
     if spec is None:
         return tokens, None

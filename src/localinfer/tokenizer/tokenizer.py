@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -20,6 +21,14 @@ from .pretokenize import resolve_pre_tokenizer
 from .special import SpecialToken, partition, special_tokens
 from .spm import SpmEncoder, unescape_piece
 from .vocab import K, TokenAttr, Vocab, load_vocab
+
+
+class TooManyTokensError(ValueError):
+    """A text that certainly tokenizes to more tokens than a limit, found before tokenizing it."""
+
+    def __init__(self, at_least: int, limit: int):
+        super().__init__(f"the text is at least {at_least} tokens long, more than the {limit} allowed")
+        self.at_least, self.limit = at_least, limit
 
 
 class FragmentEncoder(Protocol):
@@ -197,12 +206,32 @@ class Tokenizer:
 
     # ---- text -> ids ------------------------------------------------------
 
+    def fewest_tokens(self, text: str) -> int:
+        """A lower bound on len(tokenize(text)), at no cost: one token stands for at most as many
+        characters as its text has (BPE's byte spelling has one character per byte, SPM's "▁" is
+        one space; byte and special tokens stand for no more than their text). Tokenizers that drop
+        text (whitespace eaten by LSTRIP/RSTRIP special tokens) give no bound: 0."""
+        longest = self._longest_token
+        return len(text) // longest if longest else 0
+
+    @cached_property
+    def _longest_token(self) -> int:
+        if self.model.kind not in ("BPE", "SPM") or any(t.lstrip or t.rstrip for t in self._specials):
+            return 0
+        return max(map(len, self.vocab.tokens), default=0)
+
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True,
-                 text_spans: Sequence[tuple[int, int]] = ()) -> list[int]:
+                 text_spans: Sequence[tuple[int, int]] = (), max_tokens: int | None = None) -> list[int]:
         """llama_tokenize: add_special adds BOS/EOS as the vocab asks; parse_special
         lets CONTROL tokens written in the text become their ids, except where a match
         overlaps one of `text_spans` ([start, end) character ranges that are plain text,
-        such as a chat message's content inside a rendered template)."""
+        such as a chat message's content inside a rendered template).
+
+        max_tokens: a text that `fewest_tokens` already puts above it raises TooManyTokensError
+        before any work -- what a prompt longer than the context may cost a server. A text under
+        the bound is tokenized whatever its length: the caller checks the count."""
+        if max_tokens is not None and (at_least := self.fewest_tokens(text)) > max_tokens:
+            raise TooManyTokensError(at_least, max_tokens)
         out: list[int] = []
         if add_special and self.vocab.add_bos:
             out.append(self.vocab.special["bos"])
