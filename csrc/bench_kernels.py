@@ -4,6 +4,12 @@ against numpy's float32 matmul of the dequantized matrix in the same run.
     python csrc/bench_kernels.py [--isa avx512] [--threads 1 2] [--quick] [--types IQ4_XS Q4_K]
     python csrc/bench_kernels.py --stream [--isa avx2] [--threads 2]
 
+    python csrc/bench_kernels.py --x4 [--isa avx512 avx2] [--threads 1 2] [--types Q6_K] [--reps 40]
+
+--x4: the decode GEMV (one activation row) over a matrix repacked into x4 groups against the same
+matrix's rows, interleaved call by call in one run (a busy machine slows both alike): the least wall
+time of each and the least process CPU time of a call (all the pool's threads), per shape.
+
 --stream: the decode GEMV's weight GB/s on a Llama-3.2-1B ffn matrix (8192 x 2048) that stays in the
 cache, then streaming ~1.5 GB of such matrices (beyond any last-level cache), beside the C bandwidth
 probe: if the cached figure is near the streamed one, the dot's arithmetic is the limit, not memory.
@@ -58,9 +64,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--types", nargs="*", default=None, help="only these weight types, e.g. IQ4_XS Q4_K")
     ap.add_argument("--stream", action="store_true", help="cached vs streamed GEMV GB/s (see above)")
+    ap.add_argument("--x4", action="store_true", help="repacked vs row-major decode GEMV (see above)")
+    ap.add_argument("--reps", type=int, default=40, help="--x4: calls of each layout per shape")
     args = ap.parse_args()
     if args.stream:
         return stream(args.isa or [kernels.isa()], args.threads)
+    if args.x4:
+        return x4_vs_rows(args.isa or [kernels.isa()], args.threads, args.types, args.reps)
     isas = args.isa or kernels.supported_isas()
     rng = np.random.default_rng(1)
     cases = [
@@ -121,6 +131,44 @@ def main() -> None:
                     t = best_time(lambda: mat.matmul(x, out))
                     print(f"  {isa:8s} {nt} thr {t * 1e6:9.1f} us  {flops / t / 1e9:7.1f} GFLOP/s  "
                           f"{w.nbytes / t / 1e9:6.1f} GB/s  x{t_np / t:5.2f} vs numpy")
+
+
+# (type, n_out, k): Llama-3.2-1B's output matrix (Q6_K in its Q4_0 / Q4_K_M files) and ffn_down, then
+# one that stays in L2, where the dot's arithmetic is all there is to measure
+X4_SHAPES = [(T.Q6_K, 128256, 2048), (T.Q6_K, 2048, 8192), (T.Q6_K, 512, 2048),
+             (T.Q4_K, 2048, 8192), (T.Q4_0, 2048, 8192), (T.Q8_0, 2048, 8192)]
+
+
+def x4_vs_rows(isas: list[str], threads: list[int], types: list[str] | None, reps: int) -> None:
+    shapes = [s for s in X4_SHAPES if not types or s[0].name in types]
+    x = np.random.default_rng(0).standard_normal((1, max(k for _, _, k in shapes))).astype(np.float32)
+    for qtype, n_out, k in shapes:
+        w = random_weights(qtype, n_out, k)
+        xk = x[:, :k]
+        for isa in isas:
+            with kernels._isa(isa):
+                rows, x4 = kernels.prepare(w, qtype), kernels.prepare(w, qtype, repack=True)
+                if x4.layout != kernels.LAYOUT_X4:
+                    print(f"{qtype.name} {n_out}x{k} {isa}: no x4 dot on this ISA, not repacked")
+                    continue
+                for nt in threads:
+                    kernels.set_threads(nt)
+                    wall = {"rows": [], "x4": []}
+                    cpu = {"rows": [], "x4": []}
+                    for mat in (rows, x4):
+                        mat.matmul(xk)   # warm
+                    for _ in range(reps):
+                        for name, mat in (("rows", rows), ("x4", x4)):
+                            c0, t0 = time.process_time(), time.perf_counter()
+                            mat.matmul(xk)
+                            wall[name].append(time.perf_counter() - t0)
+                            cpu[name].append(time.process_time() - c0)
+                    bw, bx = min(wall["rows"]), min(wall["x4"])
+                    cr, cx = min(cpu["rows"]), min(cpu["x4"])
+                    print(f"{qtype.name} {n_out}x{k} ({w.nbytes / 2**20:.1f} MiB) {isa:6s} {nt} thr: "
+                          f"wall min rows {bw * 1e6:8.0f} us ({w.nbytes / bw / 1e9:5.1f} GB/s)  "
+                          f"x4 {bx * 1e6:8.0f} us ({w.nbytes / bx / 1e9:5.1f} GB/s)  rows/x4 {bw / bx:4.2f} | "
+                          f"CPU min rows {cr * 1e6:8.0f} us  x4 {cx * 1e6:8.0f} us  rows/x4 {cr / cx:4.2f}")
 
 
 def stream(isas: list[str], threads: list[int], total_bytes: float = 1.5e9) -> None:

@@ -196,6 +196,17 @@ typedef struct {
 } block_q6_K;
 _Static_assert(sizeof(block_q6_K) == QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, "wrong q6_K block size");
 
+/* Q6_K repacked (core/repack.c): the header sits at the end of a block_q6_K, so the four rows' scales
+ * and d come first here as everywhere, then each row's ql and qh together, in block_q6_K's order. */
+typedef struct {
+    struct {
+        int8_t scales[QK_K / 16];
+        ggml_half d;
+    } h[LI_X4_ROWS];
+    uint8_t q[LI_X4_ROWS][QK_K / 2 + QK_K / 4];   /* row r: ql (128 bytes), then qh (64) */
+} block_q6_Kx4;
+_Static_assert(sizeof(block_q6_Kx4) == LI_X4_ROWS * sizeof(block_q6_K), "wrong q6_Kx4 block size");
+
 /* Q8_K (activations for the k-quants): f32 scale, int8 quants, and the sum of
  * each 16 quants (bsums) for the min terms. 292 bytes. */
 typedef struct {

@@ -1,16 +1,17 @@
 /* repack.c -- weight layouts built at load for the decode GEMV (llama.cpp's CPU "repack" buffers).
  *
  * LI_LAYOUT_X4: rows in groups of LI_X4_ROWS; a group is the blocks i = 0 .. nb-1 of its rows, each
- * as one x4 block (quant_blocks.h: block_q4_0x4, block_q8_0x4): the four rows' fp16 scales, then their
- * quants row after row. A group of four rows takes exactly the bytes of those rows and starts where
- * its first row started, so offsets, sizes and the GEMV's row split are the row-major ones; only
- * the order inside a group changes. The decode GEMV (matmul.c) reads a group as one stream with the
- * ISA's vec_dot_x4; the prefill GEMM and any ISA without that dot gather a row back (li_layout_row).
+ * as one x4 block (quant_blocks.h: block_q4_0x4, block_q8_0x4, block_q4_Kx4, block_q6_Kx4): the four
+ * rows' headers (scales), then their quants row after row. A group of four rows takes exactly the
+ * bytes of those rows and starts where its first row started, so offsets, sizes and the GEMV's row
+ * split are the row-major ones; only the order inside a group changes. The decode GEMV (matmul.c)
+ * reads a group as one stream with the ISA's vec_dot_x4; the prefill GEMM and any ISA without that
+ * dot gather a row back (li_layout_row).
  *
  * A block is split into its quants (one contiguous range) and its header (every other byte: the
- * scales); an x4 block is the four rows' headers, then their quants (quant_blocks.h). Types: those with
- * an X4_MOVE below, and only on an ISA with a vec_dot_x4 for them (li_layout_for): elsewhere a repacked
- * matrix would only be slower.
+ * scales, before the quants as in Q4_0, after them as in Q6_K); an x4 block is the four rows'
+ * headers, then their quants (quant_blocks.h). Types: those with an X4_MOVE below, and only on an ISA
+ * with a vec_dot_x4 for them (li_layout_for): elsewhere a repacked matrix would only be slower.
  */
 #include "core/li.h"
 
@@ -35,6 +36,7 @@
 X4_MOVE(move_q4_0, block_q4_0, 2, QK4_0 / 2)              /* d | qs */
 X4_MOVE(move_q8_0, block_q8_0, 2, QK8_0)                  /* d | qs */
 X4_MOVE(move_q4_K, block_q4_K, 4 + K_SCALE_SIZE, QK_K / 2)   /* d, dmin, scales | qs */
+X4_MOVE(move_q6_K, block_q6_K, 0, QK_K / 2 + QK_K / 4)       /* ql, qh | scales, d: the header after */
 
 typedef void (*x4_move_fn)(int r, uint8_t *g, uint8_t *b, int to_x4);
 
@@ -43,6 +45,7 @@ static x4_move_fn x4_move_of(int wtype) {
     case LI_TYPE_Q4_0: return move_q4_0;
     case LI_TYPE_Q8_0: return move_q8_0;
     case LI_TYPE_Q4_K: return move_q4_K;
+    case LI_TYPE_Q6_K: return move_q6_K;
     default: return NULL;
     }
 }

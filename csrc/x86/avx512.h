@@ -74,5 +74,6 @@ void vec_dot_rows_tq2_0_q8_K_avx512(int64_t n, float *s, const void *w, size_t r
 void vec_dot_x4_q4_0_q8_0_avx512(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
 void vec_dot_x4_q8_0_q8_0_avx512(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
 void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
+void vec_dot_x4_q6_K_q8_K_avx512(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
 
 #endif /* LI_X86_AVX512_H */

@@ -19,6 +19,7 @@
 
 #include "core/li.h"
 #include "x86/avx2.h"
+#include "x86/q6_K_avx2.h"
 #include "x86/reduce_avx2.h"
 
 static inline int hsum_epi32(__m256i x) {
@@ -293,11 +294,6 @@ static inline __m128i scales_mins_k4(const uint8_t *packed) {
     return _mm_blend_epi32(low6, _mm_or_si128(nib, top), 0xA);
 }
 
-/* shuffle_epi8 mask: int16 lane lo of the low 128-bit half into all 8 of its int16 lanes, lane hi
- * of the high half into all of its */
-#define SPLAT16_2(lo, hi) _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 * (2 * (hi) + 1) + 2 * (hi))), \
-                                           _mm_set1_epi16((short)(0x0100 * (2 * (lo) + 1) + 2 * (lo))))
-
 /* Q4_K. Per super-block the vector ports, not the loads, are the limit, so the work beside the
  * 8 maddubs + 8 madd is kept small:
  *   - each sub-block's scale reaches its madd as a broadcast load (a load-port uop, no shuffle):
@@ -408,41 +404,15 @@ void vec_dot_x4_q4_K_q8_K_avx2(int64_t n, float *s, const void *vg, const void *
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = hsum_ps(acc[r]) - hsum_ps128(acc_mins[r]);
 }
 
-/* Q6_K: u = q6 in 0..63 (maddubs pair sums <= 2 * 63 * 128, no saturation); the offset 32 once per
- * super-block from the bsums: sum over sub-blocks of scale * 32 * bsum. One row per call, as Q4_K. */
+/* Q6_K: the super-block's integers from x86/q6_K_avx2.h. One row per call, as Q4_K. */
 void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;
+    const block_q6_K *w = vw;
     const block_q8_K *a = va;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const block_q6_K *w = (const block_q6_K *)vw + i;
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)w->scales);
-        const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)a[i].bsums));
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = w->ql + 64 * h;
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
-            /* scales 8h..8h+7 as int16 in both halves; quarter k takes 8h+2k (low half), 8h+2k+1 (high).
-             * The byte shift must be an immediate at any -O (the ASan build is -O1): 0 or 8, not 8 * h. */
-            const __m128i sc8h = h ? _mm_srli_si128(sc8, 8) : sc8;
-            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8h));
-            __m256i u[4];   /* quarter k: low bits from l(k%2), high bits 2k..2k+1 of hb, to bits 4..5 */
-            u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-            u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
-            u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-            for (int k = 0; k < 4; k++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * k));
-                const __m256i scale = _mm256_shuffle_epi8(sc16, SPLAT16_2(2 * k, 2 * k + 1));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], q), scale));
-            }
-        }
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w->d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        const __m256i sumi = q6_K_sumi_avx2(w[i].ql, w[i].qh, w[i].scales, &a[i]);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum_ps(acc);
 }

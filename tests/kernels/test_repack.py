@@ -16,7 +16,10 @@ from localinfer.quant import dequantize
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 
-X4_TYPES = [T.Q4_0, T.Q8_0, T.Q4_K]
+X4_TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K]
+# x4 dots that repeat their ISA's row dot per row (the same integers in the same lanes, the same float
+# steps): their GEMV gives the row-major bits, not only a result within rounding of them
+X4_SAME_BITS = [T.Q6_K]
 SIMD_ISAS = [isa for isa in ISAS if isa in ("avx2", "avx512")]
 
 
@@ -54,6 +57,18 @@ def test_repacked_gemv_agrees_and_gemm_is_exact(isa, qtype, n_out, n_blocks):
         np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), rows.matmul(x).view(np.uint32))
 
 
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+@pytest.mark.parametrize("qtype", X4_SAME_BITS, ids=lambda t: t.name)
+@pytest.mark.parametrize("n_out,n_blocks", [(4, 1), (68, 9), (260, 2)])
+def test_the_x4_dots_that_repeat_the_row_dot_give_its_bits(isa, qtype, n_out, n_blocks):
+    with kernels._isa(isa):
+        fmt, raw, rows, x4 = _pair(qtype, n_out, n_blocks, seed=n_out + n_blocks)
+        assert x4.layout == kernels.LAYOUT_X4
+        for m in (1, 3):
+            x = random_activations(m, n_blocks * fmt.block_size, seed=m)
+            np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), rows.matmul(x).view(np.uint32))
+
+
 @pytest.mark.parametrize("qtype", X4_TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_repacked_matrix_under_an_isa_without_x4_dots_gathers_rows(qtype, threads):
@@ -78,9 +93,10 @@ def test_what_is_not_repacked_stays_in_the_mapping():
     # a type without x4 dots, a row count that is not a multiple of 4, and the generic ISA
     raw = random_rows(FORMATS[T.Q4_1], 8, 2, seed=1)
     assert kernels.prepare(raw, T.Q4_1, repack=True).layout == kernels.LAYOUT_ROWS
-    raw = random_rows(FORMATS[T.Q4_0], 6, 2, seed=1)
-    mat = kernels.prepare(raw, T.Q4_0, repack=True)
-    assert mat.layout == kernels.LAYOUT_ROWS and mat.w is raw
+    for qtype in X4_TYPES:
+        raw = random_rows(FORMATS[qtype], 6, 2, seed=1)
+        mat = kernels.prepare(raw, qtype, repack=True)
+        assert mat.layout == kernels.LAYOUT_ROWS and mat.w is raw
     with kernels._isa("generic"):
         assert kernels.repack_layout(T.Q4_0) == kernels.LAYOUT_ROWS
 

@@ -1,6 +1,7 @@
-"""load(repack=...): the matrices the ISA has x4 dots for (gemma3's Q8_0 and Q4_K, SmolLM2's Q8_0
-embedding, which is also its output matrix) are copied into the decode layout at load and their
-mapped pages released; the logits agree with the mapped layout's up to the GEMV's float rounding."""
+"""load(repack=...): the matrices the ISA has x4 dots for (gemma3's Q8_0, Q4_K and Q6_K ffn_down,
+SmolLM2's Q8_0 embedding, which is also its output matrix) are copied into the decode layout at load
+and their mapped pages released; the logits agree with the mapped layout's up to the GEMV's float
+rounding."""
 from __future__ import annotations
 
 import numpy as np
