@@ -107,11 +107,41 @@ static inline __m512i two_halves(const int8_t *lo, const int8_t *hi) {
                               _mm256_loadu_si256((const __m256i *)hi), 1);
 }
 
+/* The four rows' headers are one 64-byte load: 128-bit lane r = row r's {d, dmin | scales[12]}, as
+ * u32 {dd, u0, u1, u2}. li_scales_mins_k4 on every lane at once -> lane r = row r's bytes
+ * [scales 0..3 | scales 4..7 | mins 0..3 | mins 4..7]; a scalar unpack through a 16-byte stack copy
+ * stalled each row's vector load on store forwarding. */
+static inline __m512i scales_mins_k4_x4(__m512i h) {
+    const __m512i x = _mm512_shuffle_epi32(h, _MM_SHUFFLE(3, 2, 3, 1));   /* u0 u2 u1 u2 */
+    const __m512i y = _mm512_shuffle_epi32(h, _MM_SHUFFLE(2, 2, 1, 1));   /* u0 u0 u1 u1 */
+    const __m512i low6 = _mm512_and_si512(x, _mm512_set1_epi32(0x3f3f3f3f));
+    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_set4_epi32(4, 0, 0, 0)),
+                                         _mm512_set1_epi32(0x0f0f0f0f));
+    const __m512i top = _mm512_and_si512(_mm512_srli_epi32(y, 2), _mm512_set1_epi32(0x30303030));
+    return _mm512_mask_blend_epi32(0xAAAA, low6, _mm512_or_si512(nib, top));
+}
+
+/* row r's integer dot over one super-block: sm8 its [8 scales | 8 mins] */
+static inline __attribute__((always_inline)) __m512i q4_Kx4_row(const uint8_t *qs, __m128i sm8, const __m512i alo[2],
+                                                                const __m512i ahi[2], const __m512i idx[2][2]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm8));
+    __m512i isum = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        const __m512i w = _mm512_loadu_si512((const void *)(qs + 64 * h));
+        const __m512i lo = _mm512_and_si512(w, m4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+        /* u <= 15: maddubs pair sums <= 2 * 15 * 128, no saturation */
+        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(lo, alo[h]), _mm512_permutexvar_epi16(idx[h][0], sc16));
+        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(hi, ahi[h]), _mm512_permutexvar_epi16(idx[h][1], sc16));
+    }
+    return isum;
+}
+
 void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void *va, const float *as) {
     (void)as;
     const block_q4_Kx4 *g = vg;
     const block_q8_K *a = va;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    _Static_assert(sizeof(g->h) == 64, "four Q4_K headers are one 64-byte load");
     /* int16 lanes 0..15 take the scale of sub-block idx_lo / idx_hi's first entry, 16..31 its second */
     const __m512i idx[2][2] = {
         {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
@@ -119,8 +149,12 @@ void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
         {_mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1),
          _mm512_inserti64x4(_mm512_set1_epi16(5), _mm256_set1_epi16(7), 1)},
     };
+    /* the rows' fp16 {d, dmin} (u32 lane 0 of each 128-bit lane) gathered into the low 128 bits */
+    const __m512i dd_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+    /* lanes 4r..4r+3 <- dmin of row r (float lane 2r + 1 of the converted pairs) */
+    const __m512i dmin_of_row = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
     __m512 acc[LI_X4_ROWS];
-    float mins[LI_X4_ROWS] = {0};
+    __m512 acc_mins = _mm512_setzero_ps();   /* lanes 4r..4r+3: row r's mins term, in four parts */
     for (int r = 0; r < LI_X4_ROWS; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const int8_t *q = a[i].qs;
@@ -129,30 +163,32 @@ void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
         /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 127): sub-block j's sum of quants, as int16 */
         const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
         const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        for (int r = 0; r < LI_X4_ROWS; r++) {
-            uint8_t sm[16];   /* 8 scales, 8 mins */
-            li_scales_mins_k4(g[i].h[r].scales, sm);
-            const __m128i sm8 = _mm_loadu_si128((const __m128i *)sm);
-            const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm8));
-            __m512i isum = _mm512_setzero_si512();
-            for (int h = 0; h < 2; h++) {
-                const __m512i w = _mm512_loadu_si512((const void *)(g[i].qs[r] + 64 * h));
-                const __m512i lo = _mm512_and_si512(w, m4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
-                /* u <= 15: maddubs pair sums <= 2 * 15 * 128, no saturation */
-                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(lo, alo[h]),
-                                           _mm512_permutexvar_epi16(idx[h][0], sc16));
-                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(hi, ahi[h]),
-                                           _mm512_permutexvar_epi16(idx[h][1], sc16));
-            }
-            const float da = a[i].d;
-            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(g[i].h[r].d) * da), _mm512_cvtepi32_ps(isum), acc[r]);
-            const __m128i m = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm8, 8)), bsum_pairs);
-            const __m128i m2 = _mm_add_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
-            const int32_t msum = _mm_cvtsi128_si32(_mm_add_epi32(m2, _mm_shuffle_epi32(m2, _MM_SHUFFLE(2, 3, 0, 1))));
-            mins[r] += _cvtsh_ss(g[i].h[r].dmin) * da * (float)msum;
-        }
+        const __m512i heads = _mm512_loadu_si512((const void *)g[i].h);
+        const __m512i sm = scales_mins_k4_x4(heads);
+        const float da = a[i].d;
+        float dd[8];   /* d, dmin of rows 0..3, times da */
+        const __m256 ddf = _mm256_mul_ps(_mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(dd_lanes, heads))),
+                                         _mm256_set1_ps(da));
+        _mm256_storeu_ps(dd, ddf);
+        acc[0] = _mm512_fmadd_ps(_mm512_set1_ps(dd[0]), _mm512_cvtepi32_ps(
+            q4_Kx4_row(g[i].qs[0], _mm512_castsi512_si128(sm), alo, ahi, idx)), acc[0]);
+        acc[1] = _mm512_fmadd_ps(_mm512_set1_ps(dd[2]), _mm512_cvtepi32_ps(
+            q4_Kx4_row(g[i].qs[1], _mm512_extracti32x4_epi32(sm, 1), alo, ahi, idx)), acc[1]);
+        acc[2] = _mm512_fmadd_ps(_mm512_set1_ps(dd[4]), _mm512_cvtepi32_ps(
+            q4_Kx4_row(g[i].qs[2], _mm512_extracti32x4_epi32(sm, 2), alo, ahi, idx)), acc[2]);
+        acc[3] = _mm512_fmadd_ps(_mm512_set1_ps(dd[6]), _mm512_cvtepi32_ps(
+            q4_Kx4_row(g[i].qs[3], _mm512_extracti32x4_epi32(sm, 3), alo, ahi, idx)), acc[3]);
+        /* every row's mins (the high 8 bytes of its lane, as int16) against the bsum pairs: four int32
+         * parts a row (|.| <= 2 * 63 * 4064), exact in float */
+        const __m512i mins16 = _mm512_unpackhi_epi8(sm, _mm512_setzero_si512());
+        const __m512i m = _mm512_madd_epi16(mins16, _mm512_broadcast_i32x4(bsum_pairs));
+        acc_mins = _mm512_fmadd_ps(_mm512_permutexvar_ps(dmin_of_row, _mm512_castps256_ps512(ddf)),
+                                   _mm512_cvtepi32_ps(m), acc_mins);
     }
-    for (int r = 0; r < LI_X4_ROWS; r++) s[r] = _mm512_reduce_add_ps(acc[r]) - mins[r];
+    float mins[16];
+    _mm512_storeu_ps(mins, acc_mins);
+    for (int r = 0; r < LI_X4_ROWS; r++)
+        s[r] = _mm512_reduce_add_ps(acc[r]) - ((mins[4 * r] + mins[4 * r + 1]) + (mins[4 * r + 2] + mins[4 * r + 3]));
 }
 
 /* Q6_K: per row the integers of vec_dot_q6_K_q8_K_avx512 in the same int32 lanes (lane j: elements
