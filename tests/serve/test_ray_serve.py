@@ -19,6 +19,7 @@ import pytest
 serve = pytest.importorskip("ray.serve")
 import openai  # noqa: E402
 import ray  # noqa: E402
+from ray.serve._private import api as serve_private_api  # noqa: E402  (its proxy start timeout, below)
 
 from localinfer.serve.ray_app import REPLICA_HEADER, ReplicaSpec, Scaling, build_application  # noqa: E402
 from localinfer.serve.registry import EngineOptions  # noqa: E402
@@ -43,6 +44,7 @@ def _free_port() -> int:
 # Ray's replicas and proxy report their requests in flight to the autoscaler every 10 s by default;
 # every 1 s here, so the burst test need not last long. Read by Ray's processes, which inherit the
 # environment of the driver that starts the local cluster.
+PROXY_START_S = 240   # within pytest-timeout's 300 s for the first test, whose setup this is
 FAST_METRICS = {"RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "1",
                 "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "1"}
 
@@ -55,7 +57,12 @@ def cluster():
     ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, object_store_memory=80 << 20,
              log_to_driver=False, configure_logging=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        # Ray gives its HTTP proxy actor a fixed 60 s to start (a new Python process importing Ray
+        # Serve's web stack), then kills it: on a loaded machine (the suite's other worker, a CPU hog)
+        # that start took longer. What these tests check begins after it.
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(serve_private_api, "HTTP_PROXY_TIMEOUT", PROXY_START_S)
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
