@@ -44,23 +44,27 @@ def _free_port() -> int:
 # Ray's replicas and proxy report their requests in flight to the autoscaler every 10 s by default;
 # every 1 s here, so the burst test need not last long. Read by Ray's processes, which inherit the
 # environment of the driver that starts the local cluster.
-PROXY_START_S = 240   # within pytest-timeout's 300 s for the first test, whose setup this is
 FAST_METRICS = {"RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "1",
                 "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "1"}
+# Ray Serve's controller kills an HTTP proxy actor that is not ready within 5 s (then 10 s, ...), and a
+# health check that takes 10 s three times; the driver waits 60 s for the first proxy. Its start is a new
+# Python process importing Ray Serve's web stack: beside the suite's other worker and a CPU hog it took
+# longer, the first proxy was killed, and both tests errored at setup. What they check comes after.
+PROXY_START_S = 240   # within pytest-timeout's 300 s for the first test, whose setup this is
+PATIENT_PROXY = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(PROXY_START_S),
+                 "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60"}
+RAY_ENV = {**FAST_METRICS, **PATIENT_PROXY}
 
 
 @pytest.fixture(scope="module")
 def cluster():
     port = _free_port()
-    saved = {k: os.environ.get(k) for k in FAST_METRICS}
-    os.environ.update(FAST_METRICS)
+    saved = {k: os.environ.get(k) for k in RAY_ENV}
+    os.environ.update(RAY_ENV)
     ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, object_store_memory=80 << 20,
              log_to_driver=False, configure_logging=False)
     try:
-        # Ray gives its HTTP proxy actor a fixed 60 s to start (a new Python process importing Ray
-        # Serve's web stack), then kills it: on a loaded machine (the suite's other worker, a CPU hog)
-        # that start took longer. What these tests check begins after it.
-        with pytest.MonkeyPatch.context() as patch:
+        with pytest.MonkeyPatch.context() as patch:   # the driver's own wait (see PATIENT_PROXY)
             patch.setattr(serve_private_api, "HTTP_PROXY_TIMEOUT", PROXY_START_S)
             serve.start(http_options={"host": "127.0.0.1", "port": port})
         yield f"http://127.0.0.1:{port}"
