@@ -18,6 +18,7 @@
 
 #include "core/li.h"
 #include "x86/avx512.h"
+#include "x86/q6_K_avx512.h"
 
 static inline float fp16(ggml_half h) { return _cvtsh_ss(h); }
 
@@ -206,10 +207,6 @@ void vec_dot_q6_K_q8_K_avx512(int64_t n, float *s, const void *vw, const void *v
     (void)as;
     const block_q6_K *w = vw;
     const block_q8_K *a = va;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    /* high bits of quarter k sit at bits 2k..2k+1 of qh; move them to bits 4..5 */
-    const __m512i shl01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i shr23 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m512i scales = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w[i].scales));
@@ -218,11 +215,8 @@ void vec_dot_q6_K_q8_K_avx512(int64_t n, float *s, const void *vw, const void *v
                                              _mm256_loadu_si256((const __m256i *)a[i].bsums));
         __m512i sumi = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
-            const __m512i l = _mm512_loadu_si512((const void *)(w[i].ql + 64 * h));
-            const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
-            const __m512i u01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(hb, shl01), m30));
-            const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                                _mm512_and_si512(_mm512_srlv_epi16(hb, shr23), m30));
+            __m512i u01, u23;
+            q6_K_unpack_half(w[i].ql + 64 * h, w[i].qh + 32 * h, &u01, &u23);
             const __m512i d01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01,
                                                     _mm512_loadu_si512((const void *)(a[i].qs + 128 * h)));
             const __m512i d23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23,

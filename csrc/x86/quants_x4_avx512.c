@@ -19,6 +19,7 @@
 
 #include "core/li.h"
 #include "x86/avx512.h"
+#include "x86/q6_K_avx512.h"
 #include "x86/x4_x86.h"
 
 /* s[r] = lanes of row r summed (every lane of acc belongs to the row `lanes_per_row` picks) - offset * side[r] */
@@ -201,10 +202,6 @@ void vec_dot_x4_q6_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
     (void)as;
     const block_q6_Kx4 *g = vg;
     const block_q8_K *a = va;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    /* high bits of quarter k sit at bits 2k..2k+1 of qh; move them to bits 4..5 */
-    const __m512i shl01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i shr23 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
     /* int16 lane l of a 64-element register belongs to sub-block l / 8 of the four it holds */
     const __m512i sub = _mm512_set_epi32(0x30003, 0x30003, 0x30003, 0x30003, 0x20002, 0x20002, 0x20002, 0x20002,
                                          0x10001, 0x10001, 0x10001, 0x10001, 0, 0, 0, 0);
@@ -227,11 +224,8 @@ void vec_dot_x4_q6_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
             const __m512i a23 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h + 64));
             for (int r = 0; r < LI_X4_ROWS; r++) {
                 const uint8_t *q = g[i].q[r];
-                const __m512i l = _mm512_loadu_si512((const void *)(q + 64 * h));
-                const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(q + QK_K / 2 + 32 * h)));
-                const __m512i u01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(hb, shl01), m30));
-                const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                                    _mm512_and_si512(_mm512_srlv_epi16(hb, shr23), m30));
+                __m512i u01, u23;
+                q6_K_unpack_half(q + 64 * h, q + QK_K / 2 + 32 * h, &u01, &u23);
                 sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(u01, a01),
                                               _mm512_permutexvar_epi16(idx[2 * h], sc16[r]));
                 sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(u23, a23),
