@@ -209,6 +209,12 @@ int li_merge_texts_index(const uint8_t *blob, const int64_t *offsets, int64_t n_
  * and their byte lengths to span[0..k); both (n). Returns k, or a negative li_status. */
 int64_t li_merge_word(const li_merge_vocab *v, const uint8_t *word, int64_t n, int32_t *sym, int32_t *span);
 
+/* li_merge_word on each word of a text of n bytes, the words ending at word_end[0..n_words) (ascending;
+ * the last is n). Writes all words' final symbols one after the other, and each word's number of them
+ * to n_sym (n_words) unless it is NULL; returns their count, or a negative li_status. */
+int64_t li_merge_words(const li_merge_vocab *v, const uint8_t *text, int64_t n, const int64_t *word_end,
+                       int64_t n_words, int32_t *sym, int32_t *span, int32_t *n_sym);
+
 /* LI_CDEF_END */
 
 #endif /* LOCALINFER_H */

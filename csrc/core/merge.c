@@ -132,7 +132,7 @@ static int32_t text_id(const li_merge_vocab *v, const uint8_t *p, int64_t n) {
 }
 
 /* a binary min-heap of (rank << 32 | left) */
-typedef struct { uint64_t *a; int64_t n, cap; } heap64;
+typedef struct { uint64_t *a, *local; int64_t n, cap; } heap64;   /* a == local: a caller's buffer */
 
 static void sift_down(uint64_t *a, int64_t n, int64_t i) {
     uint64_t x = a[i];
@@ -150,8 +150,9 @@ static void sift_down(uint64_t *a, int64_t n, int64_t i) {
 static int heap_push(heap64 *h, uint64_t x) {
     if (h->n == h->cap) {
         int64_t cap = h->cap ? h->cap * 2 : 64;
-        uint64_t *a = realloc(h->a, (size_t)cap * sizeof *a);
+        uint64_t *a = h->a == h->local ? malloc((size_t)cap * sizeof *a) : realloc(h->a, (size_t)cap * sizeof *a);
         if (!a) return LI_ENOMEM;
+        if (h->a == h->local && h->n) memcpy(a, h->a, (size_t)h->n * sizeof *a);
         h->a = a, h->cap = cap;
     }
     int64_t i = h->n++;
@@ -282,15 +283,17 @@ static uint64_t queue_pop(merge_queue *q, int *more, int *rc) {
 }
 
 static void queue_free(merge_queue *q) {
-    free(q->heap.a); free(q->first); free(q->first_left); free(q->head); free(q->tail); free(q->chunks);
+    if (q->heap.a != q->heap.local) free(q->heap.a);
+    free(q->first); free(q->first_left); free(q->head); free(q->tail); free(q->chunks);
     free(q->own_batch);
 }
 
-/* queues the pairs[0..n_pairs) of (rank << 32 | left), in order of left */
-static int queue_init(merge_queue *q, uint64_t *pairs, int64_t n_pairs, int64_t n_ranks) {
+/* queues the pairs[0..n_pairs) of (rank << 32 | left), in order of left; the queue owns `pairs` unless
+ * it is `local` (a buffer of `cap` entries the caller keeps) */
+static int queue_init(merge_queue *q, uint64_t *pairs, uint64_t *local, int64_t cap, int64_t n_pairs, int64_t n_ranks) {
     memset(q, 0, sizeof *q);
     q->free_chunk = -1;
-    q->heap.a = pairs, q->heap.n = n_pairs, q->heap.cap = n_pairs;
+    q->heap.a = pairs, q->heap.local = local, q->heap.n = n_pairs, q->heap.cap = cap;
     if (!n_ranks) {
         q->rank = INT64_MAX;
         for (int64_t i = n_pairs / 2 - 1; i >= 0; i--) sift_down(pairs, n_pairs, i);
@@ -327,14 +330,17 @@ static int push_pair(merge_queue *q, const li_merge_vocab *v, const uint8_t *wor
 /* the length of the UTF-8 sequence a lead byte starts (the text is valid UTF-8: it came from a str) */
 static inline int32_t utf8_len(uint8_t b) { return b < 0xC0 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
 
-int64_t li_merge_word(const li_merge_vocab *v, const uint8_t *word, int64_t n, int32_t *sym, int32_t *span) {
-    if (!v || n < 0 || n >= INT32_MAX || (n && (!word || !sym || !span)))
-        return LI_EINVAL;
+static int vocab_ok(const li_merge_vocab *v) {
+    return v->pair_slots ? slots_ok(v->pair_slots, v->n_pair_slots) && v->pair_left && v->pair_right && v->pair_rank
+                               && v->pair_result && v->byte_symbol
+                         : slots_ok(v->text_slots, v->n_text_slots) && v->text_blob && v->text_offsets && v->text_rank;
+}
+
+#define LOCAL_PAIRS 64   /* a word this short queues its pairs on the stack */
+
+/* li_merge_word without the argument checks */
+static int64_t merge_word(const li_merge_vocab *v, const uint8_t *word, int64_t n, int32_t *sym, int32_t *span) {
     const int by_pairs = v->pair_slots != NULL;
-    if (by_pairs ? !(slots_ok(v->pair_slots, v->n_pair_slots) && v->pair_left && v->pair_right && v->pair_rank
-                     && v->pair_result && v->byte_symbol)
-                 : !(slots_ok(v->text_slots, v->n_text_slots) && v->text_blob && v->text_offsets && v->text_rank))
-        return LI_EINVAL;
     if (n == 0) return 0;
 
     /* one symbol per byte (BPE) or per code point (SPM), spans tagged at both ends */
@@ -350,9 +356,11 @@ int64_t li_merge_word(const li_merge_vocab *v, const uint8_t *word, int64_t n, i
             i += k;
         }
     }
+    if (span[0] == n) return 1;                      /* one symbol: nothing to merge */
 
     /* every adjacent pair; lists per rank pay for their (n_ranks) heads on long words only */
-    uint64_t *pairs = malloc((size_t)n * sizeof *pairs);
+    uint64_t local[LOCAL_PAIRS];
+    uint64_t *pairs = n <= LOCAL_PAIRS ? local : malloc((size_t)n * sizeof *pairs);
     if (!pairs) return LI_ENOMEM;
     int64_t n_pairs = 0;
     for (int64_t l = 0; l + span[l] < n; l += span[l]) {
@@ -362,7 +370,7 @@ int64_t li_merge_word(const li_merge_vocab *v, const uint8_t *word, int64_t n, i
     }
     const int by_rank = v->n_ranks > 0 && n >= v->rank_queue_from;
     merge_queue q;
-    int rc = queue_init(&q, pairs, n_pairs, by_rank ? v->n_ranks : 0);
+    int rc = queue_init(&q, pairs, local, pairs == local ? LOCAL_PAIRS : n, n_pairs, by_rank ? v->n_ranks : 0);
     q.sym = sym, q.span = span, q.word = word;
 
     for (int more = 1; rc == LI_OK;) {
@@ -393,4 +401,32 @@ int64_t li_merge_word(const li_merge_vocab *v, const uint8_t *word, int64_t n, i
         s += w;
     }
     return k;
+}
+
+int64_t li_merge_word(const li_merge_vocab *v, const uint8_t *word, int64_t n, int32_t *sym, int32_t *span) {
+    if (!v || n < 0 || n >= INT32_MAX || (n && (!word || !sym || !span)) || !vocab_ok(v))
+        return LI_EINVAL;
+    return merge_word(v, word, n, sym, span);
+}
+
+int64_t li_merge_words(const li_merge_vocab *v, const uint8_t *text, int64_t n, const int64_t *word_end,
+                       int64_t n_words, int32_t *sym, int32_t *span, int32_t *n_sym) {
+    if (!v || n < 0 || n >= INT32_MAX || n_words < 0 || (n && (!text || !sym || !span)) || (n_words && !word_end)
+        || !vocab_ok(v))
+        return LI_EINVAL;
+    int64_t k = 0, start = 0;
+    for (int64_t w = 0; w < n_words; w++) {
+        const int64_t end = word_end[w];
+        if (end < start || end > n) return LI_EINVAL;
+        const int64_t m = merge_word(v, text + start, end - start, sym + start, span + start);
+        if (m < 0) return m;
+        if (n_sym) n_sym[w] = (int32_t)m;
+        if (k != start) {   /* the word's symbols follow the ones before it */
+            memmove(sym + k, sym + start, (size_t)m * sizeof *sym);
+            memmove(span + k, span + start, (size_t)m * sizeof *span);
+        }
+        k += m;
+        start = end;
+    }
+    return start == n ? k : LI_EINVAL;
 }

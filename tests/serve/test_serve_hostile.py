@@ -85,8 +85,13 @@ def test_a_prompt_far_over_the_context_is_refused_before_it_is_tokenized(server,
     """A prompt of more characters than the context's tokens could spell (Tokenizer.fewest_tokens)
     is refused at once: tokenizing megabytes only to count them cost seconds and gigabytes."""
     from localinfer.tokenizer.bpe import BpeEncoder
-    lengths, encode = [], BpeEncoder.encode
-    monkeypatch.setattr(BpeEncoder, "encode", lambda self, text: lengths.append(len(text)) or encode(self, text))
+    lengths, encode = [], BpeEncoder.encode_fragments
+
+    def counting(self, fragments, *args):
+        lengths.extend(len(f) for f in fragments if isinstance(f, str))
+        return encode(self, fragments, *args)
+
+    monkeypatch.setattr(BpeEncoder, "encode_fragments", counting)
     huge = "a" * 30_000   # at most 81 characters a token in smollm2's vocabulary: >= 370 tokens
     for path, body, param in (("/v1/completions", {"prompt": huge}, "prompt"),
                               ("/v1/chat/completions", {"messages": [{"role": "user", "content": huge}]}, "messages"),

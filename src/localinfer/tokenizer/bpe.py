@@ -13,7 +13,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from . import merge_c
-from .pretokenize import PreTokenizer, PreTokenizerSpec
+from .pretokenize import CHUNK_CUT, PreTokenizer, PreTokenizerSpec
+from .words import WordEncoder
 
 
 def _bytes_to_unicode() -> list[str]:
@@ -110,14 +111,13 @@ def bpe_merge(word: str, ranks: Mapping[tuple[str, str], int]) -> list[str]:
     return [t for t in text if t]
 
 
-class BpeEncoder:
-    """Encodes one raw-text fragment (no special tokens inside) into token ids.
+class BpeEncoder(WordEncoder):
+    """Encodes raw-text fragments (no special tokens inside) into token ids.
 
     Words go through the C merge loop (merge_c.py) when the kernels are built, else through
     `bpe_merge`; both give `bpe_merge_ref`'s symbols."""
 
-    _CACHE_LIMIT = 1 << 16
-    _CACHE_MAX_WORD = 64       # longer words are rare enough to recompute, and would pin memory
+    chunk_cut = CHUNK_CUT
 
     def __init__(
         self,
@@ -125,50 +125,43 @@ class BpeEncoder:
         ranks: Mapping[tuple[str, str], int],
         pre: PreTokenizerSpec,
     ):
+        super().__init__()
         self.token_to_id = token_to_id
         self.ranks = ranks
         self.pre = pre
         self.pre_tokenizer = PreTokenizer(pre.regexes)
-        self._cache: dict[str, Sequence[int]] = {}
-        self._merger: merge_c.PairMerger | None = None
         self._symbol_token: np.ndarray | None = None   # merger symbol -> token id, -1 if none
 
-    def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        cache = self._cache
-        for word in self.pre_tokenizer.split(text):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self._encode_word(word)
-                if len(word) <= self._CACHE_MAX_WORD:
-                    if len(cache) >= self._CACHE_LIMIT:
-                        cache.clear()
-                    cache[word] = ids
-            out.extend(ids)
-        return out
+    def words(self, chunk: str) -> list[str]:
+        return self.pre_tokenizer.split(chunk)
 
-    def _encode_word(self, word: str) -> Sequence[int]:
-        token_to_id = self.token_to_id
-        if self.pre.ignore_merges:
-            whole = token_to_id.get(byte_encode(word))
-            if whole is not None:
-                return (whole,)
-        if merge_c.available():
-            return self._encode_word_c(word)
+    def merge_words(self, words: list[str]) -> list[tuple[int, ...]]:
+        if not self.pre.ignore_merges:
+            return super().merge_words(words)
+        # llama3: a word that is itself a token is that token, merges or not
+        whole = [self.token_to_id.get(byte_encode(w)) for w in words]
+        merged = iter(super().merge_words([w for w, t in zip(words, whole) if t is None]))
+        return [(t,) if t is not None else next(merged) for t in whole]
+
+    def merge_word_py(self, word: str) -> tuple[int, ...]:
         return tuple(self._symbols_to_ids(bpe_merge(byte_encode(word), self.ranks)))
 
-    def _encode_word_c(self, word: str) -> list[int]:
-        merger = self._merger
-        if merger is None:  # built whole before it is published: another thread may tokenize meanwhile
-            merger = merge_c.PairMerger(self.ranks, BYTE_TO_UNICODE)
-            self._symbol_token = np.array([self.token_to_id.get(t, -1) for t in merger.symbol_texts], np.int32)
-            self._merger = merger
-        sym, _ = merger.merge(word.encode("utf-8"))
+    def make_merger(self) -> merge_c.PairMerger:
+        merger = merge_c.PairMerger(self.ranks, BYTE_TO_UNICODE)
+        self._symbol_token = np.array([self.token_to_id.get(t, -1) for t in merger.symbol_texts], np.int32)
+        return merger
+
+    def symbol_ids(self, sym: np.ndarray) -> np.ndarray | None:
         ids = self._symbol_token[sym]
-        if ids.min(initial=0) >= 0:
-            return ids.tolist()
-        texts = self._merger.symbol_texts
-        return self._symbols_to_ids(texts[s] for s in sym.tolist())
+        return ids if ids.min(initial=0) >= 0 else None
+
+    def emit(self, data: bytes, sym: np.ndarray, span: np.ndarray, out: list[int]) -> None:
+        ids = self.symbol_ids(sym)
+        if ids is not None:
+            out.extend(ids.tolist())
+        else:
+            texts = self.merger.symbol_texts
+            out.extend(self._symbols_to_ids(texts[s] for s in sym.tolist()))
 
     def _symbols_to_ids(self, symbols) -> list[int]:
         token_to_id = self.token_to_id

@@ -29,7 +29,7 @@ one of them is accepted, anything else is a clear error.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import regex
 
@@ -154,3 +154,31 @@ class PreTokenizer:
                     out.append(piece[pos:])
             pieces = out
         return pieces
+
+
+# Where a text can be cut into chunks that every family above splits into the same words as the whole
+# text: no match of any of their patterns runs across these places, and no pattern looks behind, so the
+# words on either side are found independently.
+#  - after a letter, before a non-letter (and the same for digits): `\p{L}+` / `\p{N}+` / `\p{N}{1,3}`
+#    runs end there, and what follows starts a match of its own (a letter run may take one character
+#    before it, never one after it);
+#  - after a non-whitespace character, before a whitespace other than CR/LF: no pattern has whitespace
+#    after a non-whitespace character but llama3's `[\r\n]*` tail;
+#  - after one LF between two non-whitespace characters: that LF is one word or ends one, whatever follows.
+CHUNK_CUT = regex.compile(r"(?<=\p{L})(?=\P{L})|(?<=\p{N})(?=\P{N})|(?<=\S)(?=[^\S\r\n])|(?<=\S\n)(?=\S)")
+CHUNK = 1 << 16
+
+
+def text_chunks(text: str, cut: "regex.Pattern | None" = CHUNK_CUT, size: int = CHUNK) -> Iterator[str]:
+    """`text` in pieces of about `size` characters, cut at the first place `cut` matches after that
+    many: a text tokenized piece by piece costs memory for one piece at a time. Where there is no
+    such place in the next `size` characters, the rest is one piece (the whole text is not copied):
+    a text without them is one long word, which the merges take in windows."""
+    start, n = 0, len(text)
+    while cut is not None and n - start > size:
+        m = cut.search(text, start + size, start + 2 * size)
+        if m is None:
+            break
+        yield text[start:m.start()]
+        start = m.start()
+    yield text[start:] if start else text

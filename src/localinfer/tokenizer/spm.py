@@ -19,7 +19,7 @@ Notes on the llama.cpp version (checked against its reference output):
 * The byte token for byte b is "<0xXX>" (upper-case hex, llama_vocab::byte_to_token);
   a character that needs a missing byte token is an error, as in llama.cpp.
 * Merging runs over the whole fragment at once.  We cut the fragment into words
-  before each "▁" that no vocab token can span (`_word_split_pattern`), which gives the
+  before each "▁" that no vocab token can span (`_cut_pattern`), which gives the
   same result and lets each word's ids be cached.
 """
 
@@ -32,6 +32,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from . import merge_c
+from .words import WordEncoder
 
 SPACE = "\u2581"   # "▁", SentencePiece's visible space
 
@@ -114,61 +115,71 @@ def byte_token_ids(token_to_id: Mapping[str, int]) -> list[int | None]:
     return [token_to_id.get(f"<0x{b:02X}>") for b in range(256)]
 
 
-def _word_split_pattern(tokens: Sequence[str]) -> re.Pattern[str]:
+def _glued(tokens: Sequence[str]) -> set[str]:
+    """The characters c for which some token holds c + "▁" (for gemma-3 only ">▁</" has one)."""
+    # One regex pass over all texts joined by NUL.  The joints add NUL (before a token that starts
+    # with "▁"); an extra entry only removes cuts.
+    return set(re.findall(f"([^{SPACE}]){SPACE}", "\0".join(tokens)))
+
+
+def _cut_pattern(glued: set[str], space: str) -> re.Pattern[str]:
     """Where a fragment can be cut without changing the merge result.
 
     A cut at position p is safe when no vocab token equals text[i:j] with i < p < j:
     then no pair across p is ever queued and the merges on either side run
-    independently of each other.  We cut before a "▁" whose left neighbour c is not
-    "▁" and no token contains c + "▁" (for gemma-3 only ">▁</" has such a pair), so
+    independently of each other.  We cut before a "▁" (written `space`: " " before the
+    escape) whose left neighbour c is not a space and no token contains c + "▁", so
     words look like "▁▁word"."""
-    # One regex pass over all texts joined by NUL.  The joints add NUL to `glued`
-    # (NUL before a token that starts with "▁"); an extra entry only removes cuts.
-    glued = set(re.findall(f"([^{SPACE}]){SPACE}", "\0".join(tokens)))
-    blocked = SPACE + "".join(re.escape(c) for c in sorted(glued))
-    return re.compile(f"(?<=[^{blocked}])(?={SPACE})")
+    blocked = "".join(re.escape(c) for c in sorted({SPACE, space} | glued))
+    return re.compile(f"(?<=[^{blocked}])(?={re.escape(space)})")
 
 
-class SpmEncoder:
-    """Encodes one raw-text fragment (no special tokens inside) into token ids.
+class SpmEncoder(WordEncoder):
+    """Encodes raw-text fragments (no special tokens inside) into token ids.
 
-    The caller adds llama.cpp's space prefix (`add_space_prefix`) before calling.  Words go
-    through the C merge loop (merge_c.py) when the kernels are built, else through `spm_merge`;
-    both give `spm_merge_ref`'s symbols."""
-
-    _CACHE_LIMIT = 1 << 16
-    _CACHE_MAX_WORD = 64       # longer words (CJK runs, long code lines) are not cached
+    `encode_fragments(space_prefix=True)` adds llama.cpp's space prefix (`add_space_prefix`).
+    Words go through the C merge loop (merge_c.py) when the kernels are built, else through
+    `spm_merge`; both give `spm_merge_ref`'s symbols."""
 
     def __init__(self, tokens: Sequence[str], token_to_id: Mapping[str, int], scores: Sequence[float]):
         if len(scores) < len(tokens):
             raise ValueError(f"SPM vocabulary has {len(scores)} scores for {len(tokens)} tokens")
+        super().__init__()
         self.tokens = tokens
         self.token_to_id = token_to_id
         self.scores = scores
         self._byte_ids = byte_token_ids(token_to_id)
-        self._merger: merge_c.TextMerger | None = None
-        self._split = _word_split_pattern(tokens).split
-        self._cache: dict[str, tuple[int, ...]] = {}
+        glued = _glued(tokens)
+        self._split = _cut_pattern(glued, SPACE).split
+        self._blocked = frozenset(glued | {SPACE})
+        self.chunk_cut = _cut_pattern(glued, " ")
 
-    def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        cache = self._cache
-        text = escape_whitespace(text)
-        for word in self._split(text) if SPACE in text else (text,):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self.encode_word(word)
-                if len(word) <= self._CACHE_MAX_WORD:
-                    if len(cache) >= self._CACHE_LIMIT:
-                        cache.clear()
-                    cache[word] = ids
-            out.extend(ids)
-        return out
+    def words(self, chunk: str) -> list[str]:
+        """The escaped chunk cut as `_cut_pattern` says (the same words as its split, faster)."""
+        chunk = escape_whitespace(chunk)
+        if SPACE not in chunk:
+            return [chunk]
+        parts = chunk.split(SPACE)
+        words, word, blocked = [], parts[0], self._blocked
+        for part in parts[1:]:
+            if word and word[-1] not in blocked:
+                words.append(word)
+                word = SPACE + part
+            else:
+                word += SPACE + part
+        words.append(word)
+        return words
 
     def encode_word(self, word: str) -> Sequence[int]:
         """Merge one already-escaped piece of text and map its symbols to ids."""
         if merge_c.available():
-            return self._encode_word_c(word)
+            ids: list[int] = []
+            data = word.encode("utf-8")
+            self.emit(data, *self.merger.merge(data), ids)
+            return ids
+        return self.merge_word_py(word)
+
+    def merge_word_py(self, word: str) -> tuple[int, ...]:
         get = self.token_to_id.get
         ids: list[int] = []
         for symbol in spm_merge(word, self.token_to_id, self.scores):
@@ -179,13 +190,18 @@ class SpmEncoder:
                 ids.extend(self._byte_fallback(symbol))
         return tuple(ids)
 
-    def _encode_word_c(self, word: str) -> list[int]:
-        if self._merger is None:
-            self._merger = merge_c.TextMerger(self.tokens, self.scores)
-        data = word.encode("utf-8")
-        sym, span = self._merger.merge(data)
+    def make_merger(self) -> merge_c.TextMerger:
+        return merge_c.TextMerger(self.tokens, self.scores)
+
+    @staticmethod
+    def symbol_ids(sym: np.ndarray) -> np.ndarray | None:
+        return sym if sym.min(initial=0) >= 0 else None
+
+    def emit(self, data: bytes, sym: np.ndarray, span: np.ndarray, out: list[int]) -> None:
+        """Appends the ids of the final symbols `sym` (byte lengths `span`) of `data`."""
         if sym.min(initial=0) >= 0:
-            return sym.tolist()
+            out.extend(sym.tolist())
+            return
         # Byte fallback, per byte of the code points outside the vocab: one id slot per byte,
         # holding a symbol's id at its first byte or a byte token, -1 where nothing goes.
         starts = np.zeros(len(sym), np.int64)
@@ -201,9 +217,9 @@ class SpmEncoder:
             at = int(np.flatnonzero(fallback)[np.argmax(spelled < 0)])
             first = int(starts[np.searchsorted(starts, at, side="right") - 1])
             n = int(span[np.searchsorted(starts, at, side="right") - 1])
-            self._byte_fallback(data[first:first + n].decode("utf-8"))   # raises, naming it
+            self._byte_fallback(bytes(data[first:first + n]).decode("utf-8"))   # raises, naming it
         per_byte[fallback] = spelled
-        return per_byte[per_byte >= 0].tolist()
+        out.extend(per_byte[per_byte >= 0].tolist())
 
     def _byte_fallback(self, symbol: str) -> list[int]:
         out = []

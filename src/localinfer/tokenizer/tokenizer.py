@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from itertools import chain
 from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from .bpe import BpeEncoder, decode_token_text, parse_merges
 from .detokenizer import clean_up_spaces
-from .pretokenize import resolve_pre_tokenizer
+from .pretokenize import resolve_pre_tokenizer, text_chunks
 from .special import SpecialToken, partition, special_tokens
 from .spm import SpmEncoder, unescape_piece
 from .vocab import K, TokenAttr, Vocab, load_vocab
@@ -33,6 +34,8 @@ class TooManyTokensError(ValueError):
 
 class FragmentEncoder(Protocol):
     def encode(self, text: str) -> list[int]: ...
+
+    def encode_fragments(self, fragments: Sequence[str | int], out: list[int], space_prefix: bool = False) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,9 @@ _NOT_YET = {
     "no_vocab": "no vocabulary",
     "none": "no vocabulary",
 }
+
+# texts longer than this many characters are looked through for special tokens a piece at a time
+_PARTITION_CHUNK = 1 << 16
 
 # plain ints: these are tested against 262k attributes
 _HIDDEN_UNLESS_RENDERED = int(TokenAttr.CONTROL | TokenAttr.UNKNOWN)
@@ -236,19 +242,39 @@ class Tokenizer:
         if add_special and self.vocab.add_bos:
             out.append(self.vocab.special["bos"])
         space_prefix = self.model.space_prefix_after_special and self.vocab.add_space_prefix
-        prev_special = True   # the start of the text counts as "after a special token"
-        for frag in partition(text, self._specials, parse_special, text_spans):
-            if isinstance(frag, int):
-                out.append(frag)
-                prev_special = True
-            else:
-                if space_prefix and prev_special:
-                    frag = " " + frag
-                out.extend(self._encoder.encode(frag))
-                prev_special = False
+        if text_spans or len(text) <= _PARTITION_CHUNK or self._strippers:
+            fragments: Iterable[str | int] = partition(text, self._specials, parse_special, text_spans)
+        else:   # a piece at a time: the fragments of the whole text would be a copy of it and more
+            fragments = chain.from_iterable(partition(piece, self._specials, parse_special)
+                                            for piece in self._partition_pieces(text))
+        self._encoder.encode_fragments(fragments, out, space_prefix)
         if add_special and self.vocab.add_eos:
             out.append(self.vocab.special["eos"])
         return out
+
+    @cached_property
+    def _strippers(self) -> bool:
+        """Special tokens that eat the whitespace beside them: a cut there would change what they eat."""
+        return any(t.lstrip or t.rstrip for t in self._specials)
+
+    @cached_property
+    def _special_texts(self) -> tuple[str, ...]:
+        """The special tokens' texts that could run across a cut."""
+        return tuple(t.text for t in self._specials if len(t.text) > 1)
+
+    def _partition_pieces(self, text: str) -> Iterable[str]:
+        """`text` cut where the encoder cuts its chunks (words do not change) and no special token's
+        text runs across the cut (the special tokens found do not change either)."""
+        texts = self._special_texts
+        reach = max(map(len, texts), default=1) - 1
+        start = end = 0
+        for chunk in text_chunks(text, self._encoder.chunk_cut, _PARTITION_CHUNK):
+            end += len(chunk)
+            near = text[max(0, end - reach):end + reach]
+            if end < len(text) and any(map(near.__contains__, texts)):
+                continue   # a special token may run across: the next cut instead
+            yield text[start:end]
+            start = end
 
     def control_text(self, text: str) -> str | None:
         """The first CONTROL/UNKNOWN token text that tokenize(parse_special=True) would
