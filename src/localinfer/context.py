@@ -12,6 +12,12 @@ import numpy as np
 
 from .kv_cache import ContextFullError, KVCache
 
+# Tokens per forward pass (llama.cpp's n_ubatch): a longer prompt is computed in passes of this
+# many. A pass's activations take ~144 KiB a token at 1B (~264 KiB at 8B), so a 4096-token prompt
+# in one pass held 0.6-1 GiB beyond the weights; at 256 the weights are still read once per 256
+# tokens, a small share of the prefill's time.
+N_UBATCH = 256
+
 
 class Context:
     def __init__(self, model, n_ctx: int, kv_dtype=np.float16):
@@ -50,8 +56,17 @@ class Context:
     def append(self, tokens: Sequence[int], last_only: bool = False) -> np.ndarray:
         """Run `tokens` after what is cached; returns their logits (n, n_vocab), or (1, n_vocab)
         for the last token only (all a prompt needs: the output matmul is skipped for the rest)."""
-        logits = self.model.forward(np.asarray(tokens, dtype=np.int64), self.cache, last_only=last_only)
-        self.tokens.extend(int(t) for t in tokens)
+        tokens = np.asarray(tokens, dtype=np.int64)
+        # passes of equal size: no short last pass, which a GEMV would compute with other roundings
+        n_passes = max(1, -(-len(tokens) // N_UBATCH))
+        bounds = [len(tokens) * i // n_passes for i in range(n_passes + 1)]
+        parts = []
+        for i, (start, end) in enumerate(zip(bounds, bounds[1:])):
+            logits = self.model.forward(tokens[start:end], self.cache, last_only=last_only)
+            if not last_only or i == n_passes - 1:
+                parts.append(logits)
+            self.tokens.extend(tokens[start:end].tolist())
+        logits = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self.last_n_computed = len(tokens)
         return logits
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,30 @@ _NUMPY_SCALARS = {
 
 class GGUFError(ValueError):
     """The file is not a valid GGUF file; the message says what and where."""
+
+
+class RowReader:
+    """Rows of a tensor read with pread: an embedding table is read a token's row at a time, and a
+    page fault in the mapping brings in the pages around the row too (readahead, fault-around, large
+    folios) -- after one 512-token prompt, ~120 MiB of a 205 MiB table stayed resident. pread only
+    copies the rows; the page cache holds the file either way, but not this process's memory."""
+
+    def __init__(self, path: str, offset: int, n_rows: int, row_bytes: int):
+        self.offset, self.n_rows, self.row_bytes = offset, n_rows, row_bytes
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._close = weakref.finalize(self, os.close, self._fd)
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows).reshape(-1)
+        out = np.empty((len(rows), self.row_bytes), np.uint8)
+        for i, r in enumerate(rows.tolist()):
+            if not 0 <= r < self.n_rows:
+                raise IndexError(f"row {r} is out of range for a table of {self.n_rows} rows")
+            data = os.pread(self._fd, self.row_bytes, self.offset + r * self.row_bytes)
+            if len(data) != self.row_bytes:
+                raise GGUFError(f"the file ends inside row {r} of a tensor (it was truncated after loading)")
+            out[i] = np.frombuffer(data, np.uint8)
+        return out
 
 
 @dataclass(frozen=True)
@@ -315,8 +340,17 @@ class GGUFFile:
     def release_bytes(self, name: str, lo: int, hi: int) -> None:
         """release() for bytes [lo, hi) of the tensor only: a copy made piece by piece (a repacked
         matrix) gives each piece's pages back as it goes, so the weights are never held twice."""
+        self._advise(name, "MADV_DONTNEED", lo, hi)
+
+    def row_reader(self, name: str) -> "RowReader":
+        """Reads rows of a tensor (n, row_bytes) from the file itself, not through the mapping."""
         info = self.tensors[name]
-        advice = getattr(mmap, "MADV_DONTNEED", None)
+        n_rows = int(np.prod(info.shape[:-1], dtype=np.int64)) if len(info.shape) > 1 else 1
+        return RowReader(self.path, info.offset, n_rows, info.nbytes // max(1, n_rows))
+
+    def _advise(self, name: str, advice_name: str, lo: int, hi: int) -> None:
+        info = self.tensors[name]
+        advice = getattr(mmap, advice_name, None)
         if advice is None or self._mmap is None:
             return
         lo, hi = max(0, lo), min(info.nbytes, hi)

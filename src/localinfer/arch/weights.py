@@ -83,11 +83,12 @@ Linear = DenseLinear | KernelLinear  # both are callables x (m, n_in) -> x @ W.T
 class Embedding:
     """Rows of a (n_vocab, n_embd) table, dequantized only for the tokens asked for."""
 
-    def __init__(self, raw: np.ndarray, qtype, shape: tuple[int, int]):
+    def __init__(self, raw: np.ndarray, qtype, shape: tuple[int, int], read_rows: Callable | None = None):
         self.raw, self.qtype, self.shape = raw, qtype, shape
+        self.read_rows = read_rows   # rows -> their raw bytes, read from the file (gguf_file.RowReader)
 
     def __call__(self, tokens: np.ndarray) -> np.ndarray:
-        rows = self.raw[tokens]
+        rows = self.read_rows(tokens) if self.read_rows is not None else self.raw[tokens]
         return dequantize(rows, self.qtype, (len(tokens), self.shape[1]))
 
 
@@ -224,4 +225,7 @@ class WeightLoader:
 
     def embedding(self, name: str, shape: tuple[int, int]) -> Embedding:
         info = self._info(name, shape)
-        return Embedding(self.f.tensor_data(name), info.ggml_type, info.shape)
+        raw = self.f.tensor_data(name)
+        if raw.ndim != 2:   # a float table: numpy's own rows
+            return Embedding(raw, info.ggml_type, info.shape)
+        return Embedding(raw, info.ggml_type, info.shape, self.f.row_reader(name))
