@@ -65,6 +65,8 @@ class RowReader:
         self.offset, self.n_rows, self.row_bytes = offset, n_rows, row_bytes
         self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         self._close = weakref.finalize(self, os.close, self._fd)
+        if hasattr(os, "posix_fadvise"):   # rows in no order: no readahead around them either
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows).reshape(-1)
