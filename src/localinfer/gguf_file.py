@@ -342,17 +342,8 @@ class GGUFFile:
     def release_bytes(self, name: str, lo: int, hi: int) -> None:
         """release() for bytes [lo, hi) of the tensor only: a copy made piece by piece (a repacked
         matrix) gives each piece's pages back as it goes, so the weights are never held twice."""
-        self._advise(name, "MADV_DONTNEED", lo, hi)
-
-    def row_reader(self, name: str) -> "RowReader":
-        """Reads rows of a tensor (n, row_bytes) from the file itself, not through the mapping."""
         info = self.tensors[name]
-        n_rows = int(np.prod(info.shape[:-1], dtype=np.int64)) if len(info.shape) > 1 else 1
-        return RowReader(self.path, info.offset, n_rows, info.nbytes // max(1, n_rows))
-
-    def _advise(self, name: str, advice_name: str, lo: int, hi: int) -> None:
-        info = self.tensors[name]
-        advice = getattr(mmap, advice_name, None)
+        advice = getattr(mmap, "MADV_DONTNEED", None)
         if advice is None or self._mmap is None:
             return
         lo, hi = max(0, lo), min(info.nbytes, hi)
@@ -360,6 +351,12 @@ class GGUFFile:
         end = (info.offset + hi) // mmap.PAGESIZE * mmap.PAGESIZE  # its neighbours stay
         if end > start:
             self._mmap.madvise(advice, start, end - start)
+
+    def row_reader(self, name: str) -> "RowReader":
+        """Reads rows of a tensor (n, row_bytes) from the file itself, not through the mapping."""
+        info = self.tensors[name]
+        n_rows = int(np.prod(info.shape[:-1], dtype=np.int64)) if len(info.shape) > 1 else 1
+        return RowReader(self.path, info.offset, n_rows, info.nbytes // max(1, n_rows))
 
     @property
     def architecture(self) -> str:
