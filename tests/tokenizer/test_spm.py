@@ -235,6 +235,19 @@ def test_long_text_special_token_filter_changes_nothing(tok, load_ref, monkeypat
         monkeypatch.undo()
 
 
+def test_plain_split_finds_what_the_search_finds(tok, load_ref):
+    """Tokens that strip nothing are cut out with str.split when no spans are guarded; an empty span
+    list-entry sends the same text through the search loop instead."""
+    from localinfer.tokenizer import special
+
+    chat = load_ref("chat", GEMMA3)["formatted_prompt"]
+    text = (chat + "\n\n\n<eos>\n<start_of_turn>\n\n" + "a\n" * 5 + "<eos><eos>") * 10
+    for parse_special in (True, False):
+        plain = special.partition(text, tok._specials, parse_special)
+        assert plain == special.partition(text, tok._specials, parse_special, [(0, 0)])
+        assert any(isinstance(f, int) for f in plain) and any(isinstance(f, str) for f in plain)
+
+
 # ---- small hand-made SPM vocabularies ---------------------------------------------
 
 

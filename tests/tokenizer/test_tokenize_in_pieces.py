@@ -121,5 +121,6 @@ def test_tokenizing_in_small_pieces_changes_nothing(model, smollm2_metadata, gem
 def test_spm_words_are_the_cut_patterns_split(gemma3_metadata):
     enc = Tokenizer.from_metadata(gemma3_metadata)._encoder
     rng = random.Random()
-    for text in _texts(rng, 300, 80) + ["a > </ b", "x>  </y", "  ", " a", "a ", ">"]:
+    extra = ["a > </ b", "x>  </y", "  ", " a", "a ", ">", "a b c", " a b ", "a\0 b", "\0", "a \0b", "a  b"]
+    for text in _texts(rng, 300, 80) + extra:   # with and without the pairs that turn the fast path off
         assert enc.words(text) == enc._split(escape_whitespace(text)), repr(text)

@@ -19,7 +19,7 @@ import numpy as np
 from .bpe import BpeEncoder, decode_token_text, parse_merges
 from .detokenizer import clean_up_spaces
 from .pretokenize import resolve_pre_tokenizer, text_chunks
-from .special import SpecialToken, partition, special_tokens
+from .special import SpecialTokens, partition, special_tokens
 from .spm import SpmEncoder, unescape_piece
 from .vocab import K, TokenAttr, Vocab, load_vocab
 
@@ -137,7 +137,7 @@ _NORMAL, _BYTE = int(TokenAttr.NORMAL), int(TokenAttr.BYTE)
 
 
 class Tokenizer:
-    def __init__(self, vocab: Vocab, model: VocabModel, specials: list[SpecialToken]):
+    def __init__(self, vocab: Vocab, model: VocabModel, specials: SpecialTokens):
         self.vocab = vocab
         self.model = model
         self._encoder = model.make_encoder(vocab)
