@@ -132,7 +132,7 @@ def report(s: Suite, membw: dict | None, command: str, plot_path: str | None) ->
     m = machine()
     lines = [
         "# Benchmarks", "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {m['cpu']} ({m['n_cpus']} CPUs, "
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {m['cpu']} ({m['cpu_detail']}; {m['n_cpus']} CPUs, "
         f"{m['system']}, Python {m['python']}).", "",
         "Regenerate with:", "", "```sh", command, "```", "",
         "How it is measured: each model x thread count runs in a fresh process. ppN evaluates N random tokens",

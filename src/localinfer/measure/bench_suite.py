@@ -2,6 +2,7 @@
 llama-bench with the same parameters interleaved in the same run, plus a memory-bandwidth probe."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 import platform
@@ -172,14 +173,49 @@ def memory_bandwidth(size_mib: int | None = None, reps: int = 5, threads: int | 
 
 
 def machine() -> dict:
+    """The CPU and system a figure was measured on; "cpu_detail" is what tells CPU kinds apart (family,
+    model, the SIMD extensions the kernels use, cache sizes), "" where /proc and /sys do not say."""
     cpu = platform.processor() or platform.machine()
+    info: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                key, _, value = line.partition(":")
+                if not line.strip():
+                    break   # the first CPU's block is enough
+                info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return {"cpu": cpu, "n_cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
-            "system": f"{platform.system()} {platform.release()}"}
+    cpu = info.get("model name", cpu)
+    return {"cpu": cpu, "cpu_detail": _cpu_detail(info), "n_cpus": os.cpu_count(), "machine": platform.machine(),
+            "python": platform.python_version(), "system": f"{platform.system()} {platform.release()}"}
+
+
+_SIMD_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "VNNI", "avx_vnni": "AVX-VNNI", "asimd": "NEON",
+               "asimddp": "dotprod", "sve": "SVE"}
+
+
+def _cpu_detail(info: dict[str, str]) -> str:
+    parts = []
+    if "cpu family" in info:
+        parts.append(f"family {info['cpu family']} model {info.get('model', '?')}")
+    flags = set((info.get("flags") or info.get("Features") or "").split())
+    simd = [label for flag, label in _SIMD_FLAGS.items() if flag in flags]
+    if simd:
+        parts.append(" ".join(simd))
+    caches = []
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(f"{index}/level") as f:
+                level = f.read().strip()
+            with open(f"{index}/type") as f:
+                kind = f.read().strip()
+            with open(f"{index}/size") as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        if kind != "Instruction":
+            caches.append(f"L{level}{'d' if level == '1' else ''} {size}")
+    if caches:
+        parts.append(", ".join(caches))
+    return "; ".join(parts)
