@@ -14,6 +14,7 @@ from .bench_grammar import bench_grammar
 from .bench_restart import bench_restart
 from .bench_spec import bench_spec
 from .bench_serve import bench_serve
+from .bench_tokenize import bench_tokenize
 from .common import cache_type_options, load_model, set_threads, speculative_options
 from .convert import convert
 from .embed import embed
@@ -206,6 +207,7 @@ main.add_command(bench_grammar)
 main.add_command(bench_restart)
 main.add_command(bench_spec)
 main.add_command(bench_serve)
+main.add_command(bench_tokenize)
 main.add_command(convert)
 main.add_command(embed)
 main.add_command(imatrix)
