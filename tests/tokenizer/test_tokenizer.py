@@ -70,3 +70,25 @@ def test_streaming_detokenizer_matches_detokenize(vocab, case_id):
     assert "".join(chunks) == full
     if "\ufffd" not in full:
         assert not any("\ufffd" in c for c in chunks)
+
+
+@pytest.mark.parametrize("kind", list(VOCABS))
+def test_short_texts_before_the_c_merger_give_its_ids(request, load_ref, monkeypatch, kind):
+    """A fresh tokenizer merges a short text's words in Python (no C merger built: that is most of a
+    start's first-token wait); every reference case gives the ids llama.cpp gives, and the first long
+    text builds the merger."""
+    from localinfer.tokenizer import merge_c
+    from localinfer.tokenizer.words import WordEncoder
+
+    if not merge_c.available():
+        pytest.skip("the C kernels are not built")
+    monkeypatch.setattr(WordEncoder, "PY_MERGE_MAX", 2048)
+    metadata_fixture, ref = VOCABS[kind]
+    tok = Tokenizer.from_metadata(request.getfixturevalue(metadata_fixture))
+    for case in load_ref("tokenize", ref)["cases"]:
+        if len(case["text"]) <= 2048:
+            assert tok.tokenize(case["text"]) == case["ids"], case["id"]
+    assert tok._encoder._merger is None
+    letters = "bcdfghjklmnpqrstvwxz"
+    words = " ".join(a + "o" + b + "u" + c for a in letters for b in letters[:8] for c in letters[:4])   # 640 new words
+    assert tok.tokenize(words) and tok._encoder._merger is not None

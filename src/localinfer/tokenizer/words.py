@@ -28,6 +28,10 @@ class WordEncoder:
     CACHE_MAX_WORD = 64              # longer words are rare enough to recompute, and would pin memory
     LONG = merge_c.WINDOW // 4       # characters: a longer word may be more than a window of bytes
     BATCH = 1 << 14                  # words looked up and merged at once
+    # Characters of new words merged in Python while the C merger is not built yet: building its index
+    # of a vocabulary (100k-300k entries) takes ~0.2 s, more than a short prompt's words cost in Python,
+    # and it was most of the first token's wait after a start.
+    PY_MERGE_MAX = 2048
     chunk_cut = None                 # where a fragment may be cut into chunks (text_chunks)
 
     def __init__(self) -> None:
@@ -113,10 +117,11 @@ class WordEncoder:
         out.extend(chain.from_iterable(found))
 
     def merge_words(self, words: list[str]) -> list[tuple[int, ...]]:
-        """Each word's ids, from one call to C (or the Python merges)."""
+        """Each word's ids, from one call to C (or the Python merges: without the kernels, and for the
+        few words of short texts until the C merger is built)."""
         if not words:
             return []
-        if not merge_c.available():
+        if not merge_c.available() or (self._merger is None and sum(map(len, words)) <= self.PY_MERGE_MAX):
             return [self.merge_word_py(w) for w in words]
         joined = "".join(words)
         data = joined.encode("utf-8")
