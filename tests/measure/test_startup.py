@@ -90,3 +90,14 @@ def test_cli_startup_alone_prints_its_table(smollm2_path, tmp_path, warm_only):
                                        "--compare-llama-completion", binary])
     assert result.exit_code == 0, result.output
     assert "| warm |" in result.output and "llama-completion s" in result.output
+
+
+def test_the_timed_starts_may_cache_their_bytecode(tmp_path, monkeypatch):
+    """The untimed first start compiles the imports once, as an installed package's are; with
+    PYTHONDONTWRITEBYTECODE passed on, every timed start would compile them again."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("LOCALINFER_PROBE", "kept")
+    out = tmp_path / "env"
+    startup.time_command(["/bin/sh", "-c", f"env > {out}"], cold=False)
+    seen = out.read_text()
+    assert "LOCALINFER_PROBE=kept" in seen and "PYTHONDONTWRITEBYTECODE" not in seen
