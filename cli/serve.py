@@ -65,12 +65,17 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
     """Serve MODEL (a catalog name or a .gguf path), or the --models, over the OpenAI API
     (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics) and
     Ollama's (/api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps)."""
+    from localinfer.serve.origins import is_loopback, split_list
+    if not api_key and not is_loopback(host.strip("[]").lower()):
+        click.echo(f"localinfer: warning: listening on {host} without --api-key: anyone who can reach this address "
+                   f"may use the model", err=True)
     if ray is not None:
         if models is not None:
             raise click.UsageError("--ray serves one MODEL in each replica, not --models")
+        origins = dict(cors_origins=split_list(cors_origins), allowed_hosts=split_list(allowed_hosts))
         return serve_ray(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body,
                          io_timeout, threads, pooling, prefix_cache_dir, prefix_cache_dir_mib, speculative,
-                         cache_type_k, cache_type_v, ray)
+                         cache_type_k, cache_type_v, ray, origins)
     set_threads(threads)
     from localinfer.serve.app import make_registry_server, make_server
     from localinfer.serve.registry import EngineOptions
@@ -88,10 +93,6 @@ def serve(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, ap
             os.makedirs(prefix_cache_dir, exist_ok=True)
         except OSError as e:
             raise click.ClickException(f"--prefix-cache-dir {prefix_cache_dir}: {e}")
-    from localinfer.serve.origins import is_loopback, split_list
-    if not api_key and not is_loopback(host.strip("[]").lower()):
-        click.echo(f"localinfer: warning: listening on {host} without --api-key: anyone who can reach this address "
-                   f"may use the model", err=True)
     config = dict(api_key=api_key, cors_origins=split_list(cors_origins), allowed_hosts=split_list(allowed_hosts),
                   max_body=max_body, io_timeout=io_timeout, verbose=verbose, pooling=pooling,
                   on_stop=lambda: click.echo("\nlocalinfer: stopping", err=True))

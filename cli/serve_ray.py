@@ -49,8 +49,10 @@ def ray_options(command):
 
 def serve_ray(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body, io_timeout,
               threads, pooling, prefix_cache_dir, prefix_cache_dir_mib, speculative, cache_type_k, cache_type_v,
-              scaling):
-    """Fetch the model once into this node's cache, then deploy and serve until Ctrl-C."""
+              scaling, origins):
+    """Fetch the model once into this node's cache, then deploy and serve until Ctrl-C. origins:
+    cors_origins and allowed_hosts as lists; no allowed hosts given leaves the replicas' default
+    (every Host: Ray's proxy is reached by the cluster's own names)."""
     from localinfer.fetch import resolve_model
     from localinfer.serve.ray_app import ReplicaSpec, RayNotInstalledError, ScalingError, serve_on_ray
     from localinfer.serve.registry import EngineOptions
@@ -68,7 +70,8 @@ def serve_ray(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib
                                              prefix_cache_dir=prefix_cache_dir,
                                              prefix_cache_dir_mib=prefix_cache_dir_mib),
                        config=dict(api_key=api_key, max_body=max_body, io_timeout=io_timeout,
-                                   pooling=pooling))
+                                   pooling=pooling, cors_origins=origins["cors_origins"],
+                                   **({"allowed_hosts": origins["allowed_hosts"]} if origins["allowed_hosts"] else {})))
     try:
         serve_on_ray(spec, scaling, host, port, log=lambda msg: click.echo(msg, err=True))
     except (RayNotInstalledError, ScalingError) as e:

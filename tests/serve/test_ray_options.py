@@ -61,3 +61,21 @@ def test_replicas_that_cannot_fit_a_local_cluster_are_refused_before_starting_it
 def test_bad_scaling_names_the_value(kwargs, name):
     with pytest.raises(ScalingError, match=name):
         Scaling(**kwargs).validate()
+
+
+def test_origins_and_the_open_host_warning_reach_the_replicas(monkeypatch, smollm2_path):
+    """--cors-origins and --allowed-hosts go into every replica's server config (they were dropped
+    on the way to Ray), and --host 0.0.0.0 without a key warns as the plain server does."""
+    from localinfer.serve import ray_app
+
+    specs = []
+    monkeypatch.setattr(ray_app, "serve_on_ray", lambda spec, scaling, host, port, log: specs.append(spec))
+    r = _serve(str(smollm2_path), "--ray", "--host", "0.0.0.0", "--cors-origins", "https://app.example/, http://b.lan",
+               "--allowed-hosts", "box.lan")
+    assert r.exit_code == 0, r.output
+    assert "without --api-key" in r.output
+    assert specs[0].config["cors_origins"] == ("https://app.example", "http://b.lan")
+    assert specs[0].config["allowed_hosts"] == ("box.lan",)
+    r = _serve(str(smollm2_path), "--ray")
+    assert r.exit_code == 0 and "without --api-key" not in r.output, r.output
+    assert "allowed_hosts" not in specs[1].config and specs[1].config["cors_origins"] == ()   # the replica's default
