@@ -152,3 +152,16 @@ def test_the_interactive_chat_reports_non_finite_logits_and_goes_on(models, monk
         monkeypatch.setattr("builtins.input", lambda prompt: "hi")
         assert chat_loop._turn(session, verbose=False) is True
         assert capsys.readouterr().err.startswith("Error: the model produced non-finite logits")
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_speculative_decoding_refuses_non_finite_logits_too(models, temperature):
+    """The target's verified rows and a draft model's own logits are checked as plain decoding's are:
+    a broken model is the one-line error, not token 0 (argmax of NaN) or numpy's complaint about p."""
+    from localinfer.sampling import NonFiniteLogitsError
+    prompt = "hi hi hi hi hi hi hi hi"   # prompt lookup finds its n-grams: drafts are verified
+    for target, options in ((models["nan"], dict(lookup_ngram=2)), (models["nan"], dict(draft=str(models["good"]))),
+                            (models["good"], dict(draft=str(models["nan"])))):
+        with localinfer.load(str(target), n_ctx=64, **options) as m:
+            with pytest.raises(NonFiniteLogitsError, match="non-finite logits"):
+                m.generate(prompt, max_tokens=8, temperature=temperature, seed=1)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import kernels
 from ..context import Context
-from ..sampling import LogitsProcessor
+from ..sampling import LogitsProcessor, check_logits
 from .config import SpeculativeConfig
 from .proposers import DraftProposer, LookupProposer
 from .verify import accept_or_resample, target_probs
@@ -63,6 +63,7 @@ class Speculator:
             logits = process(history, logits)
         if matcher is not None:
             logits = matcher.mask(logits)
+        check_logits(logits)   # as plain decoding does: argmax of NaN is token 0, and p would not sum to 1
         if self.sampler.greedy:
             token = int(np.argmax(logits))
             kept = token == drafted

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..context import Context
+from ..sampling import check_logits
 
 Dist = Callable[[np.ndarray], np.ndarray]  # logits (n_vocab,) -> probabilities (n_vocab,), float64
 
@@ -66,6 +67,7 @@ class DraftProposer:
         logits = self.ctx.evaluate(history)  # reuses what it holds: the rejected tail goes (rolled back)
         tokens, q = [], []
         while True:
+            check_logits(logits)   # a broken draft model is an error, not drafts of token 0
             if dist is None:
                 probs = _softmax(logits)
                 token = int(np.argmax(logits))
