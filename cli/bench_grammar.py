@@ -42,12 +42,7 @@ def bench_grammar(models, n_gen, reps, threads, report_path):
 
 
 def _cpu_isa() -> str:
-    """The SIMD extensions that matter here, as /proc/cpuinfo lists them ('' elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return ""
-    names = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI", "asimd": "NEON"}
-    have = [label for flag, label in names.items() if flag in flags]
-    return f" (CPU: {', '.join(have)})" if have else ""
+    """The CPU's family, SIMD extensions and caches (bench_suite.machine), or ''."""
+    from localinfer.measure.bench_suite import machine
+    detail = machine()["cpu_detail"]
+    return f" (CPU: {detail})" if detail else ""

@@ -61,6 +61,10 @@ def serve_ray(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib
         path = resolve_model(model, progress=ByteProgress(f"pulling {model or 'default model'}"))
     except (OSError, ValueError, LookupError) as e:
         raise click.ClickException(str(e))
+    config = dict(api_key=api_key, max_body=max_body, io_timeout=io_timeout, pooling=pooling,
+                  cors_origins=origins["cors_origins"])
+    if origins["allowed_hosts"]:
+        config["allowed_hosts"] = origins["allowed_hosts"]
     is_file = model is not None and os.path.exists(model)
     name = model if model and not is_file else Path(path).stem
     spec = ReplicaSpec(model=str(path) if is_file else (model or str(path)), name=name, threads=threads or 1,
@@ -69,9 +73,7 @@ def serve_ray(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib
                        options=EngineOptions(parallel, ctx_size, max_queue, prefix_cache_mib,
                                              prefix_cache_dir=prefix_cache_dir,
                                              prefix_cache_dir_mib=prefix_cache_dir_mib),
-                       config=dict(api_key=api_key, max_body=max_body, io_timeout=io_timeout,
-                                   pooling=pooling, cors_origins=origins["cors_origins"],
-                                   **({"allowed_hosts": origins["allowed_hosts"]} if origins["allowed_hosts"] else {})))
+                       config=config)
     try:
         serve_on_ray(spec, scaling, host, port, log=lambda msg: click.echo(msg, err=True))
     except (RayNotInstalledError, ScalingError) as e:
