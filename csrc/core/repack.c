@@ -31,6 +31,11 @@
             if (TAIL) memcpy(b + (Q_OFF) + (Q_LEN), h + (Q_OFF), TAIL);                                      \
             memcpy(b + (Q_OFF), q, (Q_LEN));                                                                 \
         }                                                                                                    \
+    }                                                                                                        \
+    /* row r of the group at g, all nb blocks, to out: the loop around NAME, so that its copies inline */   \
+    static void NAME##_row(int r, const uint8_t *g, uint8_t *out, size_t nb) {                               \
+        for (size_t i = 0; i < nb; i++, g += LI_X4_ROWS * sizeof(BLOCK), out += sizeof(BLOCK))                \
+            NAME(r, (uint8_t *)g, out, 0);                                                                   \
     }
 
 X4_MOVE(move_q4_0, block_q4_0, 2, QK4_0 / 2)              /* d | qs */
@@ -39,6 +44,17 @@ X4_MOVE(move_q4_K, block_q4_K, 4 + K_SCALE_SIZE, QK_K / 2)   /* d, dmin, scales 
 X4_MOVE(move_q6_K, block_q6_K, 0, QK_K / 2 + QK_K / 4)       /* ql, qh | scales, d: the header after */
 
 typedef void (*x4_move_fn)(int r, uint8_t *g, uint8_t *b, int to_x4);
+typedef void (*x4_row_fn)(int r, const uint8_t *g, uint8_t *out, size_t nb);
+
+static x4_row_fn x4_row_of(int wtype) {
+    switch (wtype) {
+    case LI_TYPE_Q4_0: return move_q4_0_row;
+    case LI_TYPE_Q8_0: return move_q8_0_row;
+    case LI_TYPE_Q4_K: return move_q4_K_row;
+    case LI_TYPE_Q6_K: return move_q6_K_row;
+    default: return NULL;
+    }
+}
 
 static x4_move_fn x4_move_of(int wtype) {
     switch (wtype) {
@@ -95,10 +111,7 @@ int li_repack(int wtype, int layout, const void *src, size_t row_bytes, int64_t 
 
 const uint8_t *li_layout_row(int wtype, int layout, const uint8_t *w, size_t row_bytes, int64_t row, uint8_t *tmp) {
     if (layout != LI_LAYOUT_X4) return w + (size_t)row * row_bytes;
-    const x4_move_fn move = x4_move_of(wtype);
-    const size_t ts = (size_t)li_traits(wtype)->type_size, nb = row_bytes / ts;
     const int r = (int)(row % LI_X4_ROWS);
-    const uint8_t *g = w + (size_t)(row - r) * row_bytes;
-    for (size_t i = 0; i < nb; i++, g += LI_X4_ROWS * ts) move(r, (uint8_t *)g, tmp + i * ts, 0);
+    x4_row_of(wtype)(r, w + (size_t)(row - r) * row_bytes, tmp, row_bytes / (size_t)li_traits(wtype)->type_size);
     return tmp;
 }
