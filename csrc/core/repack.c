@@ -45,28 +45,19 @@ X4_MOVE(move_q6_K, block_q6_K, 0, QK_K / 2 + QK_K / 4)       /* ql, qh | scales,
 
 typedef void (*x4_move_fn)(int r, uint8_t *g, uint8_t *b, int to_x4);
 typedef void (*x4_row_fn)(int r, const uint8_t *g, uint8_t *out, size_t nb);
+typedef struct { x4_move_fn move; x4_row_fn row; } x4_ops;   /* one block, one whole row */
 
-static x4_row_fn x4_row_of(int wtype) {
+static x4_ops x4_ops_of(int wtype) {
     switch (wtype) {
-    case LI_TYPE_Q4_0: return move_q4_0_row;
-    case LI_TYPE_Q8_0: return move_q8_0_row;
-    case LI_TYPE_Q4_K: return move_q4_K_row;
-    case LI_TYPE_Q6_K: return move_q6_K_row;
-    default: return NULL;
+    case LI_TYPE_Q4_0: return (x4_ops){move_q4_0, move_q4_0_row};
+    case LI_TYPE_Q8_0: return (x4_ops){move_q8_0, move_q8_0_row};
+    case LI_TYPE_Q4_K: return (x4_ops){move_q4_K, move_q4_K_row};
+    case LI_TYPE_Q6_K: return (x4_ops){move_q6_K, move_q6_K_row};
+    default: return (x4_ops){NULL, NULL};
     }
 }
 
-static x4_move_fn x4_move_of(int wtype) {
-    switch (wtype) {
-    case LI_TYPE_Q4_0: return move_q4_0;
-    case LI_TYPE_Q8_0: return move_q8_0;
-    case LI_TYPE_Q4_K: return move_q4_K;
-    case LI_TYPE_Q6_K: return move_q6_K;
-    default: return NULL;
-    }
-}
-
-int li_x4_type(int wtype) { return x4_move_of(wtype) != NULL; }
+int li_x4_type(int wtype) { return x4_ops_of(wtype).move != NULL; }
 
 int li_layout_for(int wtype) {
     const li_type_traits *t = li_traits(wtype);
@@ -104,7 +95,7 @@ int li_repack(int wtype, int layout, const void *src, size_t row_bytes, int64_t 
     const uint8_t *s = src;
     uint8_t *d = dst;
     if (d < s + bytes && s < d + bytes) return LI_EINVAL;   /* in place would read what it overwrote */
-    repack_job j = {x4_move_of(wtype), s, d, row_bytes, (size_t)t->type_size, n_out / LI_X4_ROWS};
+    repack_job j = {x4_ops_of(wtype).move, s, d, row_bytes, (size_t)t->type_size, n_out / LI_X4_ROWS};
     li_pool_run(task_repack, &j, j.n_groups >= 64 ? li_get_threads() : 1);
     return LI_OK;
 }
@@ -112,6 +103,6 @@ int li_repack(int wtype, int layout, const void *src, size_t row_bytes, int64_t 
 const uint8_t *li_layout_row(int wtype, int layout, const uint8_t *w, size_t row_bytes, int64_t row, uint8_t *tmp) {
     if (layout != LI_LAYOUT_X4) return w + (size_t)row * row_bytes;
     const int r = (int)(row % LI_X4_ROWS);
-    x4_row_of(wtype)(r, w + (size_t)(row - r) * row_bytes, tmp, row_bytes / (size_t)li_traits(wtype)->type_size);
+    x4_ops_of(wtype).row(r, w + (size_t)(row - r) * row_bytes, tmp, row_bytes / (size_t)li_traits(wtype)->type_size);
     return tmp;
 }
