@@ -35,8 +35,8 @@ def make_texts(size: int, files: list[str]) -> dict[str, str]:
     return texts
 
 
-def _ours(tokenizer, text: str, reps: int) -> tuple[float, list[int], float]:
-    """-> (best CPU seconds, the ids, working memory beyond the result / text bytes)."""
+def _ours(tokenizer, text: str, reps: int) -> tuple[float, list[int], int]:
+    """-> (best CPU seconds, the ids, working memory beyond the result in bytes)."""
     best = float("inf")
     for _ in range(reps):
         t0 = time.thread_time()
@@ -48,7 +48,7 @@ def _ours(tokenizer, text: str, reps: int) -> tuple[float, list[int], float]:
         held, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    return best, ids, (peak - held) / len(text.encode("utf-8"))
+    return best, ids, peak - held
 
 
 def _child_cpu(argv: list[str]) -> tuple[float, str]:
@@ -87,7 +87,7 @@ def run_model(path: str, texts: dict[str, str], reps: int, llama_tokenize: str |
         n_bytes = len(text.encode("utf-8"))
         seconds, ids, memory = _ours(tokenizer, text, reps)
         row = {"model": os.path.basename(path), "text": name, "bytes": n_bytes, "tokens": len(ids),
-               "seconds": seconds, "mb_s": n_bytes / seconds / 1e6, "memory_x": memory}
+               "seconds": seconds, "mb_s": n_bytes / seconds / 1e6, "memory_x": memory / n_bytes}
         if llama_tokenize:
             theirs, their_ids = _llama(llama_tokenize, path, text)
             row.update(llama_seconds=theirs, llama_mb_s=n_bytes / theirs / 1e6, ratio=theirs / seconds,
