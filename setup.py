@@ -2,8 +2,8 @@
 
 If there is no C compiler, or the build fails for any other reason, the install
 still succeeds: one message says the kernels were not built, and localinfer runs
-on its numpy path (``localinfer.kernels.available()`` is then False and
-``localinfer.kernels.unavailable_reason()`` says why).
+on its numpy path (``localinfer.backend.kernels.available()`` is then False and
+``localinfer.backend.kernels.unavailable_reason()`` says why).
 """
 
 from setuptools import setup

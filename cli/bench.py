@@ -52,7 +52,7 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
     from localinfer.measure.bench_report import markdown, membw_line, plot, report, table, to_json
     from localinfer.measure.bench_suite import Suite, memory_bandwidth, run_suite
     from localinfer.measure.startup import measure_startup, startup_table
-    from localinfer.fetch import resolve_model
+    from localinfer.files.fetch import resolve_model
 
     from .progress import ByteProgress
 

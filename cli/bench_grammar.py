@@ -20,8 +20,8 @@ from .common import set_threads
 def bench_grammar(models, n_gen, reps, threads, report_path):
     """Decode speed of MODELS (catalog names or paths) with a JSON schema and without, alternating."""
     set_threads(threads)
-    from localinfer import kernels
-    from localinfer.fetch import resolve_model
+    from localinfer.backend import kernels
+    from localinfer.files.fetch import resolve_model
     from localinfer.measure.bench_grammar import report, run_model, table
 
     def log(msg):

@@ -25,7 +25,7 @@ def bench_restart(models, system_tokens, rounds, ctx_size, threads, report_path)
     """Start `localinfer serve MODEL --prefix-cache-dir DIR`, ask, stop, start again, ask with the same
     system prompt and a new question: both TTFTs, for each of MODELS (catalog names or paths)."""
     set_threads(threads)
-    from localinfer import kernels
+    from localinfer.backend import kernels
     from localinfer.measure.bench_restart import markdown, run
 
     if system_tokens + 64 >= ctx_size:

@@ -23,7 +23,7 @@ def bench_spec(pairs, target, draft, n_tokens, threads, draft_max, draft_p_min, 
     """Greedy decode tokens/s: plain, with the draft model, with prompt lookup (same run), the
     acceptance rates, and whether the tokens are the plain ones (they must be). Prints markdown."""
     set_threads(threads)
-    from localinfer import kernels
+    from localinfer.backend import kernels
     from localinfer.measure.bench_spec import REWRITE_PROMPT, bench_pair, cpu_name, demo_pair, markdown
 
     runs = []

@@ -21,7 +21,7 @@ import click
 def bench_tokenize(models, files, size, reps, llama_tokenize, report_path):
     """Tokenizing MODELS' vocabularies (catalog names or paths) on long texts: MB/s on one core and
     working memory, with llama-tokenize's MB/s and ids beside them when given."""
-    from localinfer.fetch import resolve_model
+    from localinfer.files.fetch import resolve_model
     from localinfer.measure.bench_tokenize import make_texts, report, run_model, table
 
     def log(msg):

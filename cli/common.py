@@ -6,7 +6,7 @@ import functools
 
 import click
 
-from localinfer.blas_threads import set_blas_threads as set_threads  # noqa: F401  (before numpy is imported)
+from localinfer.backend.blas_threads import set_blas_threads as set_threads  # noqa: F401  (before numpy is imported)
 
 from .progress import ByteProgress
 
@@ -16,7 +16,7 @@ def load_model(model_name, ctx_size=None, threads=None, speculative=None, cache_
     speculative: load()'s draft/draft_max/draft_min/draft_p_min/lookup_ngram (speculative_options);
     cache_type_k / cache_type_v: the KV cache's types (cache_type_options)."""
     from localinfer import load
-    from localinfer.fetch import resolve_model
+    from localinfer.files.fetch import resolve_model
     path = resolve_model(model_name, progress=ByteProgress(f"pulling {model_name or 'default model'}"))
     return load(str(path), n_ctx=ctx_size, n_threads=threads, cache_type_k=cache_type_k,
                 cache_type_v=cache_type_v, **(speculative or {}))
@@ -48,7 +48,7 @@ def speculative_options(command):
     return wrapper
 
 
-CACHE_TYPES = ("f16", "q8_0", "q4_0")  # localinfer.kv_types.CACHE_TYPES, without importing numpy here
+CACHE_TYPES = ("f16", "q8_0", "q4_0")  # localinfer.kv.cache_types.CACHE_TYPES, without importing numpy here
 
 
 def _no_repack(ctx, param, value):

@@ -119,7 +119,7 @@ def _constraint(llm, json_schema_file, grammar_file):
 @click.option("--force", is_flag=True, help="Fetch again even if cached.")
 def pull(name, force):
     """Fetch catalog model NAME into the cache (checksum verified)."""
-    from localinfer.fetch import FetchError, ModelNotFoundError, pull as do_pull
+    from localinfer.files.fetch import FetchError, ModelNotFoundError, pull as do_pull
     try:
         path = do_pull(name, progress=ByteProgress(f"pulling {name}"), force=force)
     except (ModelNotFoundError, FetchError, OSError) as e:
@@ -130,7 +130,7 @@ def pull(name, force):
 @main.command(name="list")
 def list_models():
     """Known models, and which are in the cache."""
-    from localinfer.fetch import cache_dir, cached_path, is_cached, load_catalog
+    from localinfer.files.fetch import cache_dir, cached_path, is_cached, load_catalog
     default, entries = load_catalog()
     click.echo(f"{'NAME':<12} {'SIZE':>9}  {'CACHED':<6}  DESCRIPTION")
     for name, e in entries.items():
@@ -148,8 +148,8 @@ def list_models():
 def info(model, as_json, template, memory):
     """Architecture, quant types, sizes and chat template of MODEL."""
     from localinfer.describe import describe
-    from localinfer.fetch import resolve_model
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.fetch import resolve_model
+    from localinfer.files.gguf_file import GGUFFile
     try:
         with GGUFFile(resolve_model(model, progress=ByteProgress(f"pulling {model}"))) as f:
             d = describe(f)

@@ -18,7 +18,7 @@ import click
 def checked_path(ctx, param, path: str | None) -> str | None:
     """The option's callback: a usage error naming the path when it is no regular file's place."""
     if path is not None:
-        from localinfer.regular_file import NotRegularFileError, check_replaceable
+        from localinfer.files.regular_file import NotRegularFileError, check_replaceable
         try:
             check_replaceable(path)
         except NotRegularFileError as e:

@@ -30,9 +30,9 @@ def quantize(input_path, output_path, target, allow_requantize, imatrix, pure, t
     Mixes give some tensors more bits, as llama-quantize does. Q2_K_S and the
     IQ1 / IQ2 / IQ3_XXS / IQ3_XS mixes need --imatrix. On any error or Ctrl-C,
     OUT.gguf is not created."""
-    from localinfer.fetch import resolve_model
-    from localinfer.gguf_file import GGUFError
-    from localinfer.quant import UnsupportedQuantType
+    from localinfer.files.fetch import resolve_model
+    from localinfer.files.gguf_file import GGUFError
+    from localinfer.formats import UnsupportedQuantType
     from localinfer.quant.gguf_out import DiskFullError
     from localinfer.quant.quantize_file import QuantizeError, quantize_file
 

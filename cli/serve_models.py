@@ -47,7 +47,7 @@ def build_pool(models: list[str], keep_alive: float, max_memory: int | None, eng
     """The ModelPool of `serve --models`. Catalog models are fetched now (with a progress bar), so
     a first request waits for a load, never for a download; nothing is loaded yet."""
     from localinfer import load
-    from localinfer.fetch import resolve_model
+    from localinfer.files.fetch import resolve_model
     from localinfer.serve.pool import ModelPool, model_sources
 
     def fetch(name: str) -> Path:

@@ -53,7 +53,7 @@ def serve_ray(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib
     """Fetch the model once into this node's cache, then deploy and serve until Ctrl-C. origins:
     cors_origins and allowed_hosts as lists; no allowed hosts given leaves the replicas' default
     (every Host: Ray's proxy is reached by the cluster's own names)."""
-    from localinfer.fetch import resolve_model
+    from localinfer.files.fetch import resolve_model
     from localinfer.serve.ray_app import ReplicaSpec, RayNotInstalledError, ScalingError, serve_on_ray
     from localinfer.serve.registry import EngineOptions
 

@@ -15,8 +15,8 @@ import time
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from localinfer import kernels
-from localinfer.kv_types import quantize_rows
+from localinfer.backend import kernels
+from localinfer.kv.cache_types import quantize_rows
 
 SHAPES = {"smollm2 (9/3 heads x 64)": (9, 3, 64), "gemma3 global (4/1 heads x 256)": (4, 1, 256)}
 TYPES = {"f16": T.F16, "q8_0": T.Q8_0, "q4_0": T.Q4_0}

@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
-from localinfer import kernels
+from localinfer.backend import kernels
 from localinfer.arch import build_model
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.gguf_file import GGUFFile
 from localinfer.quant.synthetic import parse_spec, synthetic_model
 
 

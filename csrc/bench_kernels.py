@@ -26,8 +26,8 @@ import time
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from localinfer import kernels
-from localinfer.quant import FORMATS, dequantize
+from localinfer.backend import kernels
+from localinfer.formats import FORMATS, dequantize
 
 
 def random_weights(qtype: T, n_out: int, k: int, seed: int = 0) -> np.ndarray:

@@ -2,7 +2,7 @@
  *
  * Every function that can fail validates its integer arguments and returns LI_OK or a
  * negative li_status code; pointers must be valid for the sizes implied (the Python
- * wrapper, localinfer/kernels.py, checks buffers before calling and turns a status into
+ * wrapper, localinfer/backend/kernels.py, checks buffers before calling and turns a status into
  * an exception in one place). Type ids are ggml's.
  *
  * The declarations between LI_CDEF_BEGIN and LI_CDEF_END are also the cffi cdef of
@@ -52,7 +52,7 @@ int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int
  * Returns the previous value, or LI_EINVAL for m < 1. */
 int li_set_gemm_min_rows(int m);
 
-/* n elements of one row of `type` -> float32 (bit-identical to localinfer.quant.dequantize) */
+/* n elements of one row of `type` -> float32 (bit-identical to localinfer.formats.dequantize) */
 int li_dequantize_row(int type, const void *src, float *dst, int64_t n);
 
 /* n floats -> one row of an activation type (Q8_0, Q8_1, Q8_K, F16, BF16, F32) */

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QDoubleSpinBox, QHBoxLay
                                QMainWindow, QPushButton, QSpinBox, QTextBrowser, QVBoxLayout, QWidget)
 
 import localinfer
-from localinfer.fetch import load_catalog, resolve_model
+from localinfer.files.fetch import load_catalog, resolve_model
 
 
 class ModelLoader(QThread):

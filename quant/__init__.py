@@ -1,10 +1,7 @@
-"""GGML quant formats: the registry of tensor types and numpy reference dequantizers.
+"""Offline tools that write GGUF files: the weight quantizers (``quantizers``, ``quantize_kquants``,
+the i-quants), the mix policy (``mixes``), the file pipeline (``quantize_file``), the converters
+from Hugging Face checkpoints and the synthetic models.
 
-The weight quantizers (``quantizers``, ``quantize_basic``, ``quantize_kquants``), the
-mix policy (``mixes``) and the file pipeline (``quantize_file``) are imported on demand:
-they need numba, which inference does not.
+They import the runtime (``localinfer.formats`` for the block layouts, ``localinfer.files.gguf_file`` to
+read), never the reverse, and need numba, which inference does not.
 """
-
-from .formats import FORMATS, QuantFormat, UnsupportedQuantType, dequantize, get_format, row_nbytes
-
-__all__ = ["FORMATS", "QuantFormat", "UnsupportedQuantType", "get_format", "dequantize", "row_nbytes"]

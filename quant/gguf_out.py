@@ -1,6 +1,6 @@
 """Writing a GGUF file as a stream, atomically.
 
-The layout is the one ``gguf_file.py`` reads (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md):
+The layout is the one ``files/gguf_file.py`` reads (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md):
 
     magic "GGUF" | version u32 (3) | n_tensors u64 | n_kv u64
     n_kv x (key string, value type u32, value)

@@ -32,7 +32,7 @@ import numba
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from . import dequant_grids as dg
+from localinfer.formats import dequant_grids as dg
 
 _jit = numba.njit(cache=True, nogil=True)
 _par = numba.njit(cache=True, nogil=True, parallel=True)

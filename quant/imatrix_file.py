@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from localinfer.gguf_file import GGUFError, GGUFFile
+from localinfer.files.gguf_file import GGUFError, GGUFFile
 
 SUM_SUFFIX, COUNT_SUFFIX = ".in_sum2", ".counts"
 KEY_DATASETS, KEY_CHUNK_COUNT, KEY_CHUNK_SIZE = "imatrix.datasets", "imatrix.chunk_count", "imatrix.chunk_size"

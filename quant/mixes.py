@@ -55,7 +55,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES
 
-from .formats import UnsupportedQuantType
+from localinfer.formats.registry import UnsupportedQuantType
 
 
 @dataclass(frozen=True)

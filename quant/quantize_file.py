@@ -25,9 +25,9 @@ from typing import Callable
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.gguf_file import GGUFFile
 
-from .formats import FORMATS, dequantize, get_format, row_nbytes
+from localinfer.formats.registry import FORMATS, dequantize, get_format, row_nbytes
 from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_kv_str, encode_kv_u32
 from .imatrix_file import Imatrix, ImatrixError, check_imatrix_path
 from .mixes import ModelShape, category, get_file_type, plan_tensor_types, requires_imatrix, sort_key

@@ -34,8 +34,8 @@ import numba
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from .dequant_grids import IQ1_M_TYPE_SIZE, IQ1_S_TYPE_SIZE, QK_K
-from .formats import ImatrixRequired
+from localinfer.formats.dequant_grids import IQ1_M_TYPE_SIZE, IQ1_S_TYPE_SIZE, QK_K
+from localinfer.formats.registry import ImatrixRequired
 from .grid_search import grid_search
 from .kquant_search import f32, nearest_int, sum_squares
 

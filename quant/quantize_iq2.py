@@ -32,7 +32,7 @@ import numba
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from .dequant_grids import IQ2_S_TYPE_SIZE, IQ2_XS_TYPE_SIZE, IQ2_XXS_TYPE_SIZE, QK_K
+from localinfer.formats.dequant_grids import IQ2_S_TYPE_SIZE, IQ2_XS_TYPE_SIZE, IQ2_XXS_TYPE_SIZE, QK_K
 from .grid_search import find_best_neighbour, grid_search
 from .kquant_search import GROUP_MAX_EPS, f32, nearest_int, sum_squares
 from .kquant_search_weighted import make_qp_quants

@@ -31,7 +31,7 @@ import numba
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from .dequant_grids import IQ3_S_TYPE_SIZE, IQ3_XXS_TYPE_SIZE, QK_K
+from localinfer.formats.dequant_grids import IQ3_S_TYPE_SIZE, IQ3_XXS_TYPE_SIZE, QK_K
 from .grid_search import grid_search
 from .kquant_search import f32, sum_squares
 

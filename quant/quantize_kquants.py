@@ -27,7 +27,7 @@ import math
 import numba
 import numpy as np
 
-from .dequant_kquants import (QK_K, Q2_K_TYPE_SIZE, Q3_K_TYPE_SIZE, Q4_K_TYPE_SIZE, Q5_K_TYPE_SIZE,
+from localinfer.formats.dequant_kquants import (QK_K, Q2_K_TYPE_SIZE, Q3_K_TYPE_SIZE, Q4_K_TYPE_SIZE, Q5_K_TYPE_SIZE,
                               Q6_K_TYPE_SIZE)
 from .kquant_search import (GROUP_MAX_EPS, f32, fp16_round, make_q3_quants_rmse, make_qkx2_quants,
                             make_qx_quants_rmse1, nearest_int)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .dequant_tables import KVALUES_MXFP4, e8m0_to_fp32_half
-from .dequant_ternary import QK_K, TQ1_0_TYPE_SIZE, TQ2_0_TYPE_SIZE
+from localinfer.formats.dequant_tables import KVALUES_MXFP4, e8m0_to_fp32_half
+from localinfer.formats.dequant_ternary import QK_K, TQ1_0_TYPE_SIZE, TQ2_0_TYPE_SIZE
 
 _F32 = np.float32
 

@@ -19,7 +19,7 @@ import numba
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from .dequant_kquants import Q2_K_TYPE_SIZE, Q3_K_TYPE_SIZE, Q4_K_TYPE_SIZE, Q5_K_TYPE_SIZE, Q6_K_TYPE_SIZE, QK_K
+from localinfer.formats.dequant_kquants import Q2_K_TYPE_SIZE, Q3_K_TYPE_SIZE, Q4_K_TYPE_SIZE, Q5_K_TYPE_SIZE, Q6_K_TYPE_SIZE, QK_K
 from .kquant_search import GROUP_MAX_EPS, f32, fp16_round, make_qkx2_quants, nearest_int, sum_squares
 from .kquant_search_weighted import best_index_int8, make_qp_quants, make_qx_quants_w
 from .quantize_kquants import (_finish_q2_K, _finish_q3_K, _finish_q6_K, _pack_levels_q4_K, _pack_levels_q5_K,

@@ -16,14 +16,14 @@ import numba
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from . import quantize_basic as basic
+from localinfer.formats import quantize_basic as basic
 from . import quantize_iq1 as iq1
 from . import quantize_iq2 as iq2
 from . import quantize_iq3 as iq3
 from . import quantize_kquants as kq
 from . import quantize_ternary_mxfp4 as tm
 from . import quantize_weighted as qw
-from .formats import ImatrixRequired, UnsupportedQuantType, get_format  # noqa: F401 (ImatrixRequired: re-exported)
+from localinfer.formats.registry import ImatrixRequired, UnsupportedQuantType, get_format  # noqa: F401 (ImatrixRequired: re-exported)
 
 # float32 (n_blocks, block_size) -> uint8 (n_blocks, type_size)
 QUANTIZERS: dict[T, Callable[[np.ndarray], np.ndarray]] = {

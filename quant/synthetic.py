@@ -35,7 +35,7 @@ from gguf import TokenType
 from gguf.constants import GGUFValueType as V
 
 from .convert_hf import llama3_rope_factors
-from .formats import row_nbytes
+from localinfer.formats.registry import row_nbytes
 from .gguf_out import AtomicFile, TensorEntry, data_size, encode_header, encode_string
 from .mixes import ModelShape, plan_tensor_types
 from .quantizers import quantize
@@ -320,11 +320,11 @@ def _tensor_slabs(s: Shape, spec: TensorSpec, index: int, seed: int):
 def write_f16(s: Shape, path: str | Path, seed: int = 0, tokenizer_path: str | Path | None = None,
               progress: Callable[[int, int], None] | None = None) -> Path:
     """Write the F16 file of shape `s` at `path` (atomically), streamed tensor by tensor."""
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
 
     path = Path(path)
     if tokenizer_path is None:
-        from localinfer.fetch import resolve_model
+        from localinfer.files.fetch import resolve_model
         tokenizer_path = resolve_model(TOKENIZER_MODEL)
     specs = tensor_specs(s)
     entries = [TensorEntry(t.name, t.ggml_type, t.shape, t.n_elements * (2 if t.ggml_type == T.F16 else 4))
@@ -350,7 +350,7 @@ def write_f16(s: Shape, path: str | Path, seed: int = 0, tokenizer_path: str | P
 # --- the cache ------------------------------------------------------------------------------
 
 def cache_path(shape: str, ftype: str = "F16", seed: int = 0) -> Path:
-    from localinfer.fetch import cache_dir
+    from localinfer.files.fetch import cache_dir
     return cache_dir() / "synthetic" / f"{shape}-{ftype.upper()}-seed{seed}-v{FORMAT_VERSION}.gguf"
 
 
@@ -439,12 +439,12 @@ def write_quantized(s: Shape, path: str | Path, ftype: str, seed: int = 0, token
                     progress: Callable[[int, int], None] | None = None) -> Path:
     """Write the `ftype` (e.g. "Q4_K_M", or a pure "MXFP4") file of shape `s` at `path` (atomically),
     tensor by tensor."""
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
 
     path = Path(path)
     ft, _ = synthetic_file_type(ftype)
     if tokenizer_path is None:
-        from localinfer.fetch import resolve_model
+        from localinfer.files.fetch import resolve_model
         tokenizer_path = resolve_model(TOKENIZER_MODEL)
     specs, plan = tensor_specs(s), planned_types(s, ft.name)
     entries = [TensorEntry(t.name, plan[t.name], t.shape,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from localinfer.fetch import cache_dir, resolve_model
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.fetch import cache_dir, resolve_model
+from localinfer.files.gguf_file import GGUFFile
 from refdata import refdata_root
 
 SMOLLM2_REF = "smollm2-135m-instruct-q4_1"

@@ -75,7 +75,7 @@ def write(path, weight_dtype=np.float16, seed: int = 0, untied: bool = False) ->
 
 def metadata_equal(a: dict, b: dict) -> bool:
     """Two GGUF metadata dicts hold the same keys and values; numeric arrays are numpy views
-    (gguf_file.py), compared element by element (and by dtype)."""
+    (files/gguf_file.py), compared element by element (and by dtype)."""
     import numpy as np
 
     if a.keys() != b.keys():

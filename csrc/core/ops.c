@@ -1,7 +1,7 @@
 /* ops.c -- the non-matmul ops of a transformer layer, in C: RMSNorm, RoPE, gated
  * activations (attention is attention.c; the readable gating kernels generic/act_generic.c).
  *
- * Each follows the numpy reference in src/localinfer/ops_reference.py operation for operation
+ * Each follows the numpy reference in src/localinfer/backend/ops_reference.py operation for operation
  * (tests/kernels/test_ops.py compares them); the arithmetic that changes results mirrors ggml:
  * RMSNorm sums squares in double; attention rounds Q and the softmax weights to f16 as
  * llama.cpp's non-flash path does with an f16 cache. Plain C, compiled at baseline flags:

@@ -268,7 +268,7 @@ _Static_assert(sizeof(block_tq2_0) == QK_K / 4 + 2, "wrong tq2_0 block size");
 /* --- grid i-quants: groups of 8 (or 4) elements are points of a fixed lattice -------------
  * The grids and sign table are core/iq_grids.h (generated from gguf-py's copies). Each element is
  * sub-block scale * grid value * sign (IQ1: scale * (grid value + delta)); the layouts below are
- * ggml-common.h's, and quant/dequant_grids.py spells out the same ones for numpy. */
+ * ggml-common.h's, and src/localinfer/formats/dequant_grids.py spells out the same ones for numpy. */
 
 /* IQ2_XXS: per 32 elements two u32 (qs[4i..4i+3]): a = four 8-bit indices into li_iq2xxs_grid,
  * b = four 7-bit sign codes (li_ksigns_iq2xs) in bits 7k.. and a 4-bit scale ls in bits 28..31;

@@ -13,7 +13,7 @@ void li_silu_mul_generic(const float *g, const float *u, float *y, int64_t n) {
 
 /* y = gelu(g) * u the way ggml_geglu computes it on the CPU (GGML_GELU_FP16): gelu read from a
  * table indexed by the f16 bits of g and holding f16 results; g itself above 10, 0 below -10.
- * `table` (65536 floats) is built by the caller from the numpy reference (localinfer's ops.py), so
+ * `table` (65536 floats) is built by the caller from the numpy reference (localinfer's backend/ops.py), so
  * this is bit for bit ops_reference.geglu. */
 void li_geglu_f16_generic(const float *g, const float *u, float *y, int64_t n, const float *table) {
     for (int64_t i = 0; i < n; i++) {

@@ -1,7 +1,7 @@
 /* dequant_generic.c -- scalar dequantize_row_<type>: raw blocks -> float32.
  *
  * Ports of ggml's dequantize_row_* (ggml/src/ggml-quants.c). They must be
- * bit-identical to the numpy oracle (localinfer.quant.dequantize), so the float
+ * bit-identical to the numpy oracle (localinfer.formats.dequantize), so the float
  * operations keep ggml's order -- an fp16 scale widened to f32, then q * d, then
  * "+ m" (or "- ml") as a separate rounded step -- and this file is compiled with
  * -ffp-contract=off so the compiler never fuses them into an fma.

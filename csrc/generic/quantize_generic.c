@@ -4,7 +4,7 @@
  * _q8_K_ref in ggml/src/ggml-quants.c), with their rounding: Q8_0/Q8_1 use
  * roundf (half away from zero) of x * (1/d), d = amax/127; Q8_K uses
  * nearest_int (half to even) of x * (-127/max). The SIMD versions are checked
- * bit for bit against these and against the numpy oracle (quant/activations.py).
+ * bit for bit against these and against the numpy oracle (src/localinfer/formats/activations.py).
  * One difference from ggml: an all-zero Q8_K block also zeroes bsums (ggml
  * leaves them unset).
  */

@@ -22,13 +22,13 @@ __version__ = "0.1.0"
 _EXPORTS = {  # public name -> the module that defines it
     "load": ".model", "Model": ".model", "ModelClosedError": ".model",
     "ChatSession": ".chat.session", "ChatTemplateError": ".chat.template",
-    "FetchError": ".fetch", "ModelNotFoundError": ".fetch",
+    "FetchError": ".files.fetch", "ModelNotFoundError": ".files.fetch",
     "GenerationChunk": ".generate", "GenerationResult": ".generate", "Timings": ".generate",
-    "GGUFError": ".gguf_file", "ContextFullError": ".kv_cache", "ContextMemoryError": ".kv_cache",
-    "NonFiniteLogitsError": ".sampling",
+    "GGUFError": ".files.gguf_file", "ContextFullError": ".kv.cache", "ContextMemoryError": ".kv.cache",
+    "NonFiniteLogitsError": ".sampling.samplers",
     "compile_grammar": ".constrain", "GrammarError": ".constrain",
-    "TokenLogprob": ".logprobs", "LogitBiasError": ".logit_bias",
-    "StateFileError": ".state_file", "StateMismatchError": ".state_file",
+    "TokenLogprob": ".sampling.logprobs", "LogitBiasError": ".sampling.logit_bias",
+    "StateFileError": ".kv.state_file", "StateMismatchError": ".kv.state_file",
 }
 __all__ = ["load", "Model", "ChatSession", "GenerationResult", "GenerationChunk", "Timings",
            "GGUFError", "ContextFullError", "ChatTemplateError", "ModelNotFoundError", "FetchError",
@@ -39,15 +39,15 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .chat.session import ChatSession
     from .chat.template import ChatTemplateError
     from .constrain import GrammarError, compile_grammar
-    from .fetch import FetchError, ModelNotFoundError
+    from .files.fetch import FetchError, ModelNotFoundError
     from .generate import GenerationChunk, GenerationResult, Timings
-    from .gguf_file import GGUFError
-    from .kv_cache import ContextFullError, ContextMemoryError
-    from .logit_bias import LogitBiasError
-    from .logprobs import TokenLogprob
+    from .files.gguf_file import GGUFError
+    from .kv.cache import ContextFullError, ContextMemoryError
+    from .sampling.logit_bias import LogitBiasError
+    from .sampling.logprobs import TokenLogprob
     from .model import Model, ModelClosedError, load
-    from .sampling import NonFiniteLogitsError
-    from .state_file import StateFileError, StateMismatchError
+    from .sampling.samplers import NonFiniteLogitsError
+    from .kv.state_file import StateFileError, StateMismatchError
 
 
 def __getattr__(name: str):

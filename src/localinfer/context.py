@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .kv_cache import ContextFullError, KVCache
+from .kv.cache import ContextFullError, KVCache
 
 # Tokens per forward pass (llama.cpp's n_ubatch): a longer prompt is computed in passes of this
 # many. A pass's activations take ~144 KiB a token at 1B (~264 KiB at 8B), so a 4096-token prompt
@@ -25,7 +25,7 @@ class Context:
         self.cache: KVCache = model.new_cache(n_ctx, kv_dtype)
         self.tokens: list[int] = []  # tokens whose K/V are in the cache, in order
         self.last_n_computed = 0  # tokens computed by the last evaluate() (the rest was reused)
-        self.identity: str | None = None  # the model file's hash (session_state.py), set by Model
+        self.identity: str | None = None  # the model file's hash (kv/session_state.py), set by Model
         self.n_vocab: int | None = None
 
     @property
@@ -78,12 +78,12 @@ class Context:
         self.truncate(0)
 
     def save(self, path) -> None:
-        """Writes the tokens and KV cache to `path` (atomically): session_state.py."""
-        from .session_state import save_context
+        """Writes the tokens and KV cache to `path` (atomically): kv/session_state.py."""
+        from .kv.session_state import save_context
         save_context(self, path)
 
     def load(self, path) -> None:
         """Holds what `save` wrote, checked against this model, cache and n_ctx (StateFileError /
         StateMismatchError, ValueErrors, otherwise; the context is then unchanged)."""
-        from .session_state import load_context
+        from .kv.session_state import load_context
         load_context(self, path)

@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 
-from .gguf_file import GGUFError, GGUFFile
+from .files.gguf_file import GGUFError, GGUFFile
 
 HYPERPARAMETERS = ("context_length", "embedding_length", "block_count", "feed_forward_length",
                    "attention.head_count", "attention.head_count_kv", "attention.key_length",

@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .kv_cache import ContextFullError
+from .kv.cache import ContextFullError
 
 POOLINGS = ("mean", "last", "cls")
 DEFAULT_N_BATCH = 512  # tokens per forward pass, as the engine's prefill chunk

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from .context import Context
-from .kv_cache import ContextFullError
-from .logprobs import LogprobRecorder
-from .sampling import LogitsProcessor, Sampler
+from .kv.cache import ContextFullError
+from .sampling.logprobs import LogprobRecorder
+from .sampling.samplers import LogitsProcessor, Sampler
 from .tokenizer import StreamingDetokenizer
 
 
@@ -173,7 +173,7 @@ def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], sampler: Sam
     string); the last chunk has the finish_reason and the timings. With a matcher (a grammar's
     state) the text follows the grammar and ends ("stop") as soon as the grammar is complete.
     logprobs: each chunk also carries its tokens' log-probabilities with that many alternatives
-    (see logprobs.py). speculator (speculative.decode.Speculator): draft and verify several tokens
+    (see sampling/logprobs.py). speculator (speculative.decode.Speculator): draft and verify several tokens
     per forward pass; the same tokens at temperature 0, the same distribution otherwise."""
     max_tokens = check_max_tokens(max_tokens)
     out = ChunkAssembler(tokenizer, len(prompt), ctx.n_ctx, max_tokens, stop)

@@ -13,14 +13,14 @@ from .arch import build_model
 from .chat.prompt import chat_prompt_tokens
 from .chat.template import ChatTemplate, template_for
 from .context import Context
-from .fetch import resolve_model
+from .files.fetch import resolve_model
 from .generate import GenerationChunk, GenerationResult, check_prompt_fits, collect, stream_generate
-from .gguf_file import GGUFFile
-from .kv_cache import ContextFullError
-from .kv_types import CacheTypeError, KVCacheTypes, row_width
-from .logit_bias import check_logit_bias, make_logit_bias
-from .logprobs import check_n_top
-from .sampling import make_logits_processors, make_sampler
+from .files.gguf_file import GGUFFile
+from .kv.cache import ContextFullError
+from .kv.cache_types import CacheTypeError, KVCacheTypes, row_width
+from .sampling.logit_bias import check_logit_bias, make_logit_bias
+from .sampling.logprobs import check_n_top
+from .sampling.samplers import make_logits_processors, make_sampler
 from .tokenizer import Tokenizer
 
 DEFAULT_N_CTX = 4096
@@ -79,13 +79,13 @@ class Model:
         draft_min are not verified); lookup_ngram N > 0 without a draft drafts from the longest
         matching n-gram (<= N tokens) of the prompt and text so far. Greedy output is unchanged.
         cache_type_k / cache_type_v: "f16", "q8_0" or "q4_0", the KV cache's keys / values
-        (llama.cpp's --cache-type-k / -v; kv_types.py).
+        (llama.cpp's --cache-type-k / -v; kv/cache_types.py).
         progress: a callable(fraction, stage) told how far the load is (0.0 .. 1.0, ending with
-        1.0 "ready"), for a splash screen (load_progress.py).
+        1.0 "ready"), for a splash screen (files/load_progress.py).
         repack: copy the matrices the ISA has a faster decode layout for into it at load (llama.cpp's
         repack; the mapped pages are released, so memory stays about the file's size); None: on
         unless the environment sets LOCALINFER_REPACK=0. False keeps every weight in the mapping."""
-        from .load_progress import LoadProgress
+        from .files.load_progress import LoadProgress
         loading = LoadProgress(progress)
         loading.report(0.0, "mapping")
         self.path = str(path)
@@ -246,7 +246,7 @@ class Model:
         The defaults are llama.cpp's; temperature <= 0 is greedy. Close it to stop early.
         logprobs=N (0..20): each chunk's .logprobs holds a TokenLogprob per token (its logprob
         and the N most likely tokens), the log-softmax of the model's raw logits, before bias,
-        penalties and sampling (logprobs.py). logit_bias {token id: -100..100} is added to the
+        penalties and sampling (sampling/logprobs.py). logit_bias {token id: -100..100} is added to the
         logits before sampling (-100 bans a token).
         Without `context` the request goes through the model's batched engine (several threads
         may call this at once); with one, it runs in that context (a chat session's cache).
@@ -358,10 +358,10 @@ class Model:
     # -- saved state -----------------------------------------------------------------------------
     @property
     def identity(self) -> str:
-        """A hash naming this model file's contents, recorded in saved states (session_state.py)."""
+        """A hash naming this model file's contents, recorded in saved states (kv/session_state.py)."""
         if getattr(self, "_identity", None) is None:
             self._check_open()
-            from .session_state import model_identity
+            from .kv.session_state import model_identity
             self._identity = model_identity(self.gguf)
         return self._identity
 
@@ -370,7 +370,7 @@ class Model:
         """The model's identity and the kernels that compute its K/V (backend and ISA): prefix
         blocks computed by other kernels round differently, so a folder shared with another
         machine or backend does not hand them to this one (its requests stay bit-exact)."""
-        from . import kernels
+        from .backend import kernels
         isa = kernels.isa() if self.backend == "c" else "numpy"
         layout = "-repacked" if getattr(self.runtime, "repacked_bytes", 0) else ""  # its GEMV rows round otherwise
         return f"{self.identity}/{self.backend}-{isa}{layout}"
@@ -383,7 +383,7 @@ class Model:
         """A new ChatSession (or Context) holding what save_state wrote, continuing bit-exactly.
         Raises StateMismatchError (another model, cache type or n_ctx) or StateFileError (corrupt,
         truncated), both ValueErrors."""
-        from .state_file import read_header
+        from .kv.state_file import read_header
         kind = read_header(path).get("kind")
         if kind == "chat":
             session = self.chat_session(**session_defaults)
@@ -483,7 +483,7 @@ def _choose_repack(repack: bool | None) -> bool:
 def _choose_backend(backend: str, n_threads: int | None) -> str:
     if backend not in ("auto", "c", "reference"):
         raise ValueError(f"backend must be 'auto', 'c' or 'reference', got {backend!r}")
-    from . import kernels
+    from .backend import kernels
     if backend == "auto":
         backend = "c" if kernels.available() else "reference"
         if backend == "reference":  # installed without a C compiler (setup.py): it works, slowly

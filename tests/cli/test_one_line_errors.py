@@ -158,7 +158,7 @@ def test_the_interactive_chat_reports_non_finite_logits_and_goes_on(models, monk
 def test_speculative_decoding_refuses_non_finite_logits_too(models, temperature):
     """The target's verified rows and a draft model's own logits are checked as plain decoding's are:
     a broken model is the one-line error, not token 0 (argmax of NaN) or numpy's complaint about p."""
-    from localinfer.sampling import NonFiniteLogitsError
+    from localinfer.sampling.samplers import NonFiniteLogitsError
     prompt = "hi hi hi hi hi hi hi hi"   # prompt lookup finds its n-grams: drafts are verified
     for target, options in ((models["nan"], dict(lookup_ngram=2)), (models["nan"], dict(draft=str(models["good"]))),
                             (models["good"], dict(draft=str(models["nan"])))):

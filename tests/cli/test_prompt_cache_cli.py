@@ -83,7 +83,7 @@ def test_a_path_that_is_not_a_file_is_refused_before_anything_runs(tmp_path):
 
 def test_a_deeply_nested_header_is_reported_and_replaced(tmp_path):
     import struct
-    from localinfer.state_file import MAGIC
+    from localinfer.kv.state_file import MAGIC
     cache = tmp_path / "prompt.state"
     head = b'{"kind": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
     cache.write_bytes(struct.pack("<8sII", MAGIC, 1, len(head)) + head + bytes(32))

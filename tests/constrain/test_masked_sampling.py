@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from localinfer.sampling import apply_top_k, make_sampler
+from localinfer.sampling.samplers import apply_top_k, make_sampler
 
 
 def _masked(n: int, allowed: np.ndarray, seed: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The q8_0 / q4_0 KV cache (kv_types.py, --cache-type-k / -v) in whole models: its size, the fused C
+"""The q8_0 / q4_0 KV cache (kv/cache_types.py, --cache-type-k / -v) in whole models: its size, the fused C
 layers against the Python layer loop on it, the logits against the f16 cache, and clear errors."""
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import localinfer
-from localinfer import kernels
+from localinfer.backend import kernels
 from localinfer.arch import build_model
-from localinfer.gguf_file import GGUFFile
-from localinfer.kv_cache import KVCache
-from localinfer.kv_types import CacheTypeError, KVCacheTypes
+from localinfer.files.gguf_file import GGUFFile
+from localinfer.kv.cache import KVCache
+from localinfer.kv.cache_types import CacheTypeError, KVCacheTypes
 
 TYPES = [KVCacheTypes("q8_0", "q8_0"), KVCacheTypes("q4_0", "q4_0"), KVCacheTypes("q8_0", "f16")]
 needs_c = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")

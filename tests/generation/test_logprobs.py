@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from localinfer import LogitBiasError, TokenLogprob
-from localinfer.logprobs import log_softmax, prompt_logprobs, score_prompt
+from localinfer.sampling.logprobs import log_softmax, prompt_logprobs, score_prompt
 
 PROMPT = "The capital of France is"
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from localinfer.sampling import (apply_min_p, apply_penalties, apply_top_k, apply_top_p,
+from localinfer.sampling.samplers import (apply_min_p, apply_penalties, apply_top_k, apply_top_p,
                                  make_logits_processors, make_sampler)
 
 
@@ -80,7 +80,7 @@ def test_processors_only_look_at_recent_tokens():
 def test_the_draw_is_the_full_vocabulary_chain():
     """make_sampler works on top-k's survivors only; it draws what the chain of apply_* steps over
     the whole vocabulary (dropped tokens at -inf) draws, seed for seed, ties at the k-th included."""
-    from localinfer.sampling import _probs, apply_min_p, apply_top_k, apply_top_p
+    from localinfer.sampling.samplers import _probs, apply_min_p, apply_top_k, apply_top_p
     rng = np.random.default_rng(11)
     for case in range(40):
         logits = (rng.standard_normal(5000) * 3).astype(np.float32)
@@ -98,7 +98,7 @@ def test_the_draw_is_the_full_vocabulary_chain():
 def test_non_finite_logits_are_refused_not_sampled(temperature):
     """NaN logits were token 0 when greedy (argmax picks the first NaN) and numpy's "zero-size
     array" error otherwise; +inf and all -inf leave nothing to draw from either."""
-    from localinfer.sampling import NonFiniteLogitsError
+    from localinfer.sampling.samplers import NonFiniteLogitsError
     sample = make_sampler(temperature=temperature, seed=0)
     for bad, says in ((np.nan, "non-finite logits"), (np.inf, "non-finite logits")):
         x = _logits()

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from localinfer import kernels
-from localinfer.kv_cache import RotatingKVCache
+from localinfer.backend import kernels
+from localinfer.kv.cache import RotatingKVCache
 from localinfer.speculative import SpeculativeConfig, SpeculativeConfigError, VocabMismatchError, check_same_vocab
 from localinfer.speculative.config import MAX_DRAFT
 from localinfer.speculative.decode import SamplerSpec, Speculator

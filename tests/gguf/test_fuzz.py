@@ -33,7 +33,7 @@ from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from localinfer.gguf_file import GGUFError, GGUFFile
+from localinfer.files.gguf_file import GGUFError, GGUFFile
 from localinfer.tokenizer import StreamingDetokenizer, Tokenizer
 from localinfer.tokenizer.bpe import BYTE_TO_UNICODE
 from localinfer.tokenizer.vocab import TokenAttr

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType
 
-from localinfer.gguf_file import GGUFError, GGUFFile
+from localinfer.files.gguf_file import GGUFError, GGUFFile
 
 
 def _tiny_gguf(path, extra_kv=True):

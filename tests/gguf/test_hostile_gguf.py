@@ -17,7 +17,7 @@ import tracemalloc
 import pytest
 
 from localinfer.arch import build_model
-from localinfer.gguf_file import GGUFError, GGUFFile
+from localinfer.files.gguf_file import GGUFError, GGUFFile
 from gguf import GGMLQuantizationType as T, GGUFValueType
 
 _PACK = {GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i", GGUFValueType.FLOAT32: "<f"}

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer import kernels
-from localinfer import ops_reference as ref
-from localinfer.kv_types import CACHE_TYPES, KVCacheTypes, dequantize_rows, quantize_rows
-from localinfer.quant.formats import UnsupportedQuantType
+from localinfer.backend import kernels
+from localinfer.backend import ops_reference as ref
+from localinfer.kv.cache_types import CACHE_TYPES, KVCacheTypes, dequantize_rows, quantize_rows
+from localinfer.formats.registry import UnsupportedQuantType
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 

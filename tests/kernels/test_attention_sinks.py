@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localinfer import kernels, ops_reference
-from localinfer.kv_types import CACHE_TYPES, KVCacheTypes, quantize_rows
+from localinfer.backend import kernels
+from localinfer.backend import ops_reference
+from localinfer.kv.cache_types import CACHE_TYPES, KVCacheTypes, quantize_rows
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 
@@ -37,7 +38,7 @@ def _inputs(shape, seed):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_sinks_in_the_c_softmax_are_the_reference(isa, shape):
-    from localinfer import ops
+    from localinfer.backend import ops
     q, k, v, sinks, pos, kw, scale = _inputs(shape, sum(shape))
     k, v = k.astype(np.float16), v.astype(np.float16)
     got = ops.attention(q, k, v, pos, scale, sinks=sinks, **kw)
@@ -68,7 +69,7 @@ def test_sinks_over_a_quantized_cache(isa, types, shape):
 
 
 def test_avx2_and_avx512_agree_bit_for_bit():
-    from localinfer import ops
+    from localinfer.backend import ops
     if not {"avx2", "avx512"} <= set(ISAS):
         pytest.skip("needs a CPU with AVX-512")
     q, k, v, sinks, pos, kw, scale = _inputs(SHAPES[2], 3)
@@ -83,7 +84,7 @@ def test_avx2_and_avx512_agree_bit_for_bit():
 @pytest.mark.parametrize("sinks, message", [(np.zeros(3, np.float32), "shape"), (np.full(4, np.nan, np.float32), "finite"),
                                             (np.full(4, np.inf, np.float32), "finite")])
 def test_bad_sinks_are_refused(sinks, message):
-    from localinfer import ops
+    from localinfer.backend import ops
     q, k, v, _, pos, kw, scale = _inputs(SHAPES[1], 1)
     with pytest.raises(ValueError, match=message):
         ops.attention(q, k.astype(np.float16), v.astype(np.float16), pos, scale, sinks=sinks, **kw)

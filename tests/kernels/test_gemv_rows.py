@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from test_kernels import FORMAT_PARAMS, ISAS, random_activations, random_rows
 
-from localinfer import kernels
-from localinfer.quant.formats import QuantFormat
+from localinfer.backend import kernels
+from localinfer.formats.registry import QuantFormat
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 

@@ -1,14 +1,14 @@
 """The C kernels against the numpy oracles, for every type in the registry and every ISA variant
 this machine can run.
 
-- dequantize_row: bit-identical to localinfer.quant.dequantize;
+- dequantize_row: bit-identical to localinfer.formats.dequantize;
 - activation quantization (Q8_0, Q8_1, Q8_K, F16, BF16, F32): bit-identical to
-  localinfer.quant.activations, under every ISA variant (they have SIMD versions);
+  localinfer.formats.activations, under every ISA variant (they have SIMD versions);
 - matmul: against float64 (dequantized W) @ (dequantized activations after the same
   activation quantization), within 1e-4 of sum(|w| |a|), for GEMV (m < 4) and the
   tiled GEMM, with sizes that hit every tail of the kernels; bit-identical across
   thread counts.
-Like tests/quant/test_dequant.py, the tests walk localinfer.quant.FORMATS, so a new type is
+Like tests/quant/test_dequant.py, the tests walk localinfer.formats.FORMATS, so a new type is
 tested without editing this file.
 """
 
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer import kernels
-from localinfer.quant import FORMATS, QuantFormat, dequantize
-from localinfer.quant import activations as act
-from localinfer.quant.dequant_grids import iq1_m_d
+from localinfer.backend import kernels
+from localinfer.formats import FORMATS, QuantFormat, dequantize
+from localinfer.formats import activations as act
+from localinfer.formats.dequant_grids import iq1_m_d
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason=f"C kernels not built: {kernels.unavailable_reason()}")
 
@@ -222,7 +222,7 @@ def test_float_weights_as_numpy_arrays():
 
 @pytest.mark.parametrize("name", ["blk.0.ffn_down.weight", "blk.3.attn_q.weight", "token_embd.weight"])
 def test_matmul_on_smollm2_tensors(smollm2_path, name):
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
 
     with GGUFFile(smollm2_path) as f:
         info = f.tensors[name]

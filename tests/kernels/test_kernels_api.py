@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer import kernels
-from localinfer.quant import UnsupportedQuantType
+from localinfer.backend import kernels
+from localinfer.formats import UnsupportedQuantType
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason=f"C kernels not built: {kernels.unavailable_reason()}")
 
@@ -52,7 +52,7 @@ def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProces
         (lambda w, x: (w, T.NVFP4, x), UnsupportedQuantType, "NVFP4"),
         (lambda w, x: (w, T.Q8_K, x), UnsupportedQuantType, "Q8_K"),
         (lambda w, x: (w, 99, x), UnsupportedQuantType, "99"),
-        (lambda w, x: (w, "Q4_1", x), TypeError, "GGMLQuantizationType"),
+        (lambda w, x: (w, "Q4_1", x), TypeError, "GGML type"),
         (lambda w, x: (w.astype(np.float32), T.Q4_1, x), TypeError, "dtype uint8"),
         (lambda w, x: (np.zeros((5, 64), np.float16), T.F32, x), TypeError, "float32"),
         (lambda w, x: (x.byteswap().view(x.dtype.newbyteorder()), T.F32, x), TypeError, "byte order"),
@@ -150,7 +150,7 @@ def test_force_isa():
 
 @pytest.mark.parametrize("name", ["generic", "avx2", "avx512", "neon"])
 def test_isa_environment_variable(name):
-    r = run_python("from localinfer import kernels; print(kernels.isa())", {"LOCALINFER_ISA": name})
+    r = run_python("from localinfer.backend import kernels; print(kernels.isa())", {"LOCALINFER_ISA": name})
     assert r.returncode == 0, r.stderr
     if name in kernels.supported_isas():
         assert r.stdout.strip() == name
@@ -234,7 +234,7 @@ def test_concurrent_callers_get_the_same_answer():
 def test_unavailable_kernels_report_cleanly():
     code = (
         "import sys; sys.modules['localinfer._kernels'] = None\n"
-        "from localinfer import kernels\n"
+        "from localinfer.backend import kernels\n"
         "assert not kernels.available()\n"
         "print(kernels.unavailable_reason())\n"
         "import numpy as np\n"
@@ -249,7 +249,7 @@ def test_unavailable_kernels_report_cleanly():
 
 
 def test_memory_bandwidth_checks_its_arguments_and_measures():
-    from localinfer import kernels as k
+    from localinfer.backend import kernels as k
     if not k.available():
         pytest.skip("C kernels not built")
     for bad, err in (((1 << 19,), ValueError), ((1.5e6,), TypeError), ((1 << 20, 0), ValueError),

@@ -1,10 +1,11 @@
-"""The C layer ops (localinfer.ops) against the numpy reference (localinfer.ops_reference)."""
+"""The C layer ops (localinfer.backend.ops) against the numpy reference (localinfer.backend.ops_reference)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from localinfer import kernels, ops_reference
+from localinfer.backend import kernels
+from localinfer.backend import ops_reference
 
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
@@ -15,7 +16,7 @@ ISAS = kernels.supported_isas() if kernels.available() else []
 
 @pytest.fixture
 def ops():
-    from localinfer import ops
+    from localinfer.backend import ops
     return ops
 
 

@@ -11,8 +11,8 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from test_kernels import FORMATS, ISAS, random_activations, random_rows
 
-from localinfer import kernels
-from localinfer.quant import dequantize
+from localinfer.backend import kernels
+from localinfer.formats import dequantize
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 

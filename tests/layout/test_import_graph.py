@@ -24,6 +24,7 @@ SOURCES = {  # folder -> the package it is installed as (pyproject.toml's packag
     ROOT / "models": "localinfer.models",
 }
 CORE_NEVER_IMPORTS = ("localinfer.serve", "localinfer.measure", "localinfer.cli")
+TOOLS = ("localinfer.quant", "localinfer.cli", "localinfer.measure")   # offline tools and the command line
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -117,7 +118,8 @@ def test_the_graph_is_read():
     graph = import_graph()
     assert "localinfer.model" in graph["localinfer.chat.session"] or "localinfer.generate" in graph["localinfer.chat.session"]
     assert "localinfer.cli.common" in graph["localinfer.cli.serve"]
-    assert "localinfer.gguf_file" in graph["localinfer.quant.quantize_file"]  # across the namespace
+    assert "localinfer.files.gguf_file" in graph["localinfer.quant.quantize_file"]  # across the namespace
+    assert "localinfer.formats.registry" in graph["localinfer.quant.quantizers"]
 
 
 def test_no_import_cycles():
@@ -137,3 +139,20 @@ def test_the_runtime_never_imports_the_server_the_tools_or_the_cli():
     core = [m for m in graph if not m.startswith(CORE_NEVER_IMPORTS)]
     bad = sorted((m, t) for m in core for t in graph[m] if t.startswith(CORE_NEVER_IMPORTS))
     assert not bad, bad
+
+
+def test_the_runtime_never_imports_the_offline_quant_tools():
+    """quant/ (quantizers, mixes, converters) builds on the runtime's formats, never the reverse: what
+    inference needs of a format (its layout, dequantizer, the KV cache's quantizers) is in formats/.
+    Only the tools (measure/'s perplexity and quality runs, the command line) drive quant/."""
+    graph = import_graph()
+    runtime = [m for m in graph if not m.startswith(TOOLS)]
+    bad = sorted((m, t) for m in runtime for t in graph[m] if t.startswith("localinfer.quant"))
+    assert not bad, bad
+
+
+def test_the_runtime_folder_is_a_map():
+    """src/localinfer/ holds at most 8 modules beside its packages (kv/, backend/, files/, formats/,
+    sampling/, arch/ ...): a newcomer reads the folder names, not 30 files."""
+    top = sorted(p.name for p in (ROOT / "src" / "localinfer").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 8, top

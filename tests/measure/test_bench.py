@@ -15,7 +15,7 @@ from localinfer.measure.bench import run_model, weight_bytes_per_token
 from localinfer.measure.bench_report import markdown, table
 from localinfer.measure.bench_suite import Suite, ratios, run_llama_bench
 from localinfer.context import Context
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.gguf_file import GGUFFile
 
 pytestmark = pytest.mark.slow  # times real models in worker processes
 

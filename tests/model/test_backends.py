@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import localinfer
-from localinfer import kernels
+from localinfer.backend import kernels
 from refcheck import argmax_departure_margins
 
 needs_kernels = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from localinfer.arch import build_model
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.gguf_file import GGUFFile
 
 pytestmark = pytest.mark.slow  # whole-model batches on both backends
 

@@ -9,7 +9,7 @@ import pytest
 
 import localinfer
 from localinfer.embedding import embed_tokens
-from localinfer.kv_cache import ContextFullError
+from localinfer.kv.cache import ContextFullError
 
 pytestmark = pytest.mark.slow  # whole-model forward passes of both models
 

@@ -17,8 +17,8 @@ from refcheck import agreement, disagreement_margins
 from localinfer.arch import build_model
 from localinfer.arch.gemma3 import Gemma3Model
 from localinfer.context import Context
-from localinfer.gguf_file import GGUFFile
-from localinfer.kv_cache import InterleavedKVCache, KVCache, RotatingKVCache
+from localinfer.files.gguf_file import GGUFFile
+from localinfer.kv.cache import InterleavedKVCache, KVCache, RotatingKVCache
 
 pytestmark = pytest.mark.slow  # whole-model runs of gemma3 against llama.cpp
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localinfer import ops_reference
+from localinfer.backend import ops_reference
 from localinfer.arch.gptoss import swiglu_oai, yarn_inv_freq
 
 
@@ -71,7 +71,8 @@ def test_attention_sinks_join_the_softmax_denominator(window):
 def test_the_c_attention_with_sinks_is_the_reference(n_q, n_kv, window, head_dim):
     """The C backend puts the sink in its softmax, as the reference does (tests/kernels/test_attention_sinks.py
     on every ISA and cache type): the C attention's own tolerance against the reference (tests/kernels/test_ops.py)."""
-    from localinfer import kernels, ops
+    from localinfer.backend import kernels
+    from localinfer.backend import ops
     if not kernels.available():
         pytest.skip("C kernels not built")
     rng = np.random.default_rng(n_q + n_kv)
@@ -117,7 +118,7 @@ def tiny_gptoss(tmp_path_factory):
 
 def _load(path, backend="reference"):
     from localinfer.arch import build_model
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
     with GGUFFile(path) as f:
         return build_model(f, backend)
 
@@ -128,7 +129,7 @@ def test_mxfp4_experts_are_read_as_their_dequantized_values(tiny_gptoss):
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
     from localinfer.arch.weights import DenseLinear
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
     f32, mxfp4, ids = tiny_gptoss
     m = _load(f32)
     with GGUFFile(mxfp4) as f:
@@ -148,7 +149,7 @@ def test_mxfp4_experts_are_read_as_their_dequantized_values(tiny_gptoss):
 def test_mxfp4_experts_run_on_the_c_kernels(tiny_gptoss):
     """On the C backend each MXFP4 expert is a kernel matmul over its slice of the mmap (with its
     bias), within q8_0 activation rounding of the reference expert."""
-    from localinfer import kernels
+    from localinfer.backend import kernels
     from localinfer.arch.weights import KernelLinear
     if not kernels.available():
         pytest.skip("C kernels not built")
@@ -170,7 +171,7 @@ def test_mxfp4_experts_on_the_fused_c_layers_are_the_loop(tiny_gptoss):
     clamped SwiGLU in core/moe.c; every forward takes that path, and its logits and caches are the
     Python loop's over the same kernels to test_hf_oracle.assert_moe_close's q8_0 tolerance (MXFP4
     weights take q8_0 activations)."""
-    from localinfer import kernels
+    from localinfer.backend import kernels
     from hf_oracle import SENTENCES  # noqa: F401  (the fixture needs the oracle extra)
     from test_hf_oracle import assert_moe_close
     if not kernels.available():
@@ -194,9 +195,9 @@ def test_mxfp4_experts_on_the_fused_c_layers_are_the_loop(tiny_gptoss):
 
 
 def test_a_gpt_oss_file_without_experts_is_an_error(tiny_gptoss, tmp_path):
-    from localinfer.gguf_file import GGUFError
+    from localinfer.files.gguf_file import GGUFError
     from localinfer.arch.gptoss import GptOssConfig, GptOssModel
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
     f32, _, _ = tiny_gptoss
     with GGUFFile(f32) as f:
         config = GptOssConfig.from_gguf(f)
@@ -230,7 +231,7 @@ def test_an_mxfp4_checkpoint_converts_to_mxfp4_experts_that_match_transformers(t
     from safetensors.numpy import save_file
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
     from hf_oracle import SENTENCES, hf_logits, make_hf_model
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
     from localinfer.quant.convert_hf import convert_hf
     model, tok = make_hf_model("gptoss", tmp_path / "bf", seed=11)
     tensors = {}
@@ -279,7 +280,7 @@ def test_gpt_oss_checkpoints_this_converter_cannot_write_are_refused(tiny_gptoss
 
 def test_a_yarn_truncate_that_is_not_a_boolean_is_an_error_naming_it(tiny_gptoss):
     from localinfer.arch.gptoss import GptOssConfig
-    from localinfer.gguf_file import GGUFError, GGUFFile
+    from localinfer.files.gguf_file import GGUFError, GGUFFile
     with GGUFFile(tiny_gptoss[0]) as f:
         f.metadata["gpt-oss.rope.scaling.yarn_truncate"] = 1
         with pytest.raises(GGUFError, match="gpt-oss.rope.scaling.yarn_truncate = 1: must be a boolean"):

@@ -19,8 +19,8 @@ from click.testing import CliRunner  # noqa: E402
 from hf_oracle import ARCHS, SENTENCES, hf_logits, make_hf_model  # noqa: E402
 from localinfer.arch import build_model  # noqa: E402
 from localinfer.cli.main import main  # noqa: E402
-from localinfer.gguf_file import GGUFFile  # noqa: E402
-from localinfer.ops_reference import rope_freqs  # noqa: E402
+from localinfer.files.gguf_file import GGUFFile  # noqa: E402
+from localinfer.backend.ops_reference import rope_freqs  # noqa: E402
 from localinfer.quant import convert_hf as convert_module  # noqa: E402
 from localinfer.quant.convert_hf import convert_hf  # noqa: E402
 from localinfer.tokenizer import Tokenizer  # noqa: E402
@@ -240,7 +240,7 @@ def test_fused_layers_are_the_loop_bit_for_bit(tiny, outtype):
     """On the C backend one sequence runs every layer in one C call (arch/fused.py): biases
     (qwen2), per-head norms (qwen3), fused qkv / gate|up, scaled queries and longrope's factors
     (phi3) give the same logits and cache as the Python loop over the same kernels."""
-    from localinfer import kernels
+    from localinfer.backend import kernels
     if not kernels.available():
         pytest.skip("C kernels not built")
     name, _, tok, folder, _ = tiny

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import localinfer
-from localinfer import kernels
+from localinfer.backend import kernels
 
 pytestmark = [pytest.mark.skipif(not kernels.available(), reason="C kernels not built"),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from localinfer import fetch
+from localinfer.files import fetch
 from localinfer.cli.main import main
 
 MEMBER = "tiny_model/tiny.gguf"
@@ -96,7 +96,7 @@ def test_a_file_without_stamp_is_hashed_once(cache):
 def test_same_size_corruption_is_not_cached_and_resolve_fetches_again(cache, caplog):
     fetch.pull("tiny")
     cache.corrupt_in_place()
-    with caplog.at_level(logging.WARNING, logger="localinfer.fetch"):
+    with caplog.at_level(logging.WARNING, logger="localinfer.files.fetch"):
         status = fetch.cache_status(cache.entry)
         assert status.state == "corrupt" and f"expected {cache.entry.sha256}" in status.detail
         assert not fetch.is_cached(cache.entry)

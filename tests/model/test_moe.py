@@ -9,7 +9,7 @@ import pytest
 
 from localinfer.arch.hparams import HParams
 from localinfer.arch.moe import SIGMOID, SOFTMAX, SOFTMAX_AFTER_TOP_K, Gating, expert_hparams, route
-from localinfer.gguf_file import GGUFError
+from localinfer.files.gguf_file import GGUFError
 from localinfer.arch.weights import DenseLinear
 
 
@@ -145,9 +145,9 @@ def test_unsupported_moe_checkpoints_are_refused(tiny_qwen3moe, tmp_path, extra,
 
 
 def _load(path, backend):
-    from localinfer import kernels
+    from localinfer.backend import kernels
     from localinfer.arch import build_model
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
     if backend == "c" and not kernels.available():
         pytest.skip("C kernels not built")
     with GGUFFile(path) as f:
@@ -199,7 +199,7 @@ def test_an_unchosen_expert_is_never_read(tiny_qwen3moe, backend):
 
 
 def test_the_bench_counts_only_the_routed_share_of_the_experts(tiny_qwen3moe):
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
     from localinfer.measure.bench import weight_bytes_per_token
     with GGUFFile(tiny_qwen3moe[0]) as f:
         n, k = f.metadata["qwen3moe.expert_count"], f.metadata["qwen3moe.expert_used_count"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import localinfer
-from localinfer import kernels
+from localinfer.backend import kernels
 
 pytestmark = pytest.mark.skipif(not kernels.available() or kernels.isa() not in ("avx2", "avx512"),
                                 reason="repacking needs the C kernels' AVX2 or AVX-512 variant")

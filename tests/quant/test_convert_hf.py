@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from localinfer.arch import build_model
 from localinfer.cli.main import main
-from localinfer.gguf_file import GGUFFile
-from localinfer.quant import dequantize
+from localinfer.files.gguf_file import GGUFFile
+from localinfer.formats import dequantize
 from localinfer.quant.convert_hf import ConversionError, convert_hf, permute_rows
 from localinfer.quant.hf_tokenizer import TokenizerConversionError
 from localinfer.quant.safetensors_file import SafetensorsError, SafetensorsFile

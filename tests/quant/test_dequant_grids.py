@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer import kernels
-from localinfer.quant import FORMATS, dequantize
-from localinfer.quant import dequant_grids as dg
+from localinfer.backend import kernels
+from localinfer.formats import FORMATS, dequantize
+from localinfer.formats import dequant_grids as dg
 
 GRID_TYPES = [T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M]
 IDS = [t.name for t in GRID_TYPES]
@@ -135,7 +135,7 @@ def test_c_tables_are_gguf_py_tables():
 def test_truncated_tensor_is_a_clear_error(tmp_path, qtype):
     from gguf import GGUFWriter
 
-    from localinfer.gguf_file import GGUFError, GGUFFile
+    from localinfer.files.gguf_file import GGUFError, GGUFFile
 
     raw = _blocks(qtype, 8, seed=1)[8 - 2 :].reshape(2, -1)   # two rows of one finite block each
     w = GGUFWriter(str(tmp_path / "t.gguf"), "llama")

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer import kernels
-from localinfer.quant import dequantize
-from localinfer.quant import dequant_tables as tab
+from localinfer.backend import kernels
+from localinfer.formats import dequantize
+from localinfer.formats import dequant_tables as tab
 
 
 def _all_nibbles(n_blocks: int) -> np.ndarray:

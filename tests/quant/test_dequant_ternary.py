@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer import kernels
-from localinfer.quant import dequantize
-from localinfer.quant import dequant_ternary as tern
+from localinfer.backend import kernels
+from localinfer.formats import dequantize
+from localinfer.formats import dequant_ternary as tern
 
 
 def _blocks(type_size: int, d_offset: int) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer.quant import dequant_grids as dg
+from localinfer.formats import dequant_grids as dg
 from localinfer.quant.grid_search import NOT_A_LATTICE_POINT, find_best_neighbour, grid_search
 
 # type, its dequantized grid, ggml's nwant, levels per element, elements per point

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from localinfer.arch.weights import DenseLinear, observe_matmuls
-from localinfer.quant import dequantize
+from localinfer.formats import dequantize
 from localinfer.measure.imatrix import ImatrixCollector, compute_imatrix
 from localinfer.quant.imatrix_file import (Imatrix, ImatrixEntry, ImatrixError, read_imatrix, write_imatrix,
                                            write_imatrix_legacy)

@@ -54,7 +54,7 @@ def models(tmp_path_factory):
 
 
 def _same_file(ours: Path, theirs: Path) -> None:
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
     with GGUFFile(ours) as a, GGUFFile(theirs) as b:
         assert metadata_equal(a.metadata, b.metadata)
         for name, t in b.tensors.items():

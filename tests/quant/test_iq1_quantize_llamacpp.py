@@ -22,7 +22,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import GGUFWriter
 
 import synthetic_gguf
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.gguf_file import GGUFFile
 from localinfer.quant.imatrix_file import Imatrix, ImatrixEntry, read_imatrix, write_imatrix
 from localinfer.quant.quantizers import quantize
 

@@ -23,7 +23,7 @@ from gguf import GGMLQuantizationType as T
 
 import synthetic_mix_gguf
 from localinfer.cli.main import main
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.gguf_file import GGUFFile
 from localinfer.quant.imatrix_file import Imatrix, ImatrixEntry, write_imatrix
 from localinfer.quant.mixes import FILE_TYPES, ModelShape, get_file_type, plan_tensor_types, requires_imatrix
 from localinfer.quant.quantize_file import QuantizeError, quantize_file

@@ -19,8 +19,8 @@ from gguf import quants as gguf_quants
 
 import synthetic_gguf
 from localinfer.cli.main import main
-from localinfer.gguf_file import GGUFFile
-from localinfer.quant import dequantize
+from localinfer.files.gguf_file import GGUFFile
+from localinfer.formats import dequantize
 from localinfer.quant.mixes import FILE_TYPES, ModelShape, fallback_type, get_file_type, plan_tensor_types, use_more_bits
 from localinfer.quant.quantizers import QUANTIZERS, quantize
 from synthetic_gguf import metadata_equal
@@ -246,7 +246,7 @@ def test_cli_q8_0_keeps_metadata_and_sets_file_type(synthetic, tmp_path):
     with GGUFFile(src) as a, GGUFFile(out) as b:
         assert b.metadata["general.file_type"] == 7 and b.metadata["general.quantization_version"] == 2
         for k, v in a.metadata.items():
-            if k != "general.file_type":  # numeric arrays are numpy views (gguf_file.py): compare as arrays
+            if k != "general.file_type":  # numeric arrays are numpy views (files/gguf_file.py): compare as arrays
                 assert np.array_equal(b.metadata[k], v) if isinstance(v, np.ndarray) else b.metadata[k] == v, k
                 assert b.metadata_types[k] == a.metadata_types[k], k
         assert list(b.tensors) == sorted(a.tensors, key=lambda n: (int(n.split(".")[1]) if n.startswith("blk.") else -1, n))

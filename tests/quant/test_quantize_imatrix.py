@@ -10,8 +10,8 @@ from gguf import GGMLQuantizationType as T
 
 import synthetic_gguf
 from localinfer.cli.main import main
-from localinfer.gguf_file import GGUFFile
-from localinfer.quant import dequantize
+from localinfer.files.gguf_file import GGUFFile
+from localinfer.formats import dequantize
 from localinfer.quant.imatrix_file import Imatrix, ImatrixEntry, write_imatrix
 from localinfer.quant.quantize_file import QuantizeError, quantize_file
 from localinfer.quant.quantizers import quantize, uses_imatrix

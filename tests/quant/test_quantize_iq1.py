@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer.quant import dequantize
-from localinfer.quant.dequant_grids import QK_K
+from localinfer.formats import dequantize
+from localinfer.formats.dequant_grids import QK_K
 from localinfer.quant.quantizers import ImatrixRequired
 from localinfer.quant.quantizers import QUANTIZERS, can_quantize_to, quantize, uses_imatrix
 
@@ -184,7 +184,7 @@ def test_file_with_iq1_s_tensors_needs_their_imatrix(tmp_path):
                                                    np.array([1]))
     write_imatrix(tmp_path / "im.gguf", im)
     quantize_file(tmp_path / "m.gguf", tmp_path / "o.gguf", "IQ1_S", pure=True, imatrix=tmp_path / "im.gguf")
-    from localinfer.gguf_file import GGUFFile
+    from localinfer.files.gguf_file import GGUFFile
     with GGUFFile(tmp_path / "o.gguf") as f:
         names = [n for n, info in f.tensors.items() if info.ggml_type == T.IQ1_S]
         assert "token_embd.weight" in names and "blk.7.attn_q.weight" in names

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer.quant import dequantize
+from localinfer.formats import dequantize
 from localinfer.quant.quantize_iq2 import IQ2QuantizeError, quantize_rows_iq2
 from localinfer.quant.quantizers import ImatrixRequired, quantize, uses_imatrix
 

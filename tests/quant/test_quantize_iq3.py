@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer.quant import dequantize
-from localinfer.quant.dequant_grids import KSIGNS
+from localinfer.formats import dequantize
+from localinfer.formats.dequant_grids import KSIGNS
 from localinfer.quant.quantize_iq3 import nearest_int_bits, quantize_rows_iq3
 from localinfer.quant.quantizers import QUANTIZERS, quantize, uses_imatrix
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 import synthetic_gguf
 from localinfer.cli.main import main
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.gguf_file import GGUFFile
 from localinfer.quant.mixes import FILE_TYPES
 from synthetic_gguf import metadata_equal
 

@@ -8,8 +8,8 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import quants as gguf_quants
 
-from localinfer.quant import dequantize
-from localinfer.quant.dequant_tables import KVALUES_MXFP4
+from localinfer.formats import dequantize
+from localinfer.formats.dequant_tables import KVALUES_MXFP4
 from localinfer.quant.quantizers import quantize
 
 TYPES = [T.TQ1_0, T.TQ2_0, T.MXFP4]

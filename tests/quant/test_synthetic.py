@@ -13,7 +13,7 @@ from gguf import TokenType
 
 from localinfer.measure.bench import run_model
 from localinfer.context import Context
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.gguf_file import GGUFFile
 from localinfer.quant import synthetic
 from localinfer.quant.synthetic import SHAPES, SyntheticError, n_params, parse_spec, tensor_specs
 
@@ -111,7 +111,7 @@ def test_mxfp4_file(cache, smollm2_path):
     """Written directly (no F16 first), llama.cpp's MXFP4_MOE file type, blocks that our dequantizer
     reads back close to Gaussian weights (the MXFP4 quantizer's bytes are checked against gguf-py in
     test_quantize_ternary_mxfp4.py)."""
-    from localinfer.quant.formats import dequantize
+    from localinfer.formats.registry import dequantize
 
     path = synthetic.synthetic_model("tiny", "MXFP4", tokenizer_path=smollm2_path)
     with GGUFFile(path) as f:

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from localinfer import kernels
+from localinfer.backend import kernels
 from localinfer.arch import build_model
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.gguf_file import GGUFFile
 from localinfer.quant import synthetic
-from localinfer.quant.formats import dequantize
+from localinfer.formats.registry import dequantize
 from localinfer.quant.synthetic import SHAPES, WEIGHT_SCALE, n_params, planned_types, tensor_specs
-from localinfer.quant.formats import row_nbytes
+from localinfer.formats.registry import row_nbytes
 
 
 def test_qwen3_30b_a3b_has_the_real_counts():

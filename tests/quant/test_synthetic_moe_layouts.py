@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localinfer import kernels
+from localinfer.backend import kernels
 from localinfer.arch import build_model
-from localinfer.gguf_file import GGUFFile
+from localinfer.files.gguf_file import GGUFFile
 from localinfer.quant import synthetic
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")

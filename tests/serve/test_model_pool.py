@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from localinfer import kernels
+from localinfer.backend import kernels
 from localinfer.batching import Request, SamplingParams
 from localinfer.serve.pool import (DuplicateModelNameError, ModelBusyError, ModelPool, ModelTooLargeError,
                                    PoolClosedError, memory_estimate)

@@ -10,9 +10,9 @@ import pytest
 
 import localinfer
 from localinfer.batching.prefix_store import SUFFIX, PrefixStore
-from localinfer.kv_cache import KVCache
+from localinfer.kv.cache import KVCache
 from localinfer.serve.app import BackgroundServer
-from localinfer.state_file import MAGIC
+from localinfer.kv.state_file import MAGIC
 
 from serve_helpers import metric, raw
 

@@ -9,8 +9,8 @@ import pytest
 
 import localinfer
 from localinfer.arch import build_model
-from localinfer.gguf_file import GGUFFile
-from localinfer.kv_cache import ContextFullError, InterleavedKVCache, KVCache
+from localinfer.files.gguf_file import GGUFFile
+from localinfer.kv.cache import ContextFullError, InterleavedKVCache, KVCache
 from localinfer.batching import Engine, QueueFullError, Request, SamplingParams
 from localinfer.batching.prefix_cache import PrefixCache
 

@@ -2,7 +2,7 @@
 
 The server's logprobs must be the library's (the same engine code on the same model, each
 request running alone, so the same bits), streamed and whole alike; the echoed prompt's are
-rows of Model.logits (logprobs.py)."""
+rows of Model.logits (sampling/logprobs.py)."""
 from __future__ import annotations
 
 
@@ -11,7 +11,7 @@ import openai
 import pytest
 
 import localinfer
-from localinfer.logprobs import log_softmax
+from localinfer.sampling.logprobs import log_softmax
 from localinfer.serve.app import BackgroundServer
 
 from serve_helpers import metric, raw

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import localinfer
-from localinfer import kernels
+from localinfer.backend import kernels
 from localinfer.serve.app import BackgroundServer, make_registry_server
 from localinfer.serve.pool import ModelPool, memory_estimate
 from localinfer.serve.registry import EngineOptions

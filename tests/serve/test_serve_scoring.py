@@ -10,7 +10,7 @@ import pytest
 
 import localinfer
 from localinfer.batching import engine as engine_module
-from localinfer.logprobs import score_prompt
+from localinfer.sampling.logprobs import score_prompt
 from localinfer.serve.app import BackgroundServer
 
 from serve_helpers import raw, wait_idle

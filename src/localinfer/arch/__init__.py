@@ -4,7 +4,7 @@ to the model class, with an alias table. Adding one: docs/architectures.md.
 """
 from __future__ import annotations
 
-from ..gguf_file import GGUFFile
+from ..files.gguf_file import GGUFFile
 from .gemma3 import Gemma3Model
 from .gptoss import GptOssModel
 from .llama import LlamaModel

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .. import ops_reference
-from ..gguf_file import GGUFFile
-from ..kv_cache import KVCache
+from ..backend import ops_reference
+from ..files.gguf_file import GGUFFile
+from ..kv.cache import KVCache
 from .batch import Batch
 from .fused import FusedLayers, FusedParams
 from .weights import WeightLoader, observing

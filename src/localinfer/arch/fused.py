@@ -3,7 +3,7 @@ a shared expert: qwen2moe) and gemma3 in one C call
 (csrc/core/decoder_layers.c, csrc/core/moe.c), for the C backend.
 
 The architectures' Python loops (LlamaModel / Gemma3Model.layers) are the readable
-version; for a batch whose caches are all f16 or q8_0 / q4_0 rows (kv_types.py; plain, or gemma3's
+version; for a batch whose caches are all f16 or q8_0 / q4_0 rows (kv/cache_types.py; plain, or gemma3's
 full + sliding-window ring),
 on C kernels, `FusedLayers.run` does the same steps with the same kernels in C, so the logits
 are the same bits (tests/kernels/test_fused_layers.py) and a decode step costs one Python->C call
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import _check
-from ..kv_cache import InterleavedKVCache, KVCache
-from ..kv_types import CACHE_TYPES, KVCacheTypes, row_width
+from ..backend.kernels import _check
+from ..kv.cache import InterleavedKVCache, KVCache
+from ..kv.cache_types import CACHE_TYPES, KVCacheTypes, row_width
 from .blocks import GatedMLP
 from .moe import SOFTMAX, SOFTMAX_AFTER_TOP_K, SharedExpertMoE, SparseMoE
 from .weights import KernelLinear
@@ -82,7 +82,7 @@ class FusedLayers:
         layer_freqs: per layer rope frequencies (else the call's); geglu: GELU gating (ggml's
         f16 table, as ops.geglu) instead of SiLU; swiglu_oai: the experts' activation is gpt-oss's
         clamped SwiGLU (gptoss.swiglu_oai). A layer's `sinks` (gpt-oss) go into its attention."""
-        from .. import ops
+        from ..backend import ops
         c, w = model.config, model.weights
         self.ffi, self.lib, self.config = ffi, lib, c
         self._keep = []  # every numpy buffer a pointer below refers to
@@ -141,7 +141,7 @@ class FusedLayers:
     @classmethod
     def build(cls, model, **options) -> "FusedLayers | None":
         """None unless every linear layer of the model runs on the C kernels."""
-        from .. import kernels
+        from ..backend import kernels
         if not kernels.available():
             return None
         for layer in model.weights.layers:

@@ -24,9 +24,9 @@ from functools import partial
 
 import numpy as np
 
-from ..gguf_file import GGUFFile, GGUFError
-from ..kv_cache import InterleavedKVCache
-from .. import ops_reference
+from ..files.gguf_file import GGUFFile, GGUFError
+from ..kv.cache import InterleavedKVCache
+from ..backend import ops_reference
 from .batch import Batch
 from .blocks import Attention, attention_block
 from .fused import FusedParams

@@ -23,7 +23,7 @@ import math
 import re
 from typing import Any
 
-from ..gguf_file import GGUFError, GGUFFile
+from ..files.gguf_file import GGUFError, GGUFFile
 
 MAX_COUNT = 2**31 - 1  # llama.cpp keeps hyperparameters in 32-bit integers; no real model comes near
 # Floats that are finite and positive can still be nonsense that loads and talks garbage (an epsilon

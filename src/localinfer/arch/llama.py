@@ -18,9 +18,9 @@ from functools import partial
 
 import numpy as np
 
-from ..gguf_file import GGUFFile, GGUFError
-from .. import ops_reference
-from ..ops_reference import rope_freqs
+from ..files.gguf_file import GGUFFile, GGUFError
+from ..backend import ops_reference
+from ..backend.ops_reference import rope_freqs
 from .batch import Batch
 from .blocks import Attention, GatedMLP, attention_block
 from .decoder import DecoderModel

@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from ..gguf_file import GGUFError
+from ..files.gguf_file import GGUFError
 from .blocks import GatedMLP
 from .weights import Linear, WeightLoader
 

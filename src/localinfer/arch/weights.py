@@ -15,8 +15,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..gguf_file import GGUFError, GGUFFile
-from ..quant import dequantize
+from ..files.gguf_file import GGUFError, GGUFFile
+from ..formats import dequantize
 
 BACKENDS = ("reference", "c")
 
@@ -97,7 +97,7 @@ class WeightLoader:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
         if backend == "c":
-            from .. import kernels
+            from ..backend import kernels
             if not kernels.available():
                 raise RuntimeError(kernels.unavailable_reason())
         self.f, self.backend = f, backend
@@ -109,10 +109,10 @@ class WeightLoader:
         self.repacked_bytes = 0  # of those, matrices in a repacked layout
         self.repacked_tensors: set[str] = set()
         if backend == "c":
-            from .. import ops
+            from ..backend import ops
             self.ops = ops  # the layer ops in C, same signatures as the reference
         else:
-            from .. import ops_reference
+            from ..backend import ops_reference
             self.ops = ops_reference
 
     def _info(self, name: str, shape: tuple[int, ...]):
@@ -142,8 +142,8 @@ class WeightLoader:
         info = self._info(name, shape)
         b = self.optional_vector(bias, (shape[0],)) if bias else None
         if self.backend == "c":
-            from .. import kernels
-            from ..quant import UnsupportedQuantType
+            from ..backend import kernels
+            from ..formats import UnsupportedQuantType
             try:
                 mat = kernels.prepare(self.f.tensor_data(name), info.ggml_type, self.repack,
                                       lambda lo, hi: self.f.release_bytes(name, lo, hi))
@@ -167,8 +167,8 @@ class WeightLoader:
         b = self.optional_vector(bias, shape[:2]) if bias else None  # (n_expert, n_out)
         bias_of = [None if b is None else b[e] for e in range(shape[0])]
         if self.backend == "c":
-            from .. import kernels
-            from ..quant import UnsupportedQuantType
+            from ..backend import kernels
+            from ..formats import UnsupportedQuantType
             try:
                 return [KernelLinear(kernels.prepare(raw[e], info.ggml_type), bias_of[e], (name,), e)
                         for e in range(shape[0])]
@@ -193,8 +193,8 @@ class WeightLoader:
         has_bias = [self.has(b) for b in biases]
         if any(has_bias) and not all(has_bias):
             return None
-        from .. import kernels
-        from ..quant import UnsupportedQuantType
+        from ..backend import kernels
+        from ..formats import UnsupportedQuantType
         raw = np.concatenate([self.f.tensor_data(n) for n in names])
         b = np.concatenate([self.vector(bn, (s[0],)) for bn, s in zip(biases, shapes)]) if all(has_bias) else None
         try:
@@ -211,7 +211,7 @@ class WeightLoader:
 
     def _count_repacked(self, mat, names: list[str]) -> None:
         """A matrix copied into a repacked layout: its mapped pages are released, its bytes counted."""
-        from .. import kernels
+        from ..backend import kernels
         if mat.layout == kernels.LAYOUT_ROWS:
             return
         for n in names:

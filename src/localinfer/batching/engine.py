@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..generate import ChunkAssembler, GenerationChunk, check_max_tokens, check_prompt_fits
-from ..logprobs import LogprobRecorder, TokenLogprob, token_logprob
+from ..sampling.logprobs import LogprobRecorder, TokenLogprob, token_logprob
 from .completion_cache import CompletionCache
 from .fork import copy_cache
 from .metrics import Metrics
@@ -314,7 +314,7 @@ class Engine:
         slot.recorder = LogprobRecorder(r.logprobs) if r.logprobs is not None else None
         slot.spec = speculative_for(self, slot, r.params)
         slot.scores = [TokenLogprob(r.prompt[0], None, [])] if r.prompt_logprobs is not None else None
-        if slot.recorder:  # first: logprobs are the model's, before any transform (logprobs.py)
+        if slot.recorder:  # first: logprobs are the model's, before any transform (sampling/logprobs.py)
             slot.processors.insert(0, slot.recorder)
         r.timings.prompt_tokens, r.timings.prompt_cached = len(r.prompt), reused
         slot.out = ChunkAssembler(self.tokenizer, len(r.prompt), self.n_ctx, r.max_tokens, r.stop,

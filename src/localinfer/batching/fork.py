@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..kv_cache import InterleavedKVCache, KVCache, RotatingKVCache
+from ..kv.cache import InterleavedKVCache, KVCache, RotatingKVCache
 from .request import Request, SamplingParams
 
 MAX_CHOICES = 16

@@ -14,7 +14,7 @@ Eviction is least-recently-used under a byte budget. A lookup refreshes the bloc
 from the last to the first, so a prefix's first blocks are always more recent than its later
 ones: eviction takes the tails first, never leaving a cached block behind an evicted parent.
 
-A block holds every array of the cache (cache_state.py walks them: K and V, or a quantized
+A block holds every array of the cache (kv/contents.py walks them: K and V, or a quantized
 cache's blocks and scales) at its positions. A sliding-window cache (gemma3's InterleavedKVCache)
 keeps its SWA layers in a ring of the last window + margin positions, so a block's SWA part is
 kept only while the ring still holds it (it is stored after every prefill chunk, so a long
@@ -34,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import cache_state
+from ..kv import contents as cache_state
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The prefix cache's blocks in a folder, so that a restarted server reuses what the last one
 computed (`serve --prefix-cache-dir`): a long shared system prompt is read back, not recomputed.
 
-One file per block, in the state format (state_file.py): its header names the model
+One file per block, in the state format (kv/state_file.py): its header names the model
 (session_state.model_identity), the block's layout (each array's dtype and shape: the cache
 type) and the block's chain key; the payload is the block's arrays, under a checksum. The file
 name is <model+layout hash>-<chain key>.kvblock, so models and cache types sharing a folder never
@@ -9,7 +9,7 @@ read each other's blocks; the header is checked all the same. A file that fails 
 (truncated, corrupt, hostile, written for something else: any error while reading it) is counted,
 deleted and recomputed, never used; that costs the one request its reuse, never its answer or
 anyone else's. The names are the store's own, so a block is opened as a regular file and never
-through a symlink (regular_file.py): a FIFO, device or link planted under a block's name is
+through a symlink (files/regular_file.py): a FIFO, device or link planted under a block's name is
 refused without blocking and left alone (only regular files of the folder are ever deleted).
 
 Blocks are written when computed (with the in-memory cache's store), atomically. The folder
@@ -29,9 +29,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .. import cache_state
-from ..regular_file import unlink_regular
-from ..state_file import StateFileError, check_same, read_state, write_state
+from ..kv import contents as cache_state
+from ..files.regular_file import unlink_regular
+from ..kv.state_file import StateFileError, check_same, read_state, write_state
 
 log = logging.getLogger(__name__)
 SUFFIX = ".kvblock"

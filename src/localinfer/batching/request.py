@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from ..generate import GenerationChunk, Timings
-from ..logit_bias import make_logit_bias
-from ..sampling import make_logits_processors, make_sampler
+from ..sampling.logit_bias import make_logit_bias
+from ..sampling.samplers import make_logits_processors, make_sampler
 
 _ids = itertools.count(1)
 

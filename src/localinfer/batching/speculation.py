@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernels
+from ..backend import kernels
 from ..speculative.decode import SamplerSpec, Speculator, make_proposer
 
 # A step of decode/verify rows only is run on the matmul's GEMV up to this many rows (each row then

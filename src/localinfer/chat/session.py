@@ -71,7 +71,7 @@ class ChatSession:
     def save(self, path) -> None:
         """Writes the conversation and its KV cache to `path` (atomically), for `load` after a
         restart: the next turn then computes only its new tokens, and gives what it would have."""
-        from ..session_state import save_context
+        from ..kv.session_state import save_context
         save_context(self.context, path, kind="chat", extra={
             "system": self.system, "messages": self.messages, "last_prompt_tokens": self.last_prompt_tokens})
 
@@ -79,8 +79,8 @@ class ChatSession:
         """Continues the conversation `save` wrote (its system prompt and messages replace this
         session's). A file for another model, cache type or context size raises
         StateMismatchError, a corrupt one StateFileError (ValueErrors); the session is then unchanged."""
-        from ..session_state import load_context
-        from ..state_file import StateFileError
+        from ..kv.session_state import load_context
+        from ..kv.state_file import StateFileError
 
         def check_messages(header: dict) -> None:
             messages, system, prompt = header.get("messages"), header.get("system"), header.get("last_prompt_tokens")

@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 
-from ..blas_threads import set_blas_threads
+from ..backend.blas_threads import set_blas_threads
 from ..describe import active_share
 
 
@@ -186,7 +186,7 @@ def peak_rss_mib() -> float:
 
 def backend_name() -> str:
     try:
-        from .. import kernels
+        from ..backend import kernels
         if kernels.available():
             return f"C {kernels.isa()}"
     except ImportError:

@@ -57,7 +57,7 @@ def _lockstep(model, prompt, grammar, n_gen: int, seed: int) -> dict:
     machine's noise (other processes, frequency changes) then falls on both alike. -> seconds
     per decoded token of each (after the first token), and the seconds inside the matcher."""
     from ..generate import generate_step
-    from ..sampling import make_sampler
+    from ..sampling.samplers import make_sampler
 
     matcher = _TimedMatcher(grammar.matcher())
     runs = {"free": generate_step(model.new_context(len(prompt) + n_gen + 8), prompt, make_sampler(0.8, seed=seed)),

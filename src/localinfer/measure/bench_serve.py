@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .bench_suite import machine
-from ..kernels import isa
+from ..backend.kernels import isa
 from ..serve.app import BackgroundServer
 from ..batching.engine import MIN_PREFILL_ROWS
 from .serve_load import Level, run_level, stream_request

@@ -26,7 +26,7 @@ PAIRS = {  # name -> (catalog model, target type, draft type)
 
 
 def spec_dir() -> Path:
-    from ..fetch import cache_dir
+    from ..files.fetch import cache_dir
     d = cache_dir() / "spec"
     d.mkdir(parents=True, exist_ok=True)
     return d
@@ -35,7 +35,7 @@ def spec_dir() -> Path:
 def demo_file(name: str, file_type: str) -> Path:
     """The catalog model `name` in `file_type` (F16 widened from the catalog file, others quantized
     from that F16), made once into spec_dir()."""
-    from ..fetch import resolve_model
+    from ..files.fetch import resolve_model
     from ..quant.quantize_file import quantize_file
     out = spec_dir() / f"{name}.{file_type}.gguf"
     if out.exists():

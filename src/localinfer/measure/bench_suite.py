@@ -140,7 +140,7 @@ def memory_bandwidth(size_mib: int | None = None, reps: int = 5, threads: int | 
     `numpy_read_gbps` is the one-thread numpy figure in both cases, for comparison."""
     import numpy as np
 
-    from .. import kernels
+    from ..backend import kernels
     if size_mib is None:
         llc = last_level_cache_bytes() or 0
         size_mib = max(512, -(-4 * llc // 2**20))

@@ -76,7 +76,7 @@ def _llama(llama_tokenize: str, model_path: str, text: str) -> tuple[float, list
 
 
 def run_model(path: str, texts: dict[str, str], reps: int, llama_tokenize: str | None = None, log=None) -> list[dict]:
-    from ..gguf_file import GGUFFile
+    from ..files.gguf_file import GGUFFile
     from ..tokenizer import Tokenizer
 
     with GGUFFile(path) as f:

@@ -24,9 +24,9 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    from ..blas_threads import set_blas_threads
+    from ..backend.blas_threads import set_blas_threads
     set_blas_threads(args.threads)
-    from .. import kernels
+    from ..backend import kernels
     from ..model import Model
     n_ctx = args.depth + args.gen + 1
     rng = np.random.default_rng(0)

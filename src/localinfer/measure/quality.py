@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..gguf_file import GGUFFile
+from ..files.gguf_file import GGUFFile
 
 DEFAULT_TYPES = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "Q4_1", "Q4_0", "Q3_K_M", "Q2_K")
 BASE_TYPE = "F16"
@@ -77,7 +77,7 @@ class ModelTable:
 
 def parse_types(spec: str | list[str]) -> list[str]:
     """"F16,Q8_0,q4_k_m" -> canonical file-type names, in order; a clear error for an unknown or repeated one."""
-    from ..quant import UnsupportedQuantType
+    from ..formats import UnsupportedQuantType
     from ..quant.mixes import get_file_type
 
     names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
@@ -180,7 +180,7 @@ def measure_model(name: str, types: list[str], s: Settings, work_dir: str | None
                   on_row: Callable[[ModelTable], None] | None = None) -> ModelTable:
     """The whole table for one model (a catalog name or a .gguf path)."""
     from . import perplexity as P
-    from ..fetch import resolve_model
+    from ..files.fetch import resolve_model
     from ..model import Model
 
     src = str(resolve_model(name))

@@ -10,7 +10,7 @@ the OpenAI shapes of their log-probabilities.
 A token's string is its piece (control tokens by their name) decoded as UTF-8, an incomplete byte
 sequence as U+FFFD; `bytes` is the raw piece. The end-of-generation token is not text and is left
 out, as OpenAI does. text_offset counts characters of these strings from the start of the choice's
-text (the echoed prompt included). Log-probabilities are the model's own: logprobs.py says which.
+text (the echoed prompt included). Log-probabilities are the model's own: sampling/logprobs.py says which.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..batching.fork import MAX_CHOICES
-from ..logit_bias import LogitBiasError, check_logit_bias
-from ..logprobs import MAX_TOP_LOGPROBS
+from ..sampling.logit_bias import LogitBiasError, check_logit_bias
+from ..sampling.logprobs import MAX_TOP_LOGPROBS
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's bound for /v1/completions
 

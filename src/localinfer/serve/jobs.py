@@ -19,7 +19,7 @@ from ..aio import polled
 from ..batching.engine import Engine, EngineClosedError, QueueFullError
 from ..batching.fork import Choices
 from ..generate import GenerationChunk
-from ..kv_cache import ContextFullError
+from ..kv.cache import ContextFullError
 from .api import ApiError, bad
 
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..logprobs import MAX_TOP_LOGPROBS
+from ..sampling.logprobs import MAX_TOP_LOGPROBS
 from . import api, units
 
 KEEP_ALIVE_FOREVER = -1.0  # the registry's "keep it loaded until the server stops", as Ollama's negative values

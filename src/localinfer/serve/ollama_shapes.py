@@ -20,12 +20,12 @@ from collections import Counter
 from datetime import datetime, timezone
 from functools import lru_cache
 
-import gguf
 import numpy as np
 
 from ..batching.request import SamplingParams
 from ..chat.template import template_for
-from ..gguf_file import GGUFFile
+from ..formats.ggml import FILE_TYPE_NAMES
+from ..files.gguf_file import GGUFFile
 from .choices import LogprobFormat
 from .registry import ModelUnavailableError, file_error_reason
 from . import tool_calls
@@ -154,11 +154,11 @@ def file_type_name(metadata: dict, tensors) -> str:
     """The quantization named by general.file_type (Q4_K_M ...); without one, the commonest
     tensor type among the weight matrices."""
     ftype = metadata.get("general.file_type")
-    try:
-        return gguf.LlamaFileType(ftype).name.removeprefix("MOSTLY_").removeprefix("ALL_")
-    except ValueError:
+    name = FILE_TYPE_NAMES.get(ftype) if isinstance(ftype, int) else None
+    if name is None:
         counts = Counter(t.ggml_type.name for t in tensors.values() if len(getattr(t, "shape", ())) >= 2)
         return counts.most_common(1)[0][0] if counts else "unknown"
+    return name
 
 
 @lru_cache(maxsize=64)

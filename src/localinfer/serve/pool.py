@@ -92,7 +92,7 @@ def model_sources(sources, resolve: Callable[[str], Path] | None = None) -> dict
                 pairs.append((path.stem, path))
             else:
                 if resolve is None:
-                    from ..fetch import resolve_model as resolve
+                    from ..files.fetch import resolve_model as resolve
                 pairs.append((str(source), Path(resolve(str(source)))))
     out: dict[str, Path] = {}
     for name, path in pairs:
@@ -108,7 +108,7 @@ def model_sources(sources, resolve: Callable[[str], Path] | None = None) -> dict
 def memory_estimate(path: str | os.PathLike, options: EngineOptions) -> int:
     """Bytes a model would hold once loaded, from its file alone (an upper bound: see the module)."""
     from ..arch.hparams import HParams
-    from ..gguf_file import GGUFFile
+    from ..files.gguf_file import GGUFFile
     from ..model import DEFAULT_N_CTX
     f = GGUFFile(path)
     try:

@@ -129,10 +129,10 @@ class LocalinferReplica:
     def __init__(self, spec: ReplicaSpec):
         # Ray already set OMP_NUM_THREADS to the actor's num_cpus (= threads) before its worker
         # imported numpy; this keeps OpenBLAS and MKL at the same count for what imports later
-        from localinfer.blas_threads import set_blas_threads
+        from localinfer.backend.blas_threads import set_blas_threads
         set_blas_threads(spec.threads)
         from localinfer import load
-        from localinfer.fetch import resolve_model
+        from localinfer.files.fetch import resolve_model
         from .registry import Served, StaticRegistry, start_engine
         from ray import serve
 

@@ -42,7 +42,7 @@ class ModelUnavailableError(RuntimeError):
 def file_error_reason(path: str | os.PathLike, error: BaseException) -> str:
     """What is wrong with a model file, for a client: the reader's message without the path it
     starts with (an absolute path, or where a symlink leads, is the server's business)."""
-    from ..gguf_file import GGUFError
+    from ..files.gguf_file import GGUFError
     if isinstance(error, GGUFError):
         text = str(error)
         for p in {os.fspath(path), os.path.realpath(path)}:
@@ -56,7 +56,7 @@ def file_error_reason(path: str | os.PathLike, error: BaseException) -> str:
 def model_file_problem(path: str | os.PathLike) -> str | None:
     """Why the GGUF at `path` cannot be loaded (file_error_reason), or None when its header and
     tensor table read: what a load checks before it touches the weights."""
-    from ..gguf_file import GGUFFile
+    from ..files.gguf_file import GGUFFile
     try:
         GGUFFile(path).close()
     except Exception as e:  # whatever a damaged file makes the reader raise: the file is at fault

@@ -9,9 +9,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .. import kernels
+from ..backend import kernels
 from ..context import Context
-from ..sampling import LogitsProcessor, check_logits
+from ..sampling.samplers import LogitsProcessor, check_logits
 from .config import SpeculativeConfig
 from .proposers import DraftProposer, LookupProposer
 from .verify import accept_or_resample, target_probs

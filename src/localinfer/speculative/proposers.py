@@ -18,7 +18,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..context import Context
-from ..sampling import check_logits
+from ..sampling.samplers import check_logits
 
 Dist = Callable[[np.ndarray], np.ndarray]  # logits (n_vocab,) -> probabilities (n_vocab,), float64
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..sampling import _probs, apply_min_p, apply_top_k, apply_top_p
+from ..sampling.samplers import _probs, apply_min_p, apply_top_k, apply_top_p
 
 
 def target_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: float, min_p: float) -> np.ndarray:

@@ -24,8 +24,8 @@ from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .. import kernels
-from ..kernels import _check, _ffi, _lib
+from ..backend import kernels
+from ..backend.kernels import _check, _ffi, _lib
 
 
 def available() -> bool:

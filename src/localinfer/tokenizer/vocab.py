@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Mapping
 
-import gguf
 import numpy as np
 
-K = gguf.Keys.Tokenizer
+from ..formats.ggml import TokenizerKeys as K
+from ..formats.ggml import TokenType
 
 
 class TokenAttr(enum.IntFlag):
@@ -37,12 +37,12 @@ class TokenAttr(enum.IntFlag):
 
 # GGUF tokenizer.ggml.token_type -> attribute (anything else: UNDEFINED)
 _TYPE_TO_ATTR = {
-    gguf.TokenType.NORMAL: TokenAttr.NORMAL,
-    gguf.TokenType.UNKNOWN: TokenAttr.UNKNOWN,
-    gguf.TokenType.CONTROL: TokenAttr.CONTROL,
-    gguf.TokenType.USER_DEFINED: TokenAttr.USER_DEFINED,
-    gguf.TokenType.UNUSED: TokenAttr.UNUSED,
-    gguf.TokenType.BYTE: TokenAttr.BYTE,
+    TokenType.NORMAL: TokenAttr.NORMAL,
+    TokenType.UNKNOWN: TokenAttr.UNKNOWN,
+    TokenType.CONTROL: TokenAttr.CONTROL,
+    TokenType.USER_DEFINED: TokenAttr.USER_DEFINED,
+    TokenType.UNUSED: TokenAttr.UNUSED,
+    TokenType.BYTE: TokenAttr.BYTE,
 }
 
 _TYPE_TO_ATTR_INT = {int(t): int(a) for t, a in _TYPE_TO_ATTR.items()}

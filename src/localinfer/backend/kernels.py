@@ -22,12 +22,12 @@ import contextlib
 from typing import Iterator
 
 import numpy as np
-from gguf import GGMLQuantizationType as T
+from ..formats.ggml import GGMLType as T
 
-from .quant.formats import UnsupportedQuantType
+from ..formats import UnsupportedQuantType
 
 try:
-    from . import _kernels
+    from .. import _kernels
 
     _ffi, _lib = _kernels.ffi, _kernels.lib
     _REASON: str | None = None
@@ -48,7 +48,7 @@ __all__ = [
 MAX_THREADS = 256
 # Activation (vec_dot) formats quantize_activations can produce.
 ACTIVATION_TYPES = (T.Q8_0, T.Q8_1, T.Q8_K, T.F32, T.F16, T.BF16)
-# Element types of the KV cache (kv_types.py) that quantize_kv writes and attention_kv reads.
+# Element types of the KV cache (kv/cache_types.py) that quantize_kv writes and attention_kv reads.
 KV_CACHE_TYPES = (T.F16, T.Q8_0, T.Q4_0)
 # The C status codes (li_status in csrc/localinfer.h, read from the module): exception, meaning.
 _ERRORS = {} if _lib is None else {
@@ -60,7 +60,7 @@ _ERRORS = {} if _lib is None else {
 
 
 class KernelsUnavailable(RuntimeError):
-    """The C kernels were not built; use the numpy path (localinfer.quant / ops_reference)."""
+    """The C kernels were not built; use the numpy path (localinfer.formats / ops_reference)."""
 
 
 def available() -> bool:
@@ -80,7 +80,7 @@ def _need_lib():
 
 
 def _check(rc: int, what: str) -> None:
-    """The one place a C status becomes an exception (every wrapper here, ops.py and arch/fused.py
+    """The one place a C status becomes an exception (every wrapper here, backend/ops.py and arch/fused.py
     pass theirs through it). The wrappers check arguments first, so anything but LI_ENOMEM is a
     bug in a wrapper; the message still names the call and the code."""
     if rc != 0:
@@ -178,7 +178,7 @@ _TYPE_INFO: dict[int, tuple[T, int, int, int]] = {}
 def _type_info(qtype, what: str = "weight") -> tuple[T, int, int, int]:
     """(type, block size, bytes per block, vec_dot type) from the C traits table."""
     if isinstance(qtype, bool) or not isinstance(qtype, (int, np.integer)):
-        raise TypeError(f"a {what} type is a gguf.GGMLQuantizationType or int, got {type(qtype).__name__} {qtype!r}")
+        raise TypeError(f"a {what} type is a GGML type (localinfer.formats.ggml.GGMLType) or int, got {type(qtype).__name__} {qtype!r}")
     key = int(qtype)
     info = _TYPE_INFO.get(key)
     if info is not None:
@@ -187,7 +187,7 @@ def _type_info(qtype, what: str = "weight") -> tuple[T, int, int, int]:
     try:
         qt = T(key)
     except ValueError:
-        raise UnsupportedQuantType(f"{key} is not a GGML type known to gguf") from None
+        raise UnsupportedQuantType(f"{key} is not a GGML type") from None
     out = _ffi.new("int[3]")
     rc = lib.li_type_info(key, out, out + 1, out + 2)
     if rc == lib.LI_ETYPE:

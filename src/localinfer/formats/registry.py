@@ -3,7 +3,7 @@
 Like ggml's ``type_traits`` table: block size, bytes per block and a
 ``to_float`` for each type, so adding a type is one entry here plus its
 dequantizer, and ``tests/quant/test_dequant.py`` picks it up automatically. The
-type always comes from GGUF metadata (``gguf.GGMLQuantizationType``); an
+type always comes from GGUF metadata (``formats.ggml.GGMLType``); an
 unknown or unsupported one is an ``UnsupportedQuantType`` naming it.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from gguf import GGMLQuantizationType as T
+from .ggml import GGMLType as T
 
 from . import dequant_basic as basic
 from . import dequant_grids as grid
@@ -85,18 +85,18 @@ _CHUNK_ELEMENTS = 1 << 16
 
 
 def _describe(value: int) -> str:
-    """A name for a type value: 'IQ2_XXS' if gguf knows it, else the integer."""
+    """A name for a type value: 'IQ2_XXS' if GGML defines it, else the integer."""
     try:
         return T(value).name
     except ValueError:
-        return f"{value} (not a type known to gguf)"
+        return f"{value} (not a GGML type)"
 
 
 def get_format(qtype: T | int) -> QuantFormat:
     """The registry entry for `qtype`; UnsupportedQuantType if there is none."""
     if not isinstance(qtype, (int, np.integer)) or isinstance(qtype, bool):
         raise TypeError(
-            f"a GGML tensor type is a gguf.GGMLQuantizationType or int, got {type(qtype).__name__} {qtype!r}"
+            f"a GGML tensor type is a GGML type (localinfer.formats.ggml.GGMLType) or int, got {type(qtype).__name__} {qtype!r}"
         )
     fmt = FORMATS.get(int(qtype))  # IntEnum keys hash like their int values
     if fmt is None:

@@ -10,7 +10,7 @@ header is small, the dtypes are known, the shapes add up to exactly the bytes in
 the checksum matches; only then does it hand out the arrays. So a truncated, bit-flipped or
 hostile file raises StateFileError (a ValueError) naming what is wrong, and never loads as
 garbage; so does a header nested deeper than MAX_HEADER_DEPTH, which no writer makes. Files are
-opened and replaced through regular_file.py: a FIFO, device or directory at the path is refused
+opened and replaced through files/regular_file.py: a FIFO, device or directory at the path is refused
 (StateFileError when reading, NotRegularFileError when writing), never read from or replaced.
 Writes go to a temporary file in the same folder that is renamed over the target when complete:
 a crash leaves the old file or no file, never half of one that later loads.
@@ -25,7 +25,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .regular_file import NotRegularFileError, atomic_write, open_regular
+from ..files.regular_file import NotRegularFileError, atomic_write, open_regular
 
 MAGIC = b"LISTATE\0"
 VERSION = 1

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from gguf import GGMLQuantizationType as T
+from ..formats.ggml import GGMLType as T
 
-from .quant import dequant_basic, quantize_basic
+from ..formats import dequant_basic, quantize_basic
 
 # name (llama.cpp's -ctk / -ctv spelling) -> ggml type
 CACHE_TYPES = {"f16": T.F16, "q8_0": T.Q8_0, "q4_0": T.Q4_0}
@@ -72,7 +72,7 @@ def bytes_per_value(type_name: str) -> float:
 def quantize_rows(x: np.ndarray, type_name: str, use_c: bool = True) -> np.ndarray:
     """float (..., head_dim) -> the cache's rows (..., row bytes) uint8; on the C kernels when built
     and `use_c` (the same bits as the numpy quantizers: ggml's reference rounding)."""
-    from . import kernels
+    from ..backend import kernels
     head_dim = x.shape[-1]
     width, _ = row_width(type_name, head_dim)
     x = np.ascontiguousarray(x, dtype=np.float32)

@@ -1,4 +1,4 @@
-"""The numpy reference of the layer ops (`ops.py` is the same functions on the C core).
+"""The numpy reference of the layer ops (`backend/ops.py` is the same functions on the C core).
 
 Every function works on float32 arrays of shape (n_tokens, ...). These are the oracle for the
 fast kernels of the C core: clarity over speed, but no per-element Python loops.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kv_types import dequantize_rows, quantize_rows
+from ..kv.cache_types import dequantize_rows, quantize_rows
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:

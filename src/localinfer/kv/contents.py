@@ -1,4 +1,4 @@
-"""A KV cache's contents as named arrays, generically over the cache classes (kv_cache.py).
+"""A KV cache's contents as named arrays, generically over the cache classes (kv/cache.py).
 
 A cache is walked, not special-cased: its numpy array attributes are its data, its sub-caches
 (an InterleavedKVCache's `full` and `swa`) are walked under their attribute name, `offset` and

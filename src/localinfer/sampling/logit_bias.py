@@ -2,7 +2,7 @@
 
 A bias of -100 effectively bans a token and +100 all but forces it (logits of these models span a
 few tens). The bias is one of the logits processors, so it acts before the sampler's truncation
-and draw, and also under greedy decoding. Token log-probabilities are taken before it (logprobs.py).
+and draw, and also under greedy decoding. Token log-probabilities are taken before it (sampling/logprobs.py).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from .kv_types import cache_rows, cache_types, storage
+from .cache_types import cache_rows, cache_types, storage
 
 
 def zeros(shape: tuple[int, ...], dtype) -> np.ndarray:

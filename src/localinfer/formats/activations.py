@@ -19,7 +19,7 @@ Every intermediate is float32 as in C, so the results are exact, not approximate
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGMLQuantizationType as T
+from .ggml import GGMLType as T
 
 QK8 = 32
 QK_K = 256

@@ -1,5 +1,5 @@
 """The layer ops on the C core, with exactly the signatures of the numpy reference in
-`ops_reference.py`, so a model swaps one namespace for the other (`model.ops`) and never branches.
+`backend/ops_reference.py`, so a model swaps one namespace for the other (`model.ops`) and never branches.
 
 Arguments are checked here before C sees them (dtypes, shapes, contiguity); anything the C
 op does not cover (an f32 KV cache, say) goes to the reference.
@@ -10,7 +10,7 @@ import numpy as np
 
 from . import kernels
 from . import ops_reference as reference
-from .kv_types import CACHE_TYPES
+from ..kv.cache_types import CACHE_TYPES
 from .kernels import _check, _ffi, _lib, available  # noqa: F401  (the same compiled module)
 
 rope_freqs = reference.rope_freqs

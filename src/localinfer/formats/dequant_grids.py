@@ -3,7 +3,8 @@
 Each group of 8 (or 4) elements is one point of a fixed lattice ("grid", ggml-common.h's iq*_grid)
 named by an 8..11-bit index, with per-element signs and a small per-sub-block scale times one fp16 d
 per 256 elements. The grids are the format's data; they are taken from gguf-py's own copies (the
-same ones csrc/gen_iq_grids.py prints for C). Same signature as the other dequantizers, checked bit
+same ones csrc/gen_iq_grids.py prints for C), decoded on first use: reading a model of another type
+never imports gguf-py. Same signature as the other dequantizers, checked bit
 for bit against ``gguf.quants.dequantize``: the sub-block scale is an f32 computed as ggml computes
 it, then ``scale * grid`` rounded once, then the sign (exact); IQ1's ``scale * (grid + delta)``.
 
@@ -27,7 +28,8 @@ Layouts (little-endian; d an fp16):
 
 from __future__ import annotations
 
-import gguf.quants as _gq
+from functools import cache
+
 import numpy as np
 
 QK_K = 256
@@ -42,20 +44,26 @@ IQ1_S_TYPE_SIZE = 2 + QK_K // 8 + QK_K // 16
 IQ1_M_TYPE_SIZE = QK_K // 8 + QK_K // 16 + QK_K // 32
 
 
-def _grid(cls) -> np.ndarray:
-    """gguf-py's decoded grid of a type as float32 (n_points, 8 or 4)."""
-    cls.init_grid()
-    return np.ascontiguousarray(cls.grid.reshape(cls.grid_shape), dtype=np.float32)
+@cache
+def _tables() -> dict[str, np.ndarray]:
+    """gguf-py's decoded grids as float32 (n_points, 8 or 4), and ksigns_iq2xs: code c (7 bits) ->
+    8 sign bits, the 8th making the count of minus signs even."""
+    import gguf.quants as gq
+
+    out = {}
+    for name in ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S"):
+        cls = getattr(gq, name)
+        cls.init_grid()
+        out["GRID_" + name] = np.ascontiguousarray(cls.grid.reshape(cls.grid_shape), dtype=np.float32)
+    out["KSIGNS"] = np.frombuffer(gq.IQ2_XXS.ksigns, dtype=np.uint8)
+    return out
 
 
-GRID_IQ2_XXS = _grid(_gq.IQ2_XXS)
-GRID_IQ2_XS = _grid(_gq.IQ2_XS)
-GRID_IQ2_S = _grid(_gq.IQ2_S)
-GRID_IQ3_XXS = _grid(_gq.IQ3_XXS)
-GRID_IQ3_S = _grid(_gq.IQ3_S)
-GRID_IQ1_S = _grid(_gq.IQ1_S)
-# ksigns_iq2xs: code c (7 bits) -> 8 sign bits, the 8th making the count of minus signs even
-KSIGNS = np.frombuffer(_gq.IQ2_XXS.ksigns, dtype=np.uint8)
+def __getattr__(name: str) -> np.ndarray:   # GRID_IQ2_XXS ... KSIGNS, for the quantizers and tests
+    tables = _tables()
+    if name in tables:
+        return tables[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _d(blocks: np.ndarray) -> np.ndarray:
@@ -84,7 +92,7 @@ def dequantize_row_iq2_xxs(blocks: np.ndarray) -> np.ndarray:
     db = _d(blocks) * (np.float32(0.5) + (q[..., 1] >> 28).astype(np.float32)) * np.float32(0.25)
     codes = (q[..., 1:2] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & np.uint32(0x7F)   # (n, 8, 4)
     idx = np.ascontiguousarray(q[..., 0]).view(np.uint8).reshape(n, 8, 4)
-    return _apply(db[..., None, None], GRID_IQ2_XXS[idx], _signs(KSIGNS[codes]), n)
+    return _apply(db[..., None, None], _tables()["GRID_IQ2_XXS"][idx], _signs(_tables()["KSIGNS"][codes]), n)
 
 
 def _scales_16(scales: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -97,8 +105,8 @@ def dequantize_row_iq2_xs(blocks: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
     qs = np.ascontiguousarray(blocks[:, 2:66]).view(np.uint16).reshape(n, 16, 2)
     db = _scales_16(blocks[:, 66:74], _d(blocks))
-    grid = GRID_IQ2_XS[qs & np.uint16(511)]
-    return _apply(db, grid, _signs(KSIGNS[qs >> 9]), n)
+    grid = _tables()["GRID_IQ2_XS"][qs & np.uint16(511)]
+    return _apply(db, grid, _signs(_tables()["KSIGNS"][qs >> 9]), n)
 
 
 def dequantize_row_iq2_s(blocks: np.ndarray) -> np.ndarray:
@@ -106,7 +114,7 @@ def dequantize_row_iq2_s(blocks: np.ndarray) -> np.ndarray:
     qh = (blocks[:, 66:74, None] >> np.array([0, 2, 4, 6], dtype=np.uint8)) & np.uint8(3)   # (n, 8, 4)
     idx = blocks[:, 2:34].astype(np.uint16) | qh.reshape(n, 32).astype(np.uint16) << 8
     db = _scales_16(blocks[:, 74:82], _d(blocks))
-    return _apply(db, GRID_IQ2_S[idx.reshape(n, 16, 2)], _signs(blocks[:, 34:66]).reshape(n, 16, 2, 8), n)
+    return _apply(db, _tables()["GRID_IQ2_S"][idx.reshape(n, 16, 2)], _signs(blocks[:, 34:66]).reshape(n, 16, 2, 8), n)
 
 
 def dequantize_row_iq3_xxs(blocks: np.ndarray) -> np.ndarray:
@@ -114,8 +122,8 @@ def dequantize_row_iq3_xxs(blocks: np.ndarray) -> np.ndarray:
     aux = np.ascontiguousarray(blocks[:, 66:98]).view(np.uint32)   # (n, 8)
     db = _d(blocks) * (np.float32(0.5) + (aux >> 28).astype(np.float32)) * np.float32(0.5)
     codes = (aux[..., None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & np.uint32(0x7F)   # (n, 8, 4)
-    grid = GRID_IQ3_XXS[blocks[:, 2:66]].reshape(n, 8, 4, 8)   # two 4-element points per sign code
-    return _apply(db[..., None, None], grid, _signs(KSIGNS[codes]), n)
+    grid = _tables()["GRID_IQ3_XXS"][blocks[:, 2:66]].reshape(n, 8, 4, 8)   # two 4-element points per sign code
+    return _apply(db[..., None, None], grid, _signs(_tables()["KSIGNS"][codes]), n)
 
 
 def dequantize_row_iq3_s(blocks: np.ndarray) -> np.ndarray:
@@ -124,7 +132,7 @@ def dequantize_row_iq3_s(blocks: np.ndarray) -> np.ndarray:
     idx = blocks[:, 2:66].astype(np.uint16) | qh << 8
     ls = _nibbles(blocks[:, 106:110])   # (n, 8) uint8
     db = _d(blocks) * (1 + 2 * ls)      # uint8 1 + 2*ls, then f32: as gguf-py
-    grid = GRID_IQ3_S[idx].reshape(n, 8, 4, 8)
+    grid = _tables()["GRID_IQ3_S"][idx].reshape(n, 8, 4, 8)
     return _apply(db[..., None, None], grid, _signs(blocks[:, 74:106]).reshape(n, 8, 4, 8), n)
 
 
@@ -135,7 +143,7 @@ def dequantize_row_iq1_s(blocks: np.ndarray) -> np.ndarray:
     delta = np.where(qh & np.uint16(0x8000) == 0, IQ1_DELTA, -IQ1_DELTA)
     high = (qh[..., None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & np.uint16(7)
     idx = blocks[:, 2:34].astype(np.uint16) | high.reshape(n, 32) << 8
-    grid = GRID_IQ1_S[idx].reshape(n, 8, 4, 8)
+    grid = _tables()["GRID_IQ1_S"][idx].reshape(n, 8, 4, 8)
     return (dl[..., None, None] * (grid + delta[..., None, None])).reshape(n, QK_K)
 
 
@@ -154,5 +162,5 @@ def dequantize_row_iq1_m(blocks: np.ndarray) -> np.ndarray:
     nib = _nibbles(blocks[:, 32:48])                          # (n, 32): one per 8 elements
     idx = blocks[:, :32].astype(np.uint16) | (nib & 7).astype(np.uint16) << 8
     delta = np.where(nib & 8 == 0, IQ1_DELTA, -IQ1_DELTA)
-    grid = GRID_IQ1_S[idx].reshape(n, 16, 2, 8)
+    grid = _tables()["GRID_IQ1_S"][idx].reshape(n, 16, 2, 8)
     return (dl[..., None, None] * (grid + delta.reshape(n, 16, 2, 1))).reshape(n, QK_K)

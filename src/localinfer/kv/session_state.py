@@ -3,7 +3,7 @@
 
 A loaded context continues bit-exactly as the saved one would have: the cache arrays are
 restored byte for byte, with the position state (offset, the ring's held_start). The file
-(state_file.py) records what it fits, and loading checks all of it before touching the cache:
+(kv/state_file.py) records what it fits, and loading checks all of it before touching the cache:
 
 - the model: `model_identity`, a hash of the GGUF's header (every metadata key and tensor info:
   names, types, shapes, offsets) and of the first 4 KiB of each tensor's data. Cheap at load
@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from . import cache_state
+from . import contents as cache_state
 from .state_file import StateFileError, StateMismatchError, check_same, read_state, write_state
 
 _HASHED_TENSOR_BYTES = 4096

@@ -14,7 +14,7 @@ bytes that are really there before it is used: a truncated, bit-flipped or hosti
 raises `GGUFError` naming what is wrong, never crashes, hangs or allocates unbounded memory.
 The tensors' data must tile the data section in the order of their infos, as llama.cpp requires,
 so no two tensors share bytes and a tensor given another type or shape does not go unnoticed.
-The constants (value and tensor types, block sizes) come from the `gguf` package.
+The constants (value and tensor types, block sizes) are those of `formats/ggml.py`.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from ..formats.ggml import QUANT_SIZES, GGMLType, GGUFValueType
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -84,7 +84,7 @@ class RowReader:
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
-    ggml_type: GGMLQuantizationType
+    ggml_type: GGMLType
     shape: tuple[int, ...]  # numpy order: shape[-1] is the row length (GGUF dims reversed)
     offset: int  # absolute byte offset in the file
     nbytes: int
@@ -165,7 +165,7 @@ class GGUFFile:
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
         self.released: set[str] = set()  # tensors whose bytes were copied out and their pages dropped
-        self.on_tensor_read = None  # called with a tensor's name as tensor_data hands it out (load_progress.py)
+        self.on_tensor_read = None  # called with a tensor's name as tensor_data hands it out (files/load_progress.py)
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"GGUF file not found: {self.path}")
@@ -266,12 +266,12 @@ class GGUFFile:
 
     def _tensor_info(self, name: str, dims: list[int], raw_type: int, offset: int) -> TensorInfo:
         try:
-            ggml_type = GGMLQuantizationType(raw_type)
+            ggml_type = GGMLType(raw_type)
         except ValueError:
             raise GGUFError(f"{self.path}: tensor {name!r} has unknown ggml type {raw_type}") from None
         if name in self.tensors:
             raise GGUFError(f"{self.path}: duplicate tensor name {name!r}")
-        block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+        block_size, type_size = QUANT_SIZES[ggml_type]
         if any(d == 0 or d > (1 << 40) for d in dims):
             raise GGUFError(f"{self.path}: tensor {name!r} has invalid dimensions {dims}")
         if dims[0] % block_size:
@@ -324,9 +324,9 @@ class GGUFFile:
             raise KeyError(f"{self.path}: no tensor named {name!r}")
         if self.on_tensor_read is not None:
             self.on_tensor_read(name)
-        if info.ggml_type == GGMLQuantizationType.F32:
+        if info.ggml_type == GGMLType.F32:
             return np.frombuffer(self._mmap, np.float32, info.n_elements, info.offset).reshape(info.shape)
-        if info.ggml_type == GGMLQuantizationType.F16:
+        if info.ggml_type == GGMLType.F16:
             return np.frombuffer(self._mmap, np.float16, info.n_elements, info.offset).reshape(info.shape)
         raw = np.frombuffer(self._mmap, np.uint8, info.nbytes, info.offset)
         rows = info.shape[:-1]
