@@ -10,7 +10,7 @@ import click
 from .common import cache_type_options, int_list
 
 
-@click.command()
+@click.command(name="speed")
 @click.argument("models", nargs=-1)
 @click.option("-p", "--n-prompt", "prompts", default="512", callback=int_list, show_default=True,
               help="Prompt lengths for ppN tests, comma-separated.")
@@ -57,7 +57,8 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
     from .progress import ByteProgress
 
     if not models and not synthetic and not membw:
-        raise click.UsageError("give at least one model, or --synthetic, or --membw")
+        raise click.UsageError("give at least one model, or --synthetic, or --membw "
+                               "(other measurements: bench serve|spec|grammar|restart|tokenize --help)")
     if llama_completion and not startup:
         raise click.UsageError("--compare-llama-completion needs --startup")
     if any(t < 1 for t in threads):

@@ -1,4 +1,4 @@
-"""`localinfer bench-grammar`: decode tokens/s with a JSON schema against without, in the same run."""
+"""`localinfer bench grammar`: decode tokens/s with a JSON schema against without, in the same run."""
 from __future__ import annotations
 
 import shlex
@@ -9,7 +9,7 @@ import click
 from .common import set_threads
 
 
-@click.command(name="bench-grammar")
+@click.command(name="grammar")
 @click.argument("models", nargs=-1, required=True)
 @click.option("-n", "--n-gen", type=click.IntRange(8, 4096), default=128, show_default=True,
               help="Tokens decoded per run.")

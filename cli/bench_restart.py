@@ -1,4 +1,4 @@
-"""`localinfer bench-restart`: TTFT of a long system prompt on a just-started server, cold and
+"""`localinfer bench restart`: TTFT of a long system prompt on a just-started server, cold and
 after a restart with --prefix-cache-dir (measure/bench_restart.py)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .bench_grammar import _cpu_isa
 from .common import set_threads
 
 
-@click.command(name="bench-restart")
+@click.command(name="restart")
 @click.argument("models", nargs=-1, required=True)
 @click.option("--system-tokens", type=click.IntRange(32, 8000), default=1000, show_default=True,
               help="Length of the system prompt.")

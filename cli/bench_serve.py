@@ -1,4 +1,4 @@
-"""`localinfer bench-serve`: throughput and TTFT of the server under 1, 4, 16 concurrent clients."""
+"""`localinfer bench serve`: throughput and TTFT of the server under 1, 4, 16 concurrent clients."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ import click
 from .common import int_list, load_model, set_threads
 
 
-@click.command(name="bench-serve")
+@click.command(name="serve")
 @click.argument("model", required=False)
 @click.option("--concurrency", default="1,4,16", callback=int_list, show_default=True,
               help="Concurrent clients per level, comma-separated.")

@@ -1,4 +1,4 @@
-"""`localinfer bench-spec`: decode speed with a draft model and with prompt lookup against plain decoding."""
+"""`localinfer bench spec`: decode speed with a draft model and with prompt lookup against plain decoding."""
 from __future__ import annotations
 
 import click
@@ -6,7 +6,7 @@ import click
 from .common import set_threads
 
 
-@click.command("bench-spec")
+@click.command(name="spec")
 @click.option("--pair", "pairs", multiple=True, type=click.Choice(["smollm2", "gemma3"]),
               help="A demo pair (made from the catalog file on first use): smollm2 = F16 target + Q4_0 draft, "
                    "gemma3 = Q8_0 target + Q4_0 draft. Default: both, unless --target is given.")

@@ -1,4 +1,4 @@
-"""`localinfer bench-tokenize`: tokenizing speed and memory on long texts, beside llama-tokenize."""
+"""`localinfer bench tokenize`: tokenizing speed and memory on long texts, beside llama-tokenize."""
 from __future__ import annotations
 
 import shlex
@@ -7,7 +7,7 @@ import sys
 import click
 
 
-@click.command(name="bench-tokenize")
+@click.command(name="tokenize")
 @click.argument("models", nargs=-1, required=True)
 @click.option("--text", "files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="A text file to tokenize as well, repeated to --size (e.g. a book); repeatable.")

@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench, bench-grammar, bench-serve, serve, embed, perplexity, quantize, quality, convert."""
+"""The `localinfer` command: run (chat), pull, list, info, bench (speed, serve, spec, grammar, restart, tokenize), serve, embed, perplexity, quantize, quality, convert, imatrix."""
 from __future__ import annotations
 
 import json
@@ -9,12 +9,7 @@ import warnings
 
 import click
 
-from .bench import bench
-from .bench_grammar import bench_grammar
-from .bench_restart import bench_restart
-from .bench_spec import bench_spec
-from .bench_serve import bench_serve
-from .bench_tokenize import bench_tokenize
+from .bench_group import bench
 from .common import cache_type_options, load_model, set_threads, speculative_options
 from .convert import convert
 from .embed import embed
@@ -203,11 +198,6 @@ def _memory(path: str) -> dict:
 
 
 main.add_command(bench)
-main.add_command(bench_grammar)
-main.add_command(bench_restart)
-main.add_command(bench_spec)
-main.add_command(bench_serve)
-main.add_command(bench_tokenize)
 main.add_command(convert)
 main.add_command(embed)
 main.add_command(imatrix)

@@ -184,3 +184,19 @@ def test_ctrl_c_reports_what_finished(smollm2_path, sigint_ignored):
     assert term.wait(timeout=60) == 130
     screen = term.out.decode(errors="replace")
     assert "interrupted" in screen and "pp16" in screen and "tg400" in screen
+
+
+def test_bench_is_one_group_whose_default_is_the_speed_test():
+    """`bench FILE ...` runs llama-bench's test (`bench speed`); the other measurements are its
+    subcommands, not commands of their own beside it."""
+    from click.testing import CliRunner
+
+    from localinfer.cli.main import main
+
+    assert not [name for name in main.commands if name.startswith("bench-")]
+    listing = CliRunner().invoke(main, ["bench", "--help"]).output
+    for name in ("speed", "serve", "spec", "grammar", "restart", "tokenize"):
+        assert f"  {name} " in listing
+    for args in (["bench", "--synthetic", "nonesuch-1b"], ["bench", "speed", "--synthetic", "nonesuch-1b"]):
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code != 0 and "unknown synthetic shape 'nonesuch-1b'" in out.output, out.output   # the speed test's check

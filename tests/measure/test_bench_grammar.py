@@ -1,4 +1,4 @@
-"""`localinfer bench-grammar`: the rows add up and the report section is written (speed is not asserted)."""
+"""`localinfer bench grammar`: the rows add up and the report section is written (speed is not asserted)."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,7 @@ def test_rows_are_consistent(smollm2_path):
 def test_cli_writes_its_own_section(smollm2_path, tmp_path):
     report = tmp_path / "BENCHMARKS.md"
     report.write_text("# kept\n")
-    out = CliRunner().invoke(main, ["bench-grammar", str(smollm2_path), "-n", "8", "-r", "1", "--report", str(report)])
+    out = CliRunner().invoke(main, ["bench", "grammar", str(smollm2_path), "-n", "8", "-r", "1", "--report", str(report)])
     assert out.exit_code == 0, out.output
     text = report.read_text()
     assert text.startswith("# kept") and "<!-- localinfer:grammar:start -->" in text and "| ratio |" in text

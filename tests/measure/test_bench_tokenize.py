@@ -1,4 +1,4 @@
-"""`localinfer bench-tokenize`: rows, the comparison's bookkeeping and the report section (speed is not asserted)."""
+"""`localinfer bench tokenize`: rows, the comparison's bookkeeping and the report section (speed is not asserted)."""
 from __future__ import annotations
 
 import sys
@@ -42,12 +42,12 @@ def test_rows_and_a_disagreeing_reference(smollm2_path, smollm2_metadata, tmp_pa
 def test_cli_writes_its_section_and_names_a_failing_reference(smollm2_path, tmp_path):
     report = tmp_path / "BENCHMARKS.md"
     report.write_text("# kept\n")
-    out = CliRunner().invoke(main, ["bench-tokenize", str(smollm2_path), "--size", "0.002", "-r", "1",
+    out = CliRunner().invoke(main, ["bench", "tokenize", str(smollm2_path), "--size", "0.002", "-r", "1",
                                     "--report", str(report)])
     assert out.exit_code == 0, out.output
     text = report.read_text()
     assert text.startswith("# kept") and "<!-- localinfer:tokenize:start -->" in text and "| random letters |" in text
     failing = _fake_llama_tokenize(tmp_path, "sys.exit('no such model')")
-    out = CliRunner().invoke(main, ["bench-tokenize", str(smollm2_path), "--size", "0.002", "-r", "1",
+    out = CliRunner().invoke(main, ["bench", "tokenize", str(smollm2_path), "--size", "0.002", "-r", "1",
                                     "--compare-llama-tokenize", failing])
     assert out.exit_code != 0 and "no such model" in out.output

@@ -124,7 +124,7 @@ def table(rows: list[dict]) -> str:
 def report(rows: list[dict], command: str, isa: str) -> str:
     m = machine()
     return "\n".join([
-        "## Constrained decoding (`localinfer bench-grammar`)", "",
+        "## Constrained decoding (`localinfer bench grammar`)", "",
         f"`{command}` -- {m['cpu']}, {isa}, {m['n_cpus']} CPUs (shared and noisy: compare the ratio, "
         "measured in the same run, not the absolute figures).", "",
         f"Decode tokens/s over {rows[0]['n_gen'] if rows else 0} tokens, free text against a JSON schema "

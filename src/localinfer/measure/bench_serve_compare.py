@@ -1,4 +1,4 @@
-"""`bench-serve --compare-checkout DIR`: the same load against two builds of `localinfer serve` in one run.
+"""`bench serve --compare-checkout DIR`: the same load against two builds of `localinfer serve` in one run.
 
 Each build serves from a process of its own (`localinfer serve`; the baseline's package from
 PYTHONPATH=DIR/src and its CLI from DIR/cli, the folders pyproject.toml maps), both running at once

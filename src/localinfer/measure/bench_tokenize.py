@@ -128,7 +128,7 @@ def table(rows: list[dict]) -> str:
 def report(rows: list[dict], command: str, reps: int) -> str:
     m = machine()
     return "\n".join([
-        "## Tokenizing long texts (`localinfer bench-tokenize`)", "",
+        "## Tokenizing long texts (`localinfer bench tokenize`)", "",
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {m['cpu']} ({m['cpu_detail']}; "
         f"{m['n_cpus']} CPUs). Regenerate with:", "", "```sh", command, "```", "",
         f"Ours: the best of {reps} runs in CPU time of the calling thread, one core; working memory is "
