@@ -9,6 +9,8 @@ import warnings
 
 import click
 
+from localinfer.sampling.params import SamplingParams as D   # the sampling defaults
+
 from .bench_group import bench
 from .common import cache_type_options, load_model, set_threads, speculative_options
 from .convert import convert
@@ -43,11 +45,11 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 @click.option("-p", "--prompt", help="Answer this one message and exit.")
 @click.option("-n", "--max-tokens", type=int, default=-1, show_default=True,
               help="Most tokens per answer (-1: until the model stops or the context is full).")
-@click.option("--temp", "temperature", type=float, default=0.8, show_default=True, help="0 is greedy.")
-@click.option("--top-k", type=int, default=40, show_default=True)
-@click.option("--top-p", type=float, default=0.95, show_default=True)
-@click.option("--min-p", type=float, default=0.05, show_default=True)
-@click.option("--repeat-penalty", type=float, default=1.0, show_default=True)
+@click.option("--temp", "temperature", type=float, default=D.temperature, show_default=True, help="0 is greedy.")
+@click.option("--top-k", type=int, default=D.top_k, show_default=True)
+@click.option("--top-p", type=float, default=D.top_p, show_default=True)
+@click.option("--min-p", type=float, default=D.min_p, show_default=True)
+@click.option("--repeat-penalty", type=float, default=D.repeat_penalty, show_default=True)
 @click.option("--seed", type=int, default=None, help="Same seed, same answer.")
 @click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads.")
 @click.option("-c", "--ctx-size", type=click.IntRange(16), default=None, help="Context length in tokens.")

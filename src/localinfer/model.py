@@ -18,11 +18,13 @@ from .generate import GenerationChunk, GenerationResult, check_prompt_fits, coll
 from .files.gguf_file import GGUFFile
 from .kv.cache import ContextFullError
 from .kv.cache_types import CacheTypeError, KVCacheTypes, row_width
-from .sampling.logit_bias import check_logit_bias, make_logit_bias
+from .sampling.logit_bias import check_logit_bias
 from .sampling.logprobs import check_n_top
-from .sampling.samplers import make_logits_processors, make_sampler
+from .sampling.params import SamplingParams
+from .sampling.samplers import processors_for, sampler_for
 from .tokenizer import Tokenizer
 
+D = SamplingParams  # the sampling defaults, llama.cpp's
 DEFAULT_N_CTX = 4096
 DEFAULT_N_PARALLEL = 4
 
@@ -235,10 +237,11 @@ class Model:
         check_embed_args(token_lists, pooling, self.n_ctx)
         return embed_tokens(self.serialized, token_lists, pooling, normalize, kv_dtype=self.kv_dtype)
 
-    def stream(self, prompt: str | Sequence[int], max_tokens: int | None = 256, temperature: float = 0.8,
-               top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
-               presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repeat_last_n: int = 64,
-               seed: int | None = None, stop: str | Sequence[str] = (),
+    def stream(self, prompt: str | Sequence[int], max_tokens: int | None = 256, temperature: float = D.temperature,
+               top_k: int = D.top_k, top_p: float = D.top_p, min_p: float = D.min_p,
+               repeat_penalty: float = D.repeat_penalty, presence_penalty: float = D.presence_penalty,
+               frequency_penalty: float = D.frequency_penalty, repeat_last_n: int = D.repeat_last_n,
+               seed: int | None = D.seed, stop: str | Sequence[str] = (),
                context: Context | None = None, json_schema=None, grammar=None, lark: str | None = None,
                regex: str | None = None, logprobs: int | None = None,
                logit_bias: Mapping[int, float] | None = None) -> Iterator[GenerationChunk]:
@@ -261,27 +264,24 @@ class Model:
         logprobs = check_n_top(logprobs)
         bias = check_logit_bias(logit_bias, self.n_vocab)
         constraint = self._grammar(json_schema, grammar, lark, regex)
+        params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty,
+                                frequency_penalty, repeat_last_n, seed, bias)
         if context is None:  # through the engine: safe from several threads, and batched
-            from .batching.request import ChunkStream, Request, SamplingParams
-            params = SamplingParams(temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty,
-                                    frequency_penalty, repeat_last_n, seed, bias)
+            from .batching.request import ChunkStream, Request
             request = Request(tokens, max_tokens, stop, params, grammar=constraint, logprobs=logprobs)
             return ChunkStream(self.engine.submit(request))
         ctx = context
         check_prompt_fits(len(tokens), ctx.n_ctx)
-        sampler = make_sampler(temperature, top_k, top_p, min_p, seed)
-        processors = make_logits_processors(repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n)
-        if bias:
-            processors = [make_logit_bias(bias), *processors]
+        sampler, processors = sampler_for(params), processors_for(params)
         matcher = constraint.matcher() if constraint is not None else None
         speculator = None
         if self.speculative is not None:
-            from .speculative.decode import SamplerSpec, Speculator, make_proposer
+            from .speculative.decode import Speculator, make_proposer
             proposer = self._proposers.get(ctx)
             if proposer is None:
                 proposer = self._proposers[ctx] = make_proposer(self.speculative, self._draft_runtime(), ctx.n_ctx,
                                                                 self.kv_dtype)
-            speculator = Speculator(self.speculative, SamplerSpec(temperature, top_k, top_p, min_p, seed), proposer)
+            speculator = Speculator(self.speculative, params, proposer)
         return stream_generate(ctx, self.tokenizer, tokens, sampler, processors, max_tokens, stop, matcher,
                                logprobs, speculator)
 

@@ -110,3 +110,26 @@ def test_non_finite_logits_are_refused_not_sampled(temperature):
     x = _logits()
     x[:-1] = -np.inf  # bans leave one token: it is the one drawn
     assert sample(x) == len(x) - 1
+
+
+def test_the_sampling_defaults_are_written_once():
+    """SamplingParams holds llama.cpp's defaults; the library call, the sampler, the server's
+    request parsing and the command line show the same ones."""
+    import inspect
+
+    from click.testing import CliRunner
+
+    from localinfer.cli.main import main
+    from localinfer.model import Model
+    from localinfer.sampling.params import SamplingParams
+    from localinfer.serve.api import sampling_params
+
+    d = SamplingParams()
+    assert (d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty) == (0.8, 40, 0.95, 0.05, 1.0)
+    stream = inspect.signature(Model.stream).parameters
+    sampler = inspect.signature(make_sampler).parameters
+    for name in ("temperature", "top_k", "top_p", "min_p", "seed"):
+        assert stream[name].default == sampler[name].default == getattr(d, name)
+    assert sampling_params({}) == d
+    run_help = CliRunner().invoke(main, ["run", "--help"]).output
+    assert "default: 0.95" in run_help and "default: 0.05" in run_help

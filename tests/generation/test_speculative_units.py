@@ -11,7 +11,8 @@ from localinfer.backend import kernels
 from localinfer.kv.cache import RotatingKVCache
 from localinfer.speculative import SpeculativeConfig, SpeculativeConfigError, VocabMismatchError, check_same_vocab
 from localinfer.speculative.config import MAX_DRAFT
-from localinfer.speculative.decode import SamplerSpec, Speculator
+from localinfer.sampling.params import SamplingParams
+from localinfer.speculative.decode import Speculator
 from localinfer.speculative.proposers import LookupProposer
 from localinfer.speculative.verify import accept_or_resample
 
@@ -66,9 +67,9 @@ def test_speculator_choose_follows_the_samplers_transforms():
     """Through Speculator.choose: p is the distribution after top-k and temperature (token 5 of
     the logits is cut by top_k=5 and must never come out, even when drafted)."""
     logits = np.array([2.0, 1.5, 1.0, 0.5, 0.2, -3.0], np.float32)
-    spec = Speculator(SpeculativeConfig(), SamplerSpec(temperature=0.7, top_k=5, top_p=1.0, min_p=0.0, seed=3),
+    spec = Speculator(SpeculativeConfig(), SamplingParams(temperature=0.7, top_k=5, top_p=1.0, min_p=0.0, seed=3),
                       LookupProposer(2))
-    p = spec.sampler.probs(logits)
+    p = spec.probs(logits)
     assert p[5] == 0 and abs(p.sum() - 1) < 1e-12
     q = np.full(6, 1 / 6)
     draws = np.random.default_rng(4).choice(6, size=N_SAMPLES // 2, p=q)
@@ -79,7 +80,7 @@ def test_speculator_choose_follows_the_samplers_transforms():
 
 
 def test_greedy_choose_keeps_a_draft_only_when_it_is_the_argmax():
-    spec = Speculator(SpeculativeConfig(), SamplerSpec(temperature=0), LookupProposer(2))
+    spec = Speculator(SpeculativeConfig(), SamplingParams(temperature=0), LookupProposer(2))
     logits = np.array([0.0, 3.0, 1.0], np.float32)
     assert spec.choose(logits, [], [], None, 1, None) == (1, True)
     assert spec.choose(logits, [], [], None, 2, None) == (1, False)

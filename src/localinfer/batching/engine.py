@@ -32,6 +32,7 @@ import numpy as np
 
 from ..generate import ChunkAssembler, GenerationChunk, check_max_tokens, check_prompt_fits
 from ..sampling.logprobs import LogprobRecorder, TokenLogprob, token_logprob
+from ..sampling.samplers import processors_for, sampler_for
 from .completion_cache import CompletionCache
 from .fork import copy_cache
 from .metrics import Metrics
@@ -309,7 +310,7 @@ class Engine:
         slot.todo = list(r.prompt[reused:]) if slot.leader is None else []
         slot.history = list(r.prompt)
         slot.next_token, slot.chunks = None, []
-        slot.sampler, slot.processors = r.params.make_sampler(), r.params.make_processors()
+        slot.sampler, slot.processors = sampler_for(r.params), processors_for(r.params)
         slot.matcher = r.grammar.matcher() if r.grammar is not None else None
         slot.recorder = LogprobRecorder(r.logprobs) if r.logprobs is not None else None
         slot.spec = speculative_for(self, slot, r.params)

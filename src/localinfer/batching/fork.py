@@ -20,7 +20,8 @@ from typing import Sequence
 import numpy as np
 
 from ..kv.cache import InterleavedKVCache, KVCache, RotatingKVCache
-from .request import Request, SamplingParams
+from ..sampling.params import SamplingParams
+from .request import Request
 
 MAX_CHOICES = 16
 

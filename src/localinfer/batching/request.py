@@ -14,37 +14,9 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from ..generate import GenerationChunk, Timings
-from ..sampling.logit_bias import make_logit_bias
-from ..sampling.samplers import make_logits_processors, make_sampler
+from ..sampling.params import SamplingParams
 
 _ids = itertools.count(1)
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.8  # <= 0: greedy
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repeat_last_n: int = 64
-    seed: int | None = None
-    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias), from logit_bias.check_logit_bias
-
-    @property
-    def deterministic(self) -> bool:
-        """Whether the same prompt always gives the same tokens (greedy, or a fixed seed)."""
-        return self.temperature <= 0 or self.seed is not None
-
-    def make_sampler(self):
-        return make_sampler(self.temperature, self.top_k, self.top_p, self.min_p, self.seed)
-
-    def make_processors(self):
-        bias = [make_logit_bias(self.logit_bias)] if self.logit_bias else []
-        return bias + make_logits_processors(self.repeat_penalty, self.presence_penalty, self.frequency_penalty,
-                                             self.repeat_last_n)
 
 
 class Cancelled(Exception):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import kernels
-from ..speculative.decode import SamplerSpec, Speculator, make_proposer
+from ..speculative.decode import Speculator, make_proposer
 
 # A step of decode/verify rows only is run on the matmul's GEMV up to this many rows (each row then
 # has a 1-token step's bits, as plain decoding of a few slots does); beyond, the GEMM is faster.
@@ -24,8 +24,7 @@ def speculative_for(engine, slot, params) -> Speculator | None:
         return None
     if slot.proposer is None:  # made once per slot: a draft model's KV cache is reused
         slot.proposer = make_proposer(engine.speculative, engine.draft_runtime, engine.n_ctx, engine.kv_dtype)
-    sampler = SamplerSpec(params.temperature, params.top_k, params.top_p, params.min_p, params.seed)
-    return Speculator(engine.speculative, sampler, slot.proposer)
+    return Speculator(engine.speculative, params, slot.proposer)
 
 
 def draft_for(engine, slot) -> list[int]:

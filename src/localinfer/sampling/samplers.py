@@ -12,6 +12,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .logit_bias import make_logit_bias
+from .params import SamplingParams
+
+D = SamplingParams  # the defaults
+
 Sampler = Callable[[np.ndarray], int]
 LogitsProcessor = Callable[[Sequence[int], np.ndarray], np.ndarray]
 
@@ -76,8 +81,8 @@ def apply_min_p(logits: np.ndarray, min_p: float) -> np.ndarray:
     return np.where(logits >= threshold, logits, -np.inf)
 
 
-def make_sampler(temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
-                 seed: int | None = None) -> Sampler:
+def make_sampler(temperature: float = D.temperature, top_k: int = D.top_k, top_p: float = D.top_p,
+                 min_p: float = D.min_p, seed: int | None = D.seed) -> Sampler:
     if temperature <= 0.0:
         def greedy(logits: np.ndarray) -> int:
             check_logits(logits)  # argmax would pick the first NaN
@@ -121,8 +126,9 @@ def apply_penalties(history: Sequence[int], logits: np.ndarray, repeat_penalty: 
     return out
 
 
-def make_logits_processors(repeat_penalty: float = 1.0, presence_penalty: float = 0.0,
-                           frequency_penalty: float = 0.0, repeat_last_n: int = 64) -> list[LogitsProcessor]:
+def make_logits_processors(repeat_penalty: float = D.repeat_penalty, presence_penalty: float = D.presence_penalty,
+                           frequency_penalty: float = D.frequency_penalty,
+                           repeat_last_n: int = D.repeat_last_n) -> list[LogitsProcessor]:
     if repeat_penalty == 1.0 and presence_penalty == 0.0 and frequency_penalty == 0.0:
         return []
     if repeat_penalty <= 0:
@@ -133,3 +139,13 @@ def make_logits_processors(repeat_penalty: float = 1.0, presence_penalty: float 
         return apply_penalties(recent, logits, repeat_penalty, presence_penalty, frequency_penalty)
 
     return [penalize]
+
+
+def sampler_for(p: SamplingParams) -> Sampler:
+    return make_sampler(p.temperature, p.top_k, p.top_p, p.min_p, p.seed)
+
+
+def processors_for(p: SamplingParams) -> list[LogitsProcessor]:
+    """The logit bias first, then the penalties."""
+    bias = [make_logit_bias(p.logit_bias)] if p.logit_bias else []
+    return bias + make_logits_processors(p.repeat_penalty, p.presence_penalty, p.frequency_penalty, p.repeat_last_n)

@@ -14,7 +14,8 @@ from typing import Any, Mapping
 from ..chat.prompt import ChatContentError
 from ..chat.template import ChatTemplateError
 from ..batching.fork import Choices
-from ..batching.request import Request, SamplingParams
+from ..batching.request import Request
+from ..sampling.params import SamplingParams
 from .choices import ChoiceOptions, LogprobFormat, parse_choice_options
 from .response_format import ResponseFormatError, response_grammar
 from ..chat.tools import ToolError
@@ -89,6 +90,9 @@ def _unsupported(body, name, allowed=(None, False)):
         raise bad(f"'{name}' is not supported by this server", name, "unsupported_parameter")
 
 
+D = SamplingParams  # the defaults
+
+
 def sampling_params(body: Mapping[str, Any]) -> SamplingParams:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -96,14 +100,14 @@ def sampling_params(body: Mapping[str, Any]) -> SamplingParams:
     if seed is not None and not -2**63 <= seed < 2**64:
         raise bad("'seed' is out of range", "seed")
     return SamplingParams(
-        temperature=_number(body, "temperature", 0.8, 0.0, 2.0),
-        top_k=_integer(body, "top_k", 40, 0, 1 << 20),
-        top_p=_number(body, "top_p", 0.95, 0.0, 1.0),
-        min_p=_number(body, "min_p", 0.05, 0.0, 1.0),
-        repeat_penalty=_number(body, "repeat_penalty", 1.0, 0.01, 10.0),
-        presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
-        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
-        repeat_last_n=_integer(body, "repeat_last_n", 64, 0, 1 << 20),
+        temperature=_number(body, "temperature", D.temperature, 0.0, 2.0),
+        top_k=_integer(body, "top_k", D.top_k, 0, 1 << 20),
+        top_p=_number(body, "top_p", D.top_p, 0.0, 1.0),
+        min_p=_number(body, "min_p", D.min_p, 0.0, 1.0),
+        repeat_penalty=_number(body, "repeat_penalty", D.repeat_penalty, 0.01, 10.0),
+        presence_penalty=_number(body, "presence_penalty", D.presence_penalty, -2.0, 2.0),
+        frequency_penalty=_number(body, "frequency_penalty", D.frequency_penalty, -2.0, 2.0),
+        repeat_last_n=_integer(body, "repeat_last_n", D.repeat_last_n, 0, 1 << 20),
         seed=None if seed is None else seed % 2**64,
     )
 

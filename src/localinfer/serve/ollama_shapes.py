@@ -22,10 +22,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..batching.request import SamplingParams
 from ..chat.template import template_for
 from ..formats.ggml import FILE_TYPE_NAMES
 from ..files.gguf_file import GGUFFile
+from ..sampling.params import SamplingParams
 from .choices import LogprobFormat
 from .registry import ModelUnavailableError, file_error_reason
 from . import tool_calls

@@ -4,51 +4,39 @@ back to the tokens kept (the target's here, the draft model's at its next `propo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from ..backend import kernels
 from ..context import Context
+from ..sampling.params import SamplingParams
 from ..sampling.samplers import LogitsProcessor, check_logits
 from .config import SpeculativeConfig
 from .proposers import DraftProposer, LookupProposer
 from .verify import accept_or_resample, target_probs
 
 
-@dataclass(frozen=True)
-class SamplerSpec:
-    """What the sampler does, as numbers: verification needs the distribution, not only a draw."""
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int | None = None
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
-
-    def probs(self, logits: np.ndarray) -> np.ndarray:
-        return target_probs(logits, self.temperature, self.top_k, self.top_p, self.min_p)
-
-
 class Speculator:
     """One sequence's drafting and choosing: the proposer, the sampler's numbers and its random state."""
 
-    def __init__(self, config: SpeculativeConfig, sampler: SamplerSpec, proposer):
+    def __init__(self, config: SpeculativeConfig, sampler: SamplingParams, proposer):
         self.config, self.sampler, self.proposer = config, sampler, proposer
         self.rng = np.random.default_rng(sampler.seed)
         self.draft_rng = np.random.default_rng(None if sampler.seed is None else sampler.seed + 1)
         self.drafted = self.accepted = 0  # totals, for metrics and benchmarks
+
+    def probs(self, logits: np.ndarray) -> np.ndarray:
+        """The sampler's distribution: verification needs it, not only a draw."""
+        p = self.sampler
+        return target_probs(logits, p.temperature, p.top_k, p.top_p, p.min_p)
 
     def draft(self, history: Sequence[int], room: int) -> tuple[list[int], list | None]:
         """At most min(draft_max, room) tokens to verify after history; none when fewer than draft_min."""
         n = min(self.config.draft_max, room)
         if n <= 0:
             return [], None
-        dist = None if self.sampler.greedy else self.sampler.probs
+        dist = None if self.sampler.greedy else self.probs
         tokens, q = self.proposer.propose(history, n, dist, self.draft_rng)
         if len(tokens) < max(1, self.config.draft_min):
             return [], None
@@ -68,10 +56,10 @@ class Speculator:
             token = int(np.argmax(logits))
             kept = token == drafted
         elif drafted is None:
-            p = self.sampler.probs(logits)
+            p = self.probs(logits)
             token, kept = int(self.rng.choice(p.shape[0], p=p)), False
         else:
-            token, kept = accept_or_resample(self.sampler.probs(logits), drafted, q, self.rng)
+            token, kept = accept_or_resample(self.probs(logits), drafted, q, self.rng)
         if matcher is not None:
             matcher.accept(token)
         self.accepted += int(kept)
