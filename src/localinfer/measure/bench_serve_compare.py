@@ -39,22 +39,9 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
 
 
-# The checkout's own subpackages (pyproject's package-dir), found before the installed package's.
-_BOOT = """import importlib.util, os, sys
-import localinfer
-root = sys.argv.pop(1)
-for name, folder in (("cli", "cli"), ("quant", "quant"), ("models", "models")):
-    init = os.path.join(root, folder, "__init__.py")
-    if os.path.exists(init):
-        spec = importlib.util.spec_from_file_location("localinfer." + name, init,
-                                                      submodule_search_locations=[os.path.join(root, folder)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["localinfer." + name] = module
-        spec.loader.exec_module(module)
-from localinfer.cli.main import main
-sys.argv[0] = "localinfer"
-main()
-"""
+# `localinfer` from a checkout's source tree, its cli/, quant/ and models/ found before the installed
+# package's: a file run by path (measure/checkout_main.py), not code in a string
+_CHECKOUT_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkout_main.py")
 
 
 @contextlib.contextmanager
@@ -66,7 +53,7 @@ def server_process(model_path: str, checkout: str | None, parallel: int, ctx_siz
     if checkout is not None:
         root = os.path.abspath(checkout)
         env["PYTHONPATH"] = os.path.join(root, "src") + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = [sys.executable, "-c", _BOOT, root]
+        cmd = [sys.executable, _CHECKOUT_MAIN, root]
     else:
         cmd = [sys.executable, "-m", "localinfer.cli.main"]
     cmd += ["serve", model_path, "--port", "0", "-np", str(parallel), "-c", str(ctx_size), "--queue", str(max_queue)]
