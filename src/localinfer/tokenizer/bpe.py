@@ -7,14 +7,13 @@ Pipeline per text fragment (special tokens were already cut out):
 
 from __future__ import annotations
 
-import heapq
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from . import merge_c
 from .pretokenize import CHUNK_CUT, PreTokenizer, PreTokenizerSpec
-from .words import WordEncoder
+from .words import WordEncoder, heap_merge
 
 
 def _bytes_to_unicode() -> list[str]:
@@ -72,43 +71,10 @@ def bpe_merge_ref(word: str, ranks: Mapping[tuple[str, str], int]) -> list[str]:
 
 
 def bpe_merge(word: str, ranks: Mapping[tuple[str, str], int]) -> list[str]:
-    """Same result as `bpe_merge_ref`, in O(n log n): a heap of candidate pairs ordered
-    by (rank, left position) over a linked list of symbols, stale entries skipped --
-    the structure of llama.cpp's `llm_bigram_bpe` work queue."""
-    n = len(word)
-    if n < 2:
-        return [word] if word else []
-    text = list(word)                     # text[i] == "" once symbol i was merged away
-    prev = list(range(-1, n - 1))
-    nxt = list(range(1, n + 1))
-    nxt[-1] = -1
-    heap: list[tuple[int, int, int, str]] = []  # (rank, left, right, left+right text)
-    for i in range(n - 1):
-        rank = ranks.get((text[i], text[i + 1]))
-        if rank is not None:
-            heap.append((rank, i, i + 1, text[i] + text[i + 1]))
-    heapq.heapify(heap)
-
-    def push(left: int, right: int) -> None:
-        rank = ranks.get((text[left], text[right]))
-        if rank is not None:
-            heapq.heappush(heap, (rank, left, right, text[left] + text[right]))
-
-    while heap:
-        _, left, right, joined = heapq.heappop(heap)
-        lt, rt = text[left], text[right]
-        if not lt or not rt or lt + rt != joined:
-            continue  # one side changed since this pair was queued
-        text[left], text[right] = joined, ""
-        after = nxt[right]
-        nxt[left] = after
-        if after >= 0:
-            prev[after] = left
-        if prev[left] >= 0:
-            push(prev[left], left)
-        if after >= 0:
-            push(left, after)
-    return [t for t in text if t]
+    """Same result as `bpe_merge_ref`, in O(n log n): the shared heap merge (words.heap_merge) with
+    each pair's merge rank as its key."""
+    get = ranks.get
+    return heap_merge(word, lambda a, b: get((a, b)))
 
 
 class BpeEncoder(WordEncoder):

@@ -25,14 +25,13 @@ Notes on the llama.cpp version (checked against its reference output):
 
 from __future__ import annotations
 
-import heapq
 import re
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from . import merge_c
-from .words import WordEncoder
+from .words import WordEncoder, heap_merge
 
 SPACE = "\u2581"   # "▁", SentencePiece's visible space
 
@@ -64,46 +63,15 @@ def spm_merge_ref(text: str, token_to_id: Mapping[str, int], scores: Sequence[fl
 
 
 def spm_merge(text: str, token_to_id: Mapping[str, int], scores: Sequence[float]) -> list[str]:
-    """Same result as `spm_merge_ref` in O(n log n): llama.cpp's `llm_bigram_spm` work
-    queue -- a heap of candidate pairs keyed by (-score, left position) over a linked
-    list of symbols.  A queued pair is stale once either side changed; symbols only
-    grow, so a length check finds that (llama.cpp compares byte sizes the same way)."""
-    n = len(text)
-    if n < 2:
-        return [text] if text else []
-    sym = list(text)                       # sym[i] == "" once symbol i was merged away
-    prev = list(range(-1, n - 1))
-    nxt = list(range(1, n + 1))
-    nxt[-1] = -1
+    """Same result as `spm_merge_ref` in O(n log n): the shared heap merge (words.heap_merge) keyed
+    by the joined piece's -score, as llama.cpp's `llm_bigram_spm` work queue."""
     get = token_to_id.get
-    heap: list[tuple[float, int, int, int]] = []   # (-score, left, right, joined length)
-    for i in range(n - 1):
-        tid = get(text[i:i + 2])
-        if tid is not None:
-            heap.append((-scores[tid], i, i + 1, 2))
-    heapq.heapify(heap)
 
-    def push(left: int, right: int) -> None:
-        joined = sym[left] + sym[right]
-        tid = get(joined)
-        if tid is not None:
-            heapq.heappush(heap, (-scores[tid], left, right, len(joined)))
+    def priority(a: str, b: str) -> float | None:
+        tid = get(a + b)
+        return None if tid is None else -scores[tid]
 
-    while heap:
-        _, left, right, size = heapq.heappop(heap)
-        lt, rt = sym[left], sym[right]
-        if not lt or not rt or len(lt) + len(rt) != size:
-            continue
-        sym[left], sym[right] = lt + rt, ""
-        after = nxt[right]
-        nxt[left] = after
-        if after >= 0:
-            prev[after] = left
-        if prev[left] >= 0:
-            push(prev[left], left)
-        if after >= 0:
-            push(left, after)
-    return [s for s in sym if s]
+    return heap_merge(text, priority)
 
 
 def byte_token_ids(token_to_id: Mapping[str, int]) -> list[int | None]:

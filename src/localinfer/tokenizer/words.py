@@ -9,8 +9,9 @@ merged in windows (`merge_long`).  Special tokens between fragments pass through
 
 from __future__ import annotations
 
+import heapq
 from itertools import chain
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -18,6 +19,51 @@ from . import merge_c
 from .pretokenize import CHUNK, text_chunks
 
 Fragment = str | int   # raw text, or a special token's id
+
+
+def heap_merge(text: str, priority: Callable[[str, str], float | None]) -> list[str]:
+    """Merge adjacent symbols of `text` (one per character to start), best pair first, until no pair
+    has a priority: the work queue of llama.cpp's `llm_bigram_bpe` and `llm_bigram_spm`, in O(n log n).
+
+    priority(left, right) is the pair's key, lower first (a BPE rank, an SPM -score), or None when
+    the two cannot merge; equal keys merge leftmost first. A heap of candidate pairs over a linked
+    list of symbols; an entry is stale once either side changed, and symbols only grow, so
+    comparing the joined length finds that (llama.cpp compares byte sizes the same way)."""
+    n = len(text)
+    if n < 2:
+        return [text] if text else []
+    sym = list(text)                      # sym[i] == "" once symbol i was merged away
+    prev = list(range(-1, n - 1))
+    nxt = list(range(1, n + 1))
+    nxt[-1] = -1
+    heap: list[tuple[float, int, int, int]] = []   # (key, left, right, joined length)
+    for i in range(n - 1):
+        key = priority(sym[i], sym[i + 1])
+        if key is not None:
+            heap.append((key, i, i + 1, 2))
+    heapq.heapify(heap)
+
+    def push(left: int, right: int) -> None:
+        a, b = sym[left], sym[right]
+        key = priority(a, b)
+        if key is not None:
+            heapq.heappush(heap, (key, left, right, len(a) + len(b)))
+
+    while heap:
+        _, left, right, size = heapq.heappop(heap)
+        a, b = sym[left], sym[right]
+        if not a or not b or len(a) + len(b) != size:
+            continue  # one side changed since this pair was queued
+        sym[left], sym[right] = a + b, ""
+        after = nxt[right]
+        nxt[left] = after
+        if after >= 0:
+            prev[after] = left
+        if prev[left] >= 0:
+            push(prev[left], left)
+        if after >= 0:
+            push(left, after)
+    return [t for t in sym if t]
 
 
 class WordEncoder:
