@@ -112,7 +112,7 @@ static void task_gemv(void *ctx, int ith, int nth) {
         /* the rows are one sequential stream, but the hardware prefetcher alone leaves the dots
          * waiting on memory: ask for the rows `ahead` rows on, one cache line at a time. Not for an
          * x4 matrix: its one stream per thread is the prefetcher's case, and the prefetches cost
-         * it (Llama-3.2-1B Q4_0 decode on an AMD EPYC Zen 4: 77-79 -> 54-56 ms of CPU per token) */
+         * it (BENCHMARKS.md, "Kernel choices") */
         if (j->layout == LI_LAYOUT_ROWS && r + (int64_t)ahead < hi) {
             const uint8_t *pf = j->w + (r + (int64_t)ahead) * j->row_bytes;
             for (size_t b = 0; b < (size_t)nr * j->row_bytes; b += 64) __builtin_prefetch(pf + b, 0, 3);

@@ -110,7 +110,7 @@ static void add_bias(const li_linear *w, float *y, int64_t rows, int64_t lo, int
  * layer's expert reads in flight at once, instead of faulting in one readahead window at a time as
  * the GEMV reaches them. A matrix whose first page is resident is taken as resident (experts are
  * read whole) and costs one mincore of one page; WILLNEED on resident pages would cost a page-cache
- * lookup per page (~10 us per expert matrix measured, ~12 ms per token of a 48-layer model). */
+ * lookup per page (BENCHMARKS.md, "Kernel choices"). */
 static void advise_experts(const li_moe *m, const int32_t *experts, int64_t count) {
 #if defined(__linux__) && defined(MADV_WILLNEED)
     static long page = 0;

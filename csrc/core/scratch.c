@@ -3,8 +3,8 @@
  * A forward pass makes hundreds of matmul and attention calls, each needing a few buffers of the
  * same sizes as the last time. Allocating them fresh each call costs page faults: glibc hands out
  * blocks past its mmap threshold (and a worker thread's arena after trimming) as new pages, which
- * the kernel zeroes first -- with transparent huge pages 2 MiB at a time. That zeroing was 12% of
- * gemma3's pp512 profile. Each thread keeps one grow-only buffer per slot instead; a slot's buffer
+ * the kernel zeroes first -- with transparent huge pages 2 MiB at a time (BENCHMARKS.md, "Kernel choices": a large share of
+ * gemma3's pp512 profile). Each thread keeps one grow-only buffer per slot instead; a slot's buffer
  * is valid until the same thread asks for that slot again, and it is freed when the thread exits.
  */
 #include <pthread.h>

@@ -62,8 +62,8 @@ void li_panel_pack_w_avx2(const li_panel_plan *p, const uint8_t *u, const float 
 
 /* gemm_avx2.c: the GEMM tiles, LI_AVX2_Q_NW weight rows x LI_AVX2_Q_NA activation rows (integer)
  * and LI_AVX2_F_NW x LI_AVX2_F_NA (float). 4 x 3: 12 products per step for 7 loads (2 x 2 was 4
- * for 4), the maddubs no longer waiting on the loads; 4 x 3, 3 x 4 and 3 x 3 measured alike
- * (within a few %), 2 x 2 about 15 % slower for every type. NA = 3 keeps small batches (m = 6, 9)
+ * for 4), the maddubs no longer waiting on the loads; 4 x 3, 3 x 4 and 3 x 3 measured alike, 2 x 2
+ * slower for every type (BENCHMARKS.md, "Kernel choices"). NA = 3 keeps small batches (m = 6, 9)
  * unpadded. The tile shape changes no sum. */
 #define LI_AVX2_Q_NW 4
 #define LI_AVX2_Q_NA 3

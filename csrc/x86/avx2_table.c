@@ -35,9 +35,9 @@ const li_isa_kernels li_kernels_avx2 = {
         [LI_TYPE_Q5_0] = vec_dot_rows_q5_0_q8_0_avx2, [LI_TYPE_Q5_1] = vec_dot_rows_q5_1_q8_1_avx2,
         [LI_TYPE_Q8_0] = vec_dot_rows_q8_0_q8_0_avx2,
         /* no Q4_K, Q6_K rows: their decode is memory-bound, and one row per call (the GEMV prefetching a
-         * row at a time) took 2-5% less CPU per token on a Qwen3-30B-A3B-shaped model than 4 rows per
-         * call, whose 4-row prefetch bursts stall on the fill buffers, though 4 rows compute faster
-         * from cache (BENCHMARKS.md, MoE section) */
+         * row at a time) took less CPU per token on a Qwen3-30B-A3B-shaped model than 4 rows per call,
+         * whose 4-row prefetch bursts stall on the fill buffers, though 4 rows compute faster from cache
+         * (BENCHMARKS.md, "Kernel choices") */
         [LI_TYPE_IQ2_XXS] = vec_dot_rows_iq2_xxs_q8_K_avx2, [LI_TYPE_IQ2_XS] = vec_dot_rows_iq2_xs_q8_K_avx2,
         [LI_TYPE_IQ2_S] = vec_dot_rows_iq2_s_q8_K_avx2, [LI_TYPE_IQ3_XXS] = vec_dot_rows_iq3_xxs_q8_K_avx2,
         [LI_TYPE_IQ3_S] = vec_dot_rows_iq3_s_q8_K_avx2, [LI_TYPE_IQ1_S] = vec_dot_rows_iq1_s_q8_K_avx2,

@@ -18,16 +18,15 @@ const li_isa_kernels li_kernels_avx512 = {
         [LI_TYPE_Q4_0] = vec_dot_q4_0_q8_0_avx512, [LI_TYPE_Q4_1] = vec_dot_q4_1_q8_1_avx512,
         [LI_TYPE_Q5_0] = vec_dot_q5_0_q8_0_avx512, [LI_TYPE_Q5_1] = vec_dot_q5_1_q8_1_avx512,
         [LI_TYPE_Q8_0] = vec_dot_q8_0_q8_0_avx512,
-        /* Q4_K: the AVX2 dot (broadcast scales, vector mins) decodes ~5% faster than a 512-bit one did */
+        /* Q4_K: the AVX2 dot (broadcast scales, vector mins) decoded faster than a 512-bit one (BENCHMARKS.md, "Kernel choices") */
         [LI_TYPE_Q4_K] = vec_dot_q4_K_q8_K_avx2,
         [LI_TYPE_Q6_K] = vec_dot_q6_K_q8_K_avx512, [LI_TYPE_F16] = vec_dot_f16_f16_avx512,
         [LI_TYPE_F32] = vec_dot_f32_f32_avx512,
         [LI_TYPE_TQ2_0] = vec_dot_tq2_0_q8_K_avx512,
         [LI_TYPE_TQ1_0] = vec_dot_tq1_0_q8_K_avx2,
         /* the table types: AVX2's lookup in 256-bit registers, VNNI after it (quants_tables_avx512.c).
-         * A version with two blocks per zmm measured 10-20% slower on the decode GEMV of a
-         * Llama-3.2-1B ffn matrix on a Xeon with AVX-512 VNNI: the lookup needs more shuffles per
-         * 64 bytes than AVX2 spends per 32, and the per-block scales stay scalar. */
+         * Two blocks per zmm measured slower (BENCHMARKS.md, "Kernel choices"): the lookup needs more shuffles per 64 bytes
+         * than AVX2 spends per 32, and the per-block scales stay scalar. */
         [LI_TYPE_IQ4_NL] = vec_dot_iq4_nl_q8_0_avx512, [LI_TYPE_IQ4_XS] = vec_dot_iq4_xs_q8_K_avx512,
         [LI_TYPE_MXFP4] = vec_dot_mxfp4_q8_0_avx512,
         /* the grid i-quants: AVX2's (x86/quants_grids_avx2.c) */

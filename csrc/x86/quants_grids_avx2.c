@@ -3,8 +3,8 @@
  *
  * Per 32 elements: the grid points (core/iq_grids.h; 8 bytes a point for IQ2 and IQ1, 4 for IQ3)
  * go into one register -- by vpgather for IQ3's eight 4-byte points and IQ2_XS's grid and sign
- * rows, which measured 1.2-1.5x faster there than scalar loads; for the other types scalar loads
- * were as fast or faster (Xeon, decode GEMV of an 8192 x 2048 matrix, one thread). The signs, as
+ * rows, which measured faster there than scalar loads; for the other types scalar loads were as
+ * fast or faster (BENCHMARKS.md, "Kernel choices"). The signs, as
  * +1 / -1 bytes (li_keven_signs_iq2xs, or explicit sign bits compared against a bit mask), move onto
  * the activations with sign_epi8, and maddubs multiplies the unsigned grid values (<= 62) by the
  * signed activations (|q| <= 127): a pair sum is at most 2 * 62 * 127 = 15748 < 2^15, exact. IQ1's
