@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 from typing import AsyncIterator, Awaitable, Callable
 
+from starlette.responses import StreamingResponse
+
 from ..aio import polled
 from ..batching.engine import Engine, EngineClosedError, QueueFullError
 from ..batching.fork import Choices
@@ -76,3 +78,20 @@ async def unless_disconnected(receive: Callable[[], Awaitable[dict]], work: Awai
     if not task.done() or task.cancelled():
         raise ClientGone()
     return task.result()
+
+
+class ClosingStream(StreamingResponse):
+    """A streamed answer (OpenAI's text/event-stream, Ollama's NDJSON) that ends the job however the
+    stream ends (finished, the client gone, a write timed out): its requests are cancelled, which
+    frees their slots, and the model's lease (`held`) is returned at once."""
+
+    def __init__(self, body, media_type: str, choices: Choices, held: contextlib.AsyncExitStack, headers=None):
+        super().__init__(body, media_type=media_type, headers=headers)
+        self.choices, self.held = choices, held
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.choices.cancel()
+            await self.held.aclose()

@@ -20,14 +20,14 @@ import time
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import api, embeddings as embedding_api, jobs
 from . import ollama_requests as oreq
 from . import ollama_shapes as shapes
 from ..batching.request import Cancelled
-from .openai_routes import _closer, _embed, read_json  # as the OpenAI routes end a stream and run embeddings
+from .openai_routes import _embed, read_json  # as the OpenAI routes run embeddings
 from .endpoint import endpoint
 from .registry import UnknownModelError
 
@@ -111,7 +111,7 @@ async def _answer(request: Request, parse) -> Response:
         shaper = shapes.AnswerShaper(req.kind, served.name, started, load_s, job.tools,
                                      served.model.tokenizer if req.n_top is not None else None)
         if req.stream:
-            response = LineStream(_lines(job, shaper), on_close=_closer(job, held.pop_all()))
+            response = jobs.ClosingStream(_lines(job, shaper), "application/x-ndjson", job.choices, held.pop_all())
             job = None  # the stream's now
             return response
         return JSONResponse(await jobs.unless_disconnected(request.receive, _whole(job, shaper)))
@@ -127,21 +127,6 @@ async def _unload(registry, name: str) -> bool:
     if await registry.unload(resolved):
         return True
     return not any(e.name == resolved and e.loaded for e in registry.entries())
-
-
-class LineStream(StreamingResponse):
-    """An NDJSON answer that runs `on_close` however it ends (finished, the client gone): the
-    job's request is cancelled and the model's lease returned at once."""
-
-    def __init__(self, lines, on_close):
-        super().__init__(lines, media_type="application/x-ndjson")
-        self.on_close = on_close
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.on_close()
 
 
 def _line(obj) -> bytes:

@@ -4,7 +4,7 @@ Server-Sent Events) and /v1/embeddings.
 A request's body is parsed and validated off the event loop (api.py: tokenizing and compiling a
 grammar may take a while), then its requests go to the model's engine (jobs.py), which also scores
 an echoed prompt whose logprobs are asked for, in the request's slot. A whole answer is awaited
-while watching for the client's disconnect; a stream is Starlette's StreamingResponse, which stops
+while watching for the client's disconnect; a stream is a jobs.ClosingStream, which stops
 when the client goes. Either way, what did not finish is cancelled and its slots freed. Streams are
 SSE as OpenAI sends them: `data: {json}\\n\\n` per chunk, then `data: [DONE]\\n\\n`.
 """
@@ -17,7 +17,7 @@ import threading
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from . import api, embeddings as embedding_api, jobs
 from ..batching.request import Cancelled
@@ -58,7 +58,8 @@ async def _generate(request: Request, parse) -> Response:
         job = await run_in_threadpool(parse, body, served.model, served.name, served.engine.n_ctx)
         jobs.submit(served.engine, job.choices)
         if job.stream:
-            response = EventStream(_events(job), on_close=_closer(job, held.pop_all()))
+            response = jobs.ClosingStream(_events(job), "text/event-stream", job.choices, held.pop_all(),
+                                          headers={"Cache-Control": "no-cache"})
             job = None  # the stream's now
             return response
         return JSONResponse(await jobs.unless_disconnected(request.receive, _whole(job)))
@@ -66,28 +67,6 @@ async def _generate(request: Request, parse) -> Response:
         if job is not None:
             job.choices.cancel()  # frees the slots of what did not finish (a no-op for what did)
         await held.aclose()
-
-
-def _closer(job: api.Job, held: contextlib.AsyncExitStack):
-    async def close() -> None:
-        job.choices.cancel()
-        await held.aclose()
-    return close
-
-
-class EventStream(StreamingResponse):
-    """A text/event-stream answer that runs `on_close` however it ends (finished, the client gone,
-    a write timed out): the job's requests are cancelled and the model's lease returned at once."""
-
-    def __init__(self, events, on_close):
-        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        self.on_close = on_close
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.on_close()
 
 
 async def _whole(job: api.Job) -> dict:
