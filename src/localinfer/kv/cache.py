@@ -80,15 +80,9 @@ def _cache_bytes(n_layers: int, n_pos: int, n_head_kv: int, storage_kv) -> int:
     return n_layers * n_pos * n_head_kv * (kw * kt.itemsize + vw * vt.itemsize)
 
 
-class KVCache:
-    def __init__(self, n_layers: int, n_ctx: int, n_head_kv: int, head_dim: int, dtype=np.float16):
-        self.n_layers, self.n_ctx = n_layers, n_ctx
-        self.types = cache_types(dtype)  # KVCacheTypes, or None: both in `dtype`
-        (kw, kt), (vw, vt) = kv = storage(dtype, head_dim)
-        check_cache_memory(_cache_bytes(n_layers, n_ctx, n_head_kv, kv), n_ctx)
-        self.k = zeros((n_layers, n_ctx, n_head_kv, kw), kt)  # (layer, pos, kv_head, head_dim or row bytes)
-        self.v = zeros((n_layers, n_ctx, n_head_kv, vw), vt)  # (layer, pos, kv_head, head_dim or row bytes)
-        self.offset = 0  # tokens stored; the next token goes to position `offset`
+class _Layers:
+    """What KVCache and RotatingKVCache share: k, v arrays of every layer, in `types` (None: plain
+    `dtype` arrays), `offset` tokens stored of at most `n_ctx`."""
 
     @property
     def dtype(self):
@@ -103,6 +97,21 @@ class KVCache:
         if self.offset + n_new > self.n_ctx:
             raise ContextFullError(
                 f"context is full: {self.offset} tokens cached + {n_new} new > n_ctx {self.n_ctx}")
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+
+class KVCache(_Layers):
+    def __init__(self, n_layers: int, n_ctx: int, n_head_kv: int, head_dim: int, dtype=np.float16):
+        self.n_layers, self.n_ctx = n_layers, n_ctx
+        self.types = cache_types(dtype)  # KVCacheTypes, or None: both in `dtype`
+        (kw, kt), (vw, vt) = kv = storage(dtype, head_dim)
+        check_cache_memory(_cache_bytes(n_layers, n_ctx, n_head_kv, kv), n_ctx)
+        self.k = zeros((n_layers, n_ctx, n_head_kv, kw), kt)  # (layer, pos, kv_head, head_dim or row bytes)
+        self.v = zeros((n_layers, n_ctx, n_head_kv, vw), vt)  # (layer, pos, kv_head, head_dim or row bytes)
+        self.offset = 0  # tokens stored; the next token goes to position `offset`
 
     def update_and_fetch(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Stores k, v: (n, n_head_kv, head_dim) at [offset, offset+n) of `layer` and returns
@@ -133,12 +142,8 @@ class KVCache:
     def reset(self) -> None:
         self.offset = 0
 
-    @property
-    def nbytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes
 
-
-class RotatingKVCache:
+class RotatingKVCache(_Layers):
     """Keys and values of the last positions only, for sliding-window attention layers.
 
     A query at position p sees keys p-window+1..p, so after `offset` tokens the next one needs
@@ -160,19 +165,6 @@ class RotatingKVCache:
         self.v = zeros((n_layers, self.n_slots, n_head_kv, vw), vt)  # (layer, slot, kv_head, head_dim or row bytes)
         self.offset = 0
         self.held_start = 0  # oldest position still in the ring (older slots were overwritten)
-
-    @property
-    def dtype(self):
-        return np.dtype(np.float16) if self.types is not None else self.k.dtype
-
-    @property
-    def kv_types(self):
-        return self.types
-
-    def reserve(self, n_new: int) -> None:
-        if self.offset + n_new > self.n_ctx:
-            raise ContextFullError(
-                f"context is full: {self.offset} tokens cached + {n_new} new > n_ctx {self.n_ctx}")
 
     def update_and_fetch(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Returns the keys/values of positions max(0, offset-window+1) .. offset+n-1: what the
@@ -213,10 +205,6 @@ class RotatingKVCache:
 
     def reset(self) -> None:
         self.trim(0)
-
-    @property
-    def nbytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes
 
 
 class InterleavedKVCache:
