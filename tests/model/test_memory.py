@@ -142,7 +142,8 @@ print(json.dumps(out))
 
 def test_a_closed_model_gives_back_memory_threads_and_cpu(smollm2_path):
     """In a fresh process (no other test's heap): load, generate (async and sync), close. VmRSS
-    returns within 10% of before the load; the engine thread is gone and the kernels' pool threads
+    gives back all but a tenth of what the model took (what stays is the allocators' retention:
+    tracemalloc sees no Python object left); the engine thread is gone and the kernels' pool threads
     stay, parked (they serve every model of the process; a next load reuses them), using no CPU --
     nor does an open model between requests."""
     import json
@@ -153,7 +154,10 @@ def test_a_closed_model_gives_back_memory_threads_and_cpu(smollm2_path):
     m = json.loads(run.stdout.splitlines()[-1])
     print(m, file=sys.stderr)
     assert m["loaded"] > m["before"] + (32 << 20)  # the weights and caches were resident
-    assert m["after"] <= m["before"] * 1.10
+    # in the model's own terms, not the process's: a bound of 10% of the RSS before the load shrank
+    # with what the process imports (5.6 MiB less once loading stopped importing gguf-py), while the
+    # allocators keep 3-6 MiB of a 120 MiB model either way
+    assert m["after"] - m["before"] <= (m["loaded"] - m["before"]) / 10
     assert m["threads_open"] > m["threads_before"] == m["threads_closed"]  # the engine's thread came and went
     assert m["idle_open"] < 0.05 and m["idle_closed"] < 0.05
 
