@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from ..formats.ggml import QUANT_SIZES, GGMLType, GGUFValueType
 
 GGUF_MAGIC = b"GGUF"

@@ -87,12 +87,12 @@ def _apply(db: np.ndarray, grid: np.ndarray, signs: np.ndarray, n: int) -> np.nd
 
 
 def dequantize_row_iq2_xxs(blocks: np.ndarray) -> np.ndarray:
-    n = blocks.shape[0]
+    n, t = blocks.shape[0], _tables()
     q = np.ascontiguousarray(blocks[:, 2:]).view(np.uint32).reshape(n, 8, 2)
     db = _d(blocks) * (np.float32(0.5) + (q[..., 1] >> 28).astype(np.float32)) * np.float32(0.25)
     codes = (q[..., 1:2] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & np.uint32(0x7F)   # (n, 8, 4)
     idx = np.ascontiguousarray(q[..., 0]).view(np.uint8).reshape(n, 8, 4)
-    return _apply(db[..., None, None], _tables()["GRID_IQ2_XXS"][idx], _signs(_tables()["KSIGNS"][codes]), n)
+    return _apply(db[..., None, None], t["GRID_IQ2_XXS"][idx], _signs(t["KSIGNS"][codes]), n)
 
 
 def _scales_16(scales: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -102,11 +102,11 @@ def _scales_16(scales: np.ndarray, d: np.ndarray) -> np.ndarray:
 
 
 def dequantize_row_iq2_xs(blocks: np.ndarray) -> np.ndarray:
-    n = blocks.shape[0]
+    n, t = blocks.shape[0], _tables()
     qs = np.ascontiguousarray(blocks[:, 2:66]).view(np.uint16).reshape(n, 16, 2)
     db = _scales_16(blocks[:, 66:74], _d(blocks))
-    grid = _tables()["GRID_IQ2_XS"][qs & np.uint16(511)]
-    return _apply(db, grid, _signs(_tables()["KSIGNS"][qs >> 9]), n)
+    grid = t["GRID_IQ2_XS"][qs & np.uint16(511)]
+    return _apply(db, grid, _signs(t["KSIGNS"][qs >> 9]), n)
 
 
 def dequantize_row_iq2_s(blocks: np.ndarray) -> np.ndarray:
@@ -118,12 +118,12 @@ def dequantize_row_iq2_s(blocks: np.ndarray) -> np.ndarray:
 
 
 def dequantize_row_iq3_xxs(blocks: np.ndarray) -> np.ndarray:
-    n = blocks.shape[0]
+    n, t = blocks.shape[0], _tables()
     aux = np.ascontiguousarray(blocks[:, 66:98]).view(np.uint32)   # (n, 8)
     db = _d(blocks) * (np.float32(0.5) + (aux >> 28).astype(np.float32)) * np.float32(0.5)
     codes = (aux[..., None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & np.uint32(0x7F)   # (n, 8, 4)
-    grid = _tables()["GRID_IQ3_XXS"][blocks[:, 2:66]].reshape(n, 8, 4, 8)   # two 4-element points per sign code
-    return _apply(db[..., None, None], grid, _signs(_tables()["KSIGNS"][codes]), n)
+    grid = t["GRID_IQ3_XXS"][blocks[:, 2:66]].reshape(n, 8, 4, 8)   # two 4-element points per sign code
+    return _apply(db[..., None, None], grid, _signs(t["KSIGNS"][codes]), n)
 
 
 def dequantize_row_iq3_s(blocks: np.ndarray) -> np.ndarray:
