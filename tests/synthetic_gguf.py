@@ -50,8 +50,10 @@ def add_hparams(w: GGUFWriter) -> None:
     w.add_vocab_size(N_VOCAB)
 
 
-def write(path, weight_dtype=np.float16, seed: int = 0, untied: bool = False) -> dict[str, np.ndarray]:
-    """Write the model with 2-D weights in `weight_dtype` (norms stay F32); returns the tensors as written."""
+def write(path, weight_dtype=np.float16, seed: int = 0, untied: bool = False,
+          extra: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Write the model with 2-D weights in `weight_dtype` (norms stay F32), plus the `extra` tensors
+    (float32, written as they are); returns the tensors as written."""
     w = GGUFWriter(str(path), "llama")
     w.add_name("synthetic")
     add_hparams(w)
@@ -64,6 +66,9 @@ def write(path, weight_dtype=np.float16, seed: int = 0, untied: bool = False) ->
     written = {}
     for name, x in tensors(seed, untied).items():
         x = x.astype(weight_dtype) if x.ndim == 2 else x
+        w.add_tensor(name, x)
+        written[name] = x.astype(np.float32)
+    for name, x in (extra or {}).items():
         w.add_tensor(name, x)
         written[name] = x.astype(np.float32)
     w.write_header_to_file()

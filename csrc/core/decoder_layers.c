@@ -1,6 +1,7 @@
 /* decoder_layers.c -- the decoder layers of the llama family (llama, mistral, qwen2, qwen3, phi3)
  * and of gemma3 (post-norms, GeGLU, sliding-window layers over a ring cache) in one C call: what
- * the architectures' Python loops (src/localinfer/arch/) do op by op, with the same kernels in the
+ * run_layers (src/localinfer/arch/layer.py) does op by op over the same DecoderLayer data (arch/fused.py
+ * maps each field onto li_decoder_layer), with the same kernels in the
  * same order, so the result is the same bits. A decode step made ~13 Python-level calls per layer (each a few
  * microseconds of checks and buffer handling around microseconds of work); here it is one call
  * for the whole stack.

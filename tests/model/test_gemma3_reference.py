@@ -140,7 +140,9 @@ def test_long_prompt_incremental_equals_batch(model):
 @pytest.fixture(scope="module")
 def small_window_model(model) -> Gemma3Model:
     """The same weights with an 8-token window, so that the ring wraps in a few dozen tokens."""
-    return Gemma3Model(dataclasses.replace(model.config, sliding_window=8), model.weights)
+    layers = [dataclasses.replace(layer, window=8 if layer.window else None) for layer in model.weights.layers]
+    return Gemma3Model(dataclasses.replace(model.config, sliding_window=8),
+                       dataclasses.replace(model.weights, layers=layers))
 
 
 def _small_cache(m: Gemma3Model, trim_margin: int = 2, n_ctx: int = 64) -> InterleavedKVCache:

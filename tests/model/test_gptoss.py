@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from localinfer.backend import ops_reference
-from localinfer.arch.gptoss import swiglu_oai, yarn_inv_freq
+from localinfer.arch.gptoss import yarn_inv_freq
+from localinfer.arch.layer import swiglu_oai
 
 
 def test_swiglu_oai_clamps_gate_above_and_up_both_ways():

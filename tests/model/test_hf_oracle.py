@@ -193,8 +193,8 @@ def _no_attention_sinks(m):
 
 
 def _no_sliding_window(m):
-    import dataclasses
-    m.config = dataclasses.replace(m.config, is_swa=(False,) * m.config.n_layer)
+    for layer in m.weights.layers:
+        layer.window = None
 
 
 def _yarn_truncated(m):

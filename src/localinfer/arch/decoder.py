@@ -1,13 +1,13 @@
-"""What every decoder architecture shares around its own layers: loading, the cache, the choice
-between the Python layer loop and the fused C call, and the forward pass's frame.
+"""What every decoder architecture shares around its own layers: loading, the cache, the two
+executors of the layer stack, and the forward pass's frame.
 
-    x = embed(tokens)                              # the architecture's (gemma3 scales it)
-    x = layers(x, batch)   or   FusedLayers.run    # the same steps; C when every weight is on the kernels
-    logits = head(x)                               # final norm, output matrix (gemma3: softcap)
+    x = embed(tokens)                                   # the architecture's (gemma3 scales it)
+    x = run_layers(...)   or   FusedLayers.run(...)     # the same DecoderLayer data, numpy/C ops or one C call
+    logits = head(x)                                    # final norm, output matrix (gemma3: softcap)
 
-An architecture subclasses DecoderModel and writes `config_class`, `load_weights`, `embed`,
-`layers`, `head` and `fused_params` (plus `fused_options` and `new_cache` when its layers differ
-from llama's); docs/architectures.md says how.
+An architecture subclasses DecoderModel and writes `config_class`, `load_weights` (whose result has
+`layers`, a list of arch/layer.py's DecoderLayer), `embed`, `head` and `layer_params`;
+docs/architectures.md says how.
 """
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import numpy as np
 
 from ..backend import ops_reference
 from ..files.gguf_file import GGUFFile
-from ..kv.cache import KVCache
+from ..kv.cache import InterleavedKVCache, KVCache
 from .batch import Batch
-from .fused import FusedLayers, FusedParams
+from .fused import FusedLayers
+from .layer import LayerParams, run_layers
 from .weights import WeightLoader, observing
 
 
@@ -42,10 +43,6 @@ class DecoderModel:
         """(n,) ids -> (n, n_embd) float32"""
         raise NotImplementedError
 
-    def layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
-        """(n, n_embd) -> (n, n_embd) through every layer, written with self.ops: the readable path."""
-        raise NotImplementedError
-
     def head(self, x: np.ndarray) -> np.ndarray:
         """(n, n_embd) -> (n, n_vocab) logits: output_norm, then the output matrix (and any cap)"""
         raise NotImplementedError
@@ -56,13 +53,9 @@ class DecoderModel:
         w = self.weights
         return self.ops.rms_norm(x, w.output_norm, self.config.rms_eps)
 
-    def fused_params(self, batch: Batch) -> FusedParams:
-        """The arguments of FusedLayers.run that `layers` uses for this batch."""
+    def layer_params(self, batch: Batch) -> LayerParams:
+        """What every layer of this batch's forward pass shares (rope frequencies, scales, pairing)."""
         raise NotImplementedError
-
-    def fused_options(self) -> dict:
-        """FusedLayers' per-layer options (ring_layers, window, layer_freqs, geglu); none for llama's layout."""
-        return {}
 
     # -- shared ---------------------------------------------------------------------------------
     @classmethod
@@ -80,8 +73,20 @@ class DecoderModel:
         """A GGUFError for a file this class reads but cannot run (llama: an unknown rope scaling)."""
 
     def new_cache(self, n_ctx: int, dtype=np.float16):
+        """A KVCache; with sliding-window layers (gemma3, gpt-oss), an InterleavedKVCache whose ring
+        holds their K/V, so that their memory does not grow with the context."""
         c = self.config
-        return KVCache(c.n_layer, n_ctx, c.n_head_kv, c.head_dim, dtype)
+        windows = [layer.window for layer in self.weights.layers]
+        if not any(windows):
+            return KVCache(c.n_layer, n_ctx, c.n_head_kv, c.head_dim, dtype)
+        if len(set(windows) - {None}) > 1:
+            raise ValueError(f"sliding-window layers of several widths: {sorted(set(windows) - {None})}")
+        window = next(w for w in windows if w)
+        return InterleavedKVCache([w is not None for w in windows], n_ctx, c.n_head_kv, c.head_dim, window, dtype)
+
+    def layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
+        """(n, n_embd) -> (n, n_embd) through every layer with self.ops: the readable path."""
+        return run_layers(self.ops, self.weights.layers, x, batch, self.config, self.layer_params(batch))
 
     def fused_layers(self) -> FusedLayers | None:
         """The layer stack as one C call (arch/fused.py) when every weight is on the C kernels
@@ -89,7 +94,7 @@ class DecoderModel:
         if not self.fuse:
             return None
         if self._fused is None:
-            self._fused = FusedLayers.build(self, **self.fused_options()) or False
+            self._fused = FusedLayers.build(self) or False
         return self._fused or None
 
     def forward(self, tokens: np.ndarray, cache, last_only: bool = False) -> np.ndarray:
@@ -123,7 +128,7 @@ class DecoderModel:
         fused = self.fused_layers()
         # `layers` in one C call, bit for bit (arch/fused.py); not while a matmul observer watches
         if fused is not None and fused.applies(batch) and not observing():
-            x = fused.run(x, batch, self.fused_params(batch))
+            x = fused.run(x, batch, self.layer_params(batch))
         else:
             x = self.layers(x, batch)
         batch.advance()

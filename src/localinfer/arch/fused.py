@@ -1,29 +1,27 @@
-"""The decoder layers of the llama family (with routed experts: qwen3moe, mixtral, olmoe, gpt-oss; and
-a shared expert: qwen2moe) and gemma3 in one C call
-(csrc/core/decoder_layers.c, csrc/core/moe.c), for the C backend.
+"""The second executor of arch/layer.py's DecoderLayer data: the whole layer stack in one C call
+(`li_decoder_layers`, csrc/core/decoder_layers.c and core/moe.c), for the C backend.
 
-The architectures' Python loops (LlamaModel / Gemma3Model.layers) are the readable
-version; for a batch whose caches are all f16 or q8_0 / q4_0 rows (kv/cache_types.py; plain, or gemma3's
-full + sliding-window ring),
-on C kernels, `FusedLayers.run` does the same steps with the same kernels in C, so the logits
-are the same bits (tests/kernels/test_fused_layers.py) and a decode step costs one Python->C call
-instead of ~13 per layer. Everything C will dereference is checked or built here: the weight
-pointers come from PreparedMatrix (checked when the model loaded), the per-call arguments
-(activations, positions, caches, frequencies) are checked on every call.
+`run_layers` is the readable version; for a batch whose caches are all f16 or q8_0 / q4_0 rows
+(kv/cache_types.py; plain, or full + sliding-window ring), on C kernels, `FusedLayers.run` does the
+same steps with the same kernels in C, so the logits are the same bits
+(tests/kernels/test_fused_layers.py) and a decode step costs one Python->C call instead of ~13 per
+layer. Each DecoderLayer field maps onto one field of `li_decoder_layer` (`_layer`); what every
+layer shares (`LayerParams`) onto `li_decoder_config` (`run`). Everything C will dereference is
+checked or built here: the weight pointers come from PreparedMatrix (checked when the model
+loaded), the per-call arguments (activations, positions, caches, frequencies) are checked on every call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..backend.kernels import _check
+from ..backend import kernels
+from ..backend.ops import GELU_F16_TABLE
 from ..kv.cache import InterleavedKVCache, KVCache
 from ..kv.cache_types import CACHE_TYPES, KVCacheTypes, row_width
 from .blocks import GatedMLP
+from .layer import DecoderLayer, LayerParams
 from .moe import SOFTMAX, SOFTMAX_AFTER_TOP_K, SharedExpertMoE, SparseMoE
 from .weights import KernelLinear
-
 
 
 def _moe_linears(moe: SparseMoE | SharedExpertMoE) -> list:
@@ -54,16 +52,32 @@ def _qk_norm_whole(attn, head_dim: int) -> bool:
     return any(n is not None and n.shape != (head_dim,) for n in (attn.q_norm, attn.k_norm))
 
 
-@dataclass(frozen=True)
-class FusedParams:
-    """The per-call arguments of FusedLayers.run besides the activations and the batch: what the
-    architecture's Python layer loop passes to attention_block, named."""
-
-    inv_freq: np.ndarray  # (n_rot/2,) rope frequencies; a layer with its own (FusedLayers' layer_freqs) uses those
-    attn_scale: float  # multiplies q.k in the attention; 1.0 when the queries were scaled beforehand
-    q_scale: float | None = None  # multiplies the queries before the attention (phi3, gemma3); None: not scaled
-    rope_mscale: float = 1.0  # multiplies the rotated dimensions (longrope's rope.scaling.attn_factor)
-    neox: bool = False  # NeoX rope pairs (x[i], x[i + n_rot/2]) instead of adjacent ones
+def _expressible(layers: list[DecoderLayer], c) -> bool:
+    """Whether li_decoder_layer / li_decoder_config can say what these layers do: every matrix on the
+    C kernels, FFN blocks moe.c knows, one sliding-window width, and activations C has per call (the
+    GELU table is per call, gpt-oss's clamped SwiGLU exists for experts only)."""
+    acts = {layer.act for layer in layers}
+    if len(acts) != 1 or len({layer.window for layer in layers} - {None}) > 1:
+        return False
+    for layer in layers:
+        a, m = layer.attn, layer.mlp
+        if isinstance(m, (SparseMoE, SharedExpertMoE)):
+            if not _moe_in_c(m):
+                return False  # routing that core/moe.c does not know (yet) stays in the Python loop
+            expert_linears = _moe_linears(m)
+        elif isinstance(m, GatedMLP) and layer.act != "swiglu_oai":
+            expert_linears = [m.w_gate, m.w_up, m.w_down]
+        else:
+            return False  # a block the C layers do not have
+        whole = _qk_norm_whole(a, c.head_dim)
+        q_len, k_len = (c.n_head * c.head_dim, c.n_head_kv * c.head_dim) if whole else (c.head_dim, c.head_dim)
+        if (a.q_norm is not None and a.q_norm.shape != (q_len,)) or \
+                (a.k_norm is not None and a.k_norm.shape != (k_len,)):
+            return False  # one norm per head and the other over the whole projection: no layout does that
+        linears = [a.wqkv, a.wq, a.wk, a.wv, a.wo, *expert_linears]
+        if not all(lin is None or isinstance(lin, KernelLinear) for lin in linears):
+            return False
+    return True
 
 
 def _parts(cache):
@@ -76,94 +90,76 @@ def _parts(cache):
 
 
 class FusedLayers:
-    def __init__(self, model, ffi, lib, ring_layers=(), window: int = 0, layer_freqs=(), geglu: bool = False,
-                 swiglu_oai: bool = False):
-        """ring_layers: per layer, whether its K/V live in a sliding-window ring (gemma3, gpt-oss);
-        layer_freqs: per layer rope frequencies (else the call's); geglu: GELU gating (ggml's
-        f16 table, as ops.geglu) instead of SiLU; swiglu_oai: the experts' activation is gpt-oss's
-        clamped SwiGLU (gptoss.swiglu_oai). A layer's `sinks` (gpt-oss) go into its attention."""
-        from ..backend import ops
-        c, w = model.config, model.weights
+    def __init__(self, model, ffi, lib):
+        """model: a DecoderModel whose weights.layers `_expressible` accepted."""
+        c, layers = model.config, model.weights.layers
         self.ffi, self.lib, self.config = ffi, lib, c
         self._keep = []  # every numpy buffer a pointer below refers to
-        self.ring_flags = [bool(r) for r in ring_layers] or [False] * c.n_layer
-        self.window = int(window)
-        self.geglu_table = self._floats(ops._GELU_F16, 65536) if geglu else None
-        self.moe_act = lib.LI_MOE_SWIGLU_OAI if swiglu_oai else lib.LI_MOE_GLU
+        self.ring_flags = [layer.window is not None for layer in layers]
+        self.window = next((layer.window for layer in layers if layer.window is not None), 0)
+        act = layers[0].act
+        self.geglu_table = self._floats(GELU_F16_TABLE, 65536) if act == "geglu" else None
+        self.moe_act = lib.LI_MOE_SWIGLU_OAI if act == "swiglu_oai" else lib.LI_MOE_GLU
         self.layers = ffi.new("li_decoder_layer[]", c.n_layer)
         self.layer_freq_sizes = set()  # each must match the call's frequencies (C reads n_rot / 2 of each)
         counts = {False: 0, True: 0}
-        for li, (layer, spec) in enumerate(zip(w.layers, self.layers)):
-            ring = self.ring_flags[li]
-            spec.ring, spec.window, spec.cache_layer = int(ring), self.window if ring else 0, counts[ring]
+        for layer, spec in zip(layers, self.layers):
+            ring = layer.window is not None
+            spec.ring, spec.window, spec.cache_layer = int(ring), layer.window or 0, counts[ring]
             counts[ring] += 1
-            freq = layer_freqs[li] if layer_freqs else None
-            if freq is not None:
-                freq = np.ascontiguousarray(freq, dtype=np.float64)
-                self._keep.append(freq)
-                self.layer_freq_sizes.add(freq.shape)
-                spec.inv_freq = ffi.from_buffer("double[]", freq)
-            post = getattr(layer, "attn_post_norm", None), getattr(layer, "ffn_post_norm", None)
-            spec.attn_post_norm = self._floats(post[0], c.n_embd) if post[0] is not None else ffi.NULL
-            spec.ffn_post_norm = self._floats(post[1], c.n_embd) if post[1] is not None else ffi.NULL
-            sinks = getattr(layer, "sinks", None)
-            spec.attn_sinks = self._floats(sinks, c.n_head) if sinks is not None else ffi.NULL
-            spec.attn_norm = self._floats(layer.attn_norm, c.n_embd)
-            spec.ffn_norm = self._floats(layer.ffn_norm, c.n_embd)
-            attn, mlp = layer.attn, layer.mlp
-            # the shapes C sizes its buffers by (the loader checked them against the file; again here)
-            q_dim, kv_dim, d = c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_embd
-            whole = _qk_norm_whole(attn, c.head_dim)
-            spec.qk_norm_whole = int(whole)
-            q_len, k_len = (q_dim, kv_dim) if whole else (c.head_dim, c.head_dim)
-            spec.q_norm = self._floats(attn.q_norm, q_len) if attn.q_norm is not None else ffi.NULL
-            spec.k_norm = self._floats(attn.k_norm, k_len) if attn.k_norm is not None else ffi.NULL
-            if attn.wqkv is not None:
-                projections = [(attn.wqkv, (q_dim + 2 * kv_dim, d))]
-            else:
-                projections = [(attn.wq, (q_dim, d)), (attn.wk, (kv_dim, d)), (attn.wv, (kv_dim, d))]
-            spec.n_qkv = len(projections)
-            for i, (lin, shape) in enumerate(projections):
-                self._linear(spec.qkv[i], lin, shape)
-            self._linear(spec.wo, attn.wo, (d, q_dim))
-            if isinstance(mlp, (SparseMoE, SharedExpertMoE)):
-                spec.moe = self._moe(mlp)
-                continue
-            if mlp.w_gate is None:
-                gate_up = [(mlp.w_up, (2 * c.n_ff, d))]
-            else:
-                gate_up = [(mlp.w_gate, (c.n_ff, d)), (mlp.w_up, (c.n_ff, d))]
-            spec.n_gate_up = len(gate_up)
-            for i, (lin, shape) in enumerate(gate_up):
-                self._linear(spec.gate_up[i], lin, shape)
-            self._linear(spec.down, mlp.w_down, (d, c.n_ff))
+            self._layer(spec, layer)
 
     @classmethod
-    def build(cls, model, **options) -> "FusedLayers | None":
-        """None unless every linear layer of the model runs on the C kernels."""
-        from ..backend import kernels
-        if not kernels.available():
+    def build(cls, model) -> "FusedLayers | None":
+        """None unless the C layer can say what every layer does, on the C kernels (`_expressible`)."""
+        if not kernels.available() or not _expressible(model.weights.layers, model.config):
             return None
-        for layer in model.weights.layers:
-            a, m = layer.attn, layer.mlp
-            if isinstance(m, (SparseMoE, SharedExpertMoE)):
-                if not _moe_in_c(m):
-                    return None  # routing that core/moe.c does not know (yet) stays in the Python loop
-                expert_linears = _moe_linears(m)
-            elif isinstance(m, GatedMLP):
-                expert_linears = [m.w_gate, m.w_up, m.w_down]
-            else:
-                return None  # a block the C layers do not have
-            c = model.config
-            whole = _qk_norm_whole(a, c.head_dim)
-            q_len, k_len = (c.n_head * c.head_dim, c.n_head_kv * c.head_dim) if whole else (c.head_dim, c.head_dim)
-            if (a.q_norm is not None and a.q_norm.shape != (q_len,)) or \
-                    (a.k_norm is not None and a.k_norm.shape != (k_len,)):
-                return None  # one norm per head and the other over the whole projection: no layout does that
-            linears = [a.wqkv, a.wq, a.wk, a.wv, a.wo, *expert_linears]
-            if not all(lin is None or isinstance(lin, KernelLinear) for lin in linears):
-                return None
-        return cls(model, kernels._ffi, kernels._lib, **options)
+        ffi, lib = kernels.c_module()
+        return cls(model, ffi, lib)
+
+    def _layer(self, spec, layer: DecoderLayer) -> None:
+        """Fill one li_decoder_layer from a DecoderLayer, field by field."""
+        c, ffi = self.config, self.ffi
+        if layer.inv_freq is not None:
+            freq = np.ascontiguousarray(layer.inv_freq, dtype=np.float64)
+            self._keep.append(freq)
+            self.layer_freq_sizes.add(freq.shape)
+            spec.inv_freq = ffi.from_buffer("double[]", freq)
+        spec.attn_post_norm = self._optional_floats(layer.attn_post_norm, c.n_embd)
+        spec.ffn_post_norm = self._optional_floats(layer.ffn_post_norm, c.n_embd)
+        spec.attn_sinks = self._optional_floats(layer.sinks, c.n_head)
+        spec.attn_norm = self._floats(layer.attn_norm, c.n_embd)
+        spec.ffn_norm = self._floats(layer.ffn_norm, c.n_embd)
+        attn, mlp = layer.attn, layer.mlp
+        # the shapes C sizes its buffers by (the loader checked them against the file; again here)
+        q_dim, kv_dim, d = c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_embd
+        whole = _qk_norm_whole(attn, c.head_dim)
+        spec.qk_norm_whole = int(whole)
+        q_len, k_len = (q_dim, kv_dim) if whole else (c.head_dim, c.head_dim)
+        spec.q_norm = self._optional_floats(attn.q_norm, q_len)
+        spec.k_norm = self._optional_floats(attn.k_norm, k_len)
+        if attn.wqkv is not None:
+            projections = [(attn.wqkv, (q_dim + 2 * kv_dim, d))]
+        else:
+            projections = [(attn.wq, (q_dim, d)), (attn.wk, (kv_dim, d)), (attn.wv, (kv_dim, d))]
+        spec.n_qkv = len(projections)
+        for i, (lin, shape) in enumerate(projections):
+            self._linear(spec.qkv[i], lin, shape)
+        self._linear(spec.wo, attn.wo, (d, q_dim))
+        if isinstance(mlp, (SparseMoE, SharedExpertMoE)):
+            spec.moe = self._moe(mlp)
+            return
+        if mlp.w_gate is None:
+            gate_up = [(mlp.w_up, (2 * c.n_ff, d))]
+        else:
+            gate_up = [(mlp.w_gate, (c.n_ff, d)), (mlp.w_up, (c.n_ff, d))]
+        spec.n_gate_up = len(gate_up)
+        for i, (lin, shape) in enumerate(gate_up):
+            self._linear(spec.gate_up[i], lin, shape)
+        self._linear(spec.down, mlp.w_down, (d, c.n_ff))
+
+    def _optional_floats(self, a: np.ndarray | None, n: int):
+        return self.ffi.NULL if a is None else self._floats(a, n)
 
     def _floats(self, a: np.ndarray, n: int):
         a = np.ascontiguousarray(a, dtype=np.float32)
@@ -183,7 +179,7 @@ class FusedLayers:
         for name, lins, shape in (("gate", moe.gate, (f, d)), ("up", moe.up, (f, d)), ("down", moe.down, (d, f))):
             if len(lins) != n:
                 raise ValueError(f"fused layers: {len(lins)} {name} experts where {n} belong")
-            if len({lin.mat._wtype_id for lin in lins}) != 1:
+            if len({lin.mat.wtype_id for lin in lins}) != 1:
                 raise ValueError(f"fused layers: {name} experts of several types")  # one 3-D tensor has one
             specs = ffi.new("li_linear[]", n)
             for e, lin in enumerate(lins):
@@ -209,7 +205,7 @@ class FusedLayers:
         mat = lin.mat
         if mat.shape != shape:
             raise ValueError(f"fused layers: a {mat.shape} weight where {shape} belongs")
-        spec.wtype, spec.w, spec.row_bytes = mat._wtype_id, mat._wbuf, mat.row_bytes
+        spec.wtype, spec.w, spec.row_bytes = mat.wtype_id, mat.pointer, mat.row_bytes
         spec.n_out, spec.k, spec.layout = mat.n_out, mat.k, mat.layout
         spec.bias = self._floats(lin.bias, mat.n_out) if lin.bias is not None else self.ffi.NULL
 
@@ -229,7 +225,7 @@ class FusedLayers:
                 return False
         return True
 
-    def run(self, x: np.ndarray, batch, params: FusedParams) -> np.ndarray:
+    def run(self, x: np.ndarray, batch, params: LayerParams) -> np.ndarray:
         """x (n, n_embd) after the embedding -> x after every layer; stores the batch's K/V."""
         c, ffi, p = self.config, self.ffi, params
         x = np.array(x, dtype=np.float32, order="C", copy=True)
@@ -274,5 +270,5 @@ class FusedLayers:
             cfg.geglu_table = self.geglu_table
         rc = self.lib.li_decoder_layers(cfg, self.layers, c.n_layer, ffi.from_buffer("float[]", x, require_writable=True),
                                         ffi.from_buffer("int64_t[]", pos), seqs, len(batch.spans))
-        _check(rc, "fused layers")
+        kernels.check_status(rc, "fused layers")
         return x

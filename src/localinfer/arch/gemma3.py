@@ -21,19 +21,17 @@ Quirks, checked against llama.cpp's src/models/gemma3.cpp (the version behind th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
 from ..files.gguf_file import GGUFFile
-from ..kv.cache import InterleavedKVCache
 from ..backend import ops_reference
 from ..backend.ops_reference import rope_freqs
 from .batch import Batch
-from .blocks import Attention, GatedMLP, attention_block
+from .blocks import Attention, GatedMLP
 from .decoder import DecoderModel
-from .fused import FusedParams
 from .hparams import HParams
+from .layer import DecoderLayer, LayerParams
 from .weights import Embedding, Linear, WeightLoader
 
 SWA_PATTERN_DEFAULT = 6  # llama.cpp's load_swa_pattern(ml, 6) for gemma3: every 6th layer is global
@@ -110,34 +108,28 @@ def _swa_layers(h: HParams, n_layer: int, window: int | None, default_period: in
 
 
 @dataclass
-class Gemma3Layer:
-    attn_norm: np.ndarray  # (n_embd,)
-    attn: Attention  # q/k/v with per-head q_norm/k_norm (head_dim,), output (n_embd, n_head*head_dim)
-    attn_post_norm: np.ndarray  # (n_embd,) on the attention output, before the residual add
-    ffn_norm: np.ndarray  # (n_embd,)
-    mlp: GatedMLP  # gate, up (n_ff, n_embd), down (n_embd, n_ff)
-    ffn_post_norm: np.ndarray  # (n_embd,) on the FFN output, before the residual add
-
-
-@dataclass
 class Gemma3Weights:
     token_embd: Embedding  # (n_vocab, n_embd)
-    layers: list[Gemma3Layer]
+    # q/k/v with per-head q_norm/k_norm (head_dim,), GELU-gated MLP, post-attention and post-FFN norms;
+    # the sliding-window layers with their own rope frequencies (base rope_base_swa, not scaled)
+    layers: list[DecoderLayer]
     output_norm: np.ndarray  # (n_embd,)
     output: Linear  # (n_vocab, n_embd), the token embedding matrix itself when tied
 
     @classmethod
     def from_gguf(cls, w: WeightLoader, c: Gemma3Config) -> "Gemma3Weights":
         layers = []
+        inv_freq_swa = rope_freqs(c.head_dim, c.rope_base_swa, c.n_rot)
         for i in range(c.n_layer):
-            p = f"blk.{i}."
-            layers.append(Gemma3Layer(
+            p, swa = f"blk.{i}.", c.is_swa[i]
+            layers.append(DecoderLayer(
                 attn_norm=w.vector(p + "attn_norm.weight", (c.n_embd,)),
                 attn=Attention.from_gguf(w, p, c, qk_norm=True),
                 attn_post_norm=w.vector(p + "post_attention_norm.weight", (c.n_embd,)),
                 ffn_norm=w.vector(p + "ffn_norm.weight", (c.n_embd,)),
-                mlp=GatedMLP.from_gguf(w, p, c),
+                mlp=GatedMLP.from_gguf(w, p, c), act="geglu",
                 ffn_post_norm=w.vector(p + "post_ffw_norm.weight", (c.n_embd,)),
+                window=c.sliding_window if swa else None, inv_freq=inv_freq_swa if swa else None,
             ))
         output = w.optional_linear("output.weight", (c.n_vocab, c.n_embd))
         return cls(token_embd=w.embedding("token_embd.weight", (c.n_vocab, c.n_embd)), layers=layers,
@@ -154,45 +146,19 @@ class Gemma3Model(DecoderModel):
     def __init__(self, config: Gemma3Config, weights: Gemma3Weights, ops=ops_reference):
         super().__init__(config, weights, ops)
         c = config
-        # linear rope scaling multiplies positions by rope_scale, i.e. the frequencies
+        # the global layers' frequencies: linear rope scaling multiplies positions by rope_scale, i.e. the frequencies
         self.inv_freq_global = rope_freqs(c.head_dim, c.rope_base, c.n_rot) * c.rope_scale
-        self.inv_freq_swa = rope_freqs(c.head_dim, c.rope_base_swa, c.n_rot)
 
     @classmethod
     def load_weights(cls, loader, config: Gemma3Config) -> Gemma3Weights:
         return Gemma3Weights.from_gguf(loader, config)
 
-    def new_cache(self, n_ctx: int, dtype=np.float16) -> InterleavedKVCache:
-        c = self.config
-        return InterleavedKVCache(list(c.is_swa), n_ctx, c.n_head_kv, c.head_dim,
-                                  c.sliding_window or n_ctx, dtype)
-
     def embed(self, tokens: np.ndarray) -> np.ndarray:
         return self.weights.token_embd(tokens) * np.float32(np.sqrt(self.config.n_embd))
 
-    def fused_options(self) -> dict:
-        c = self.config
-        return dict(ring_layers=c.is_swa, window=c.sliding_window or 0,
-                    layer_freqs=[self.inv_freq_swa if swa else None for swa in c.is_swa], geglu=True)
-
-    def fused_params(self, batch: Batch) -> FusedParams:
+    def layer_params(self, batch: Batch) -> LayerParams:
         # queries scaled beforehand (attn_scale 1); the sliding-window layers bring their own frequencies
-        return FusedParams(self.inv_freq_global, attn_scale=1.0, q_scale=self.config.attn_scale, neox=True)
-
-    def layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
-        c, w, ops = self.config, self.weights, self.ops
-        attention_global = partial(ops.attention, scale=1.0)  # queries are scaled beforehand
-        attention_swa = partial(ops.attention, scale=1.0, sliding_window=c.sliding_window)
-        for li, layer in enumerate(w.layers):
-            swa = c.is_swa[li]
-            inv_freq = self.inv_freq_swa if swa else self.inv_freq_global
-            h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
-            a = attention_block(ops, batch, li, layer.attn, h, c, inv_freq, True,
-                                attention_swa if swa else attention_global, q_scale=c.attn_scale)
-            x = x + ops.rms_norm(a, layer.attn_post_norm, c.rms_eps)
-            ffn = layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.geglu)
-            x = x + ops.rms_norm(ffn, layer.ffn_post_norm, c.rms_eps)
-        return x
+        return LayerParams(self.inv_freq_global, attn_scale=1.0, q_scale=self.config.attn_scale, neox=True)
 
     def head(self, x: np.ndarray) -> np.ndarray:
         c = self.config

@@ -8,7 +8,7 @@ src/models/openai-moe.cpp, transformers' GptOssForCausalLM): llama's pre-norm la
   K/V live in a ring (InterleavedKVCache, as gemma3's);
 - biases on q/k/v/o, on the router and on every expert matrix;
 - routed experts only (no dense MLP): top-k of the router logits, then softmax over those k
-  (moe.SOFTMAX_AFTER_TOP_K), with the clamped SwiGLU below, after post_attention_norm;
+  (moe.SOFTMAX_AFTER_TOP_K), with the clamped SwiGLU (layer.swiglu_oai), after post_attention_norm;
 - NeoX rope with YaRN scaling, computed as transformers does (yarn_inv_freq).
 
 The experts of released files are MXFP4; WeightLoader.experts reads them like any type (the C
@@ -20,32 +20,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
 from ..files.gguf_file import GGUFFile, GGUFError
-from ..kv.cache import InterleavedKVCache
 from ..backend import ops_reference
 from .batch import Batch
-from .blocks import Attention, attention_block
-from .fused import FusedParams
+from .blocks import Attention
 from .gemma3 import _swa_layers
 from .hparams import HParams
-from .llama import LlamaConfig, LlamaLayer, LlamaModel, LlamaWeights
+from .layer import DecoderLayer, LayerParams
+from .llama import LlamaConfig, LlamaModel, LlamaWeights
 from .moe import SparseMoE
 from .weights import WeightLoader
 
-SWIGLU_LIMIT, SWIGLU_ALPHA = 7.0, 1.702  # llama.cpp hard-codes both (ggml_swiglu_oai in build_moe_ffn)
 SWA_PERIOD = 2  # llama.cpp's load_swa_pattern(ml, 2): layer i slides unless i % 2 == 1
-
-
-def swiglu_oai(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    """gpt-oss's gated activation: gate clamped above at 7, up clamped to [-7, 7],
-    gate * sigmoid(1.702 * gate) * (up + 1) (transformers' GptOssExperts._apply_gate)."""
-    g = np.minimum(gate, np.float32(SWIGLU_LIMIT))
-    u = np.clip(up, np.float32(-SWIGLU_LIMIT), np.float32(SWIGLU_LIMIT))
-    return g / (np.float32(1.0) + np.exp(np.float32(-SWIGLU_ALPHA) * g)) * (u + np.float32(1.0))
 
 
 def yarn_inv_freq(head_dim: int, base: float, factor: float, n_ctx_orig: int, beta_fast: float, beta_slow: float,
@@ -92,11 +81,6 @@ class GptOssConfig(LlamaConfig):
         return dataclasses.replace(base, **extra)
 
 
-@dataclass
-class GptOssLayer(LlamaLayer):
-    sinks: np.ndarray  # (n_head,) attention sink logits
-
-
 class GptOssModel(LlamaModel):
     rope_neox = True
     rope_scaling_types = ("none", "yarn")
@@ -115,11 +99,12 @@ class GptOssModel(LlamaModel):
 
     @classmethod
     def load_weights(cls, w: WeightLoader, c: GptOssConfig) -> LlamaWeights:
-        layers = [GptOssLayer(attn_norm=w.vector(f"blk.{i}.attn_norm.weight", (c.n_embd,)),
-                              attn=Attention.from_gguf(w, f"blk.{i}.", c),
-                              ffn_norm=w.vector(f"blk.{i}.post_attention_norm.weight", (c.n_embd,)),
-                              mlp=SparseMoE.from_gguf(w, f"blk.{i}.", c),
-                              sinks=w.vector(f"blk.{i}.attn_sinks.weight", (c.n_head,)))
+        layers = [DecoderLayer(attn_norm=w.vector(f"blk.{i}.attn_norm.weight", (c.n_embd,)),
+                               attn=Attention.from_gguf(w, f"blk.{i}.", c),
+                               ffn_norm=w.vector(f"blk.{i}.post_attention_norm.weight", (c.n_embd,)),
+                               mlp=SparseMoE.from_gguf(w, f"blk.{i}.", c), act="swiglu_oai",
+                               sinks=w.vector(f"blk.{i}.attn_sinks.weight", (c.n_head,)),
+                               window=c.sliding_window if c.is_swa[i] else None)
                   for i in range(c.n_layer)]
         output = w.optional_linear("output.weight", (c.n_vocab, c.n_embd))
         return LlamaWeights(token_embd=w.embedding("token_embd.weight", (c.n_vocab, c.n_embd)), layers=layers,
@@ -127,27 +112,7 @@ class GptOssModel(LlamaModel):
                             output=output or w.linear("token_embd.weight", (c.n_vocab, c.n_embd)),
                             rope_freqs=None, rope_factors_long=None, rope_factors_short=None)
 
-    def new_cache(self, n_ctx: int, dtype=np.float16) -> InterleavedKVCache:
+    def layer_params(self, batch: Batch) -> LayerParams:
+        # the (YaRN) frequencies, scale on the scores, YaRN's mscale, NeoX pairs
         c = self.config
-        return InterleavedKVCache(list(c.is_swa), n_ctx, c.n_head_kv, c.head_dim, c.sliding_window, dtype)
-
-    def fused_options(self) -> dict:
-        c = self.config
-        return dict(ring_layers=c.is_swa, window=c.sliding_window, swiglu_oai=True)
-
-    def fused_params(self, batch: Batch) -> FusedParams:
-        # what `layers` passes: the (YaRN) frequencies, scale on the scores, YaRN's mscale, NeoX pairs
-        c = self.config
-        return FusedParams(self.inv_freq, 1.0 / np.sqrt(c.head_dim), None, c.rope_mscale, self.rope_neox)
-
-    def layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
-        c, w, ops = self.config, self.weights, self.ops
-        scale = 1.0 / np.sqrt(c.head_dim)
-        for li, layer in enumerate(w.layers):
-            attention = partial(ops.attention, scale=scale, sinks=layer.sinks,
-                                sliding_window=c.sliding_window if c.is_swa[li] else None)
-            h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
-            x = x + attention_block(ops, batch, li, layer.attn, h, c, self.inv_freq, self.rope_neox, attention,
-                                    rope_mscale=c.rope_mscale)
-            x = x + layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), swiglu_oai)
-        return x
+        return LayerParams(self.inv_freq, 1.0 / np.sqrt(c.head_dim), None, c.rope_mscale, self.rope_neox)

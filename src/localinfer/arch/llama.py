@@ -14,7 +14,6 @@ This file stays as the oracle for the fast path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
@@ -22,11 +21,11 @@ from ..files.gguf_file import GGUFFile, GGUFError
 from ..backend import ops_reference
 from ..backend.ops_reference import rope_freqs
 from .batch import Batch
-from .blocks import Attention, GatedMLP, attention_block
+from .blocks import Attention, GatedMLP
 from .decoder import DecoderModel
-from .fused import FusedParams
 from .hparams import HParams, show
-from .moe import SOFTMAX, Gating, SharedExpertMoE, SparseMoE, expert_hparams, moe_ffn
+from .layer import DecoderLayer, LayerParams
+from .moe import SOFTMAX, Gating, expert_hparams, moe_ffn
 from .weights import Embedding, Linear, WeightLoader
 
 
@@ -78,17 +77,11 @@ class LlamaConfig:
 
 
 @dataclass
-class LlamaLayer:
-    attn_norm: np.ndarray  # (n_embd,)
-    attn: Attention  # q/k/v (biases optional: qwen2; fused: phi3; per-head norms: qwen3), output
-    ffn_norm: np.ndarray  # (n_embd,)
-    mlp: GatedMLP | SparseMoE | SharedExpertMoE  # gate, up, down (gate ‖ up fused: phi3); routed experts (qwen3moe, mixtral), + a shared one (qwen2moe)
-
-
-@dataclass
 class LlamaWeights:
     token_embd: Embedding  # (n_vocab, n_embd)
-    layers: list[LlamaLayer]
+    # attention: biases optional (qwen2), fused q/k/v (phi3), per-head norms (qwen3); FFN: gate, up, down
+    # (gate ‖ up fused: phi3), routed experts (qwen3moe, mixtral), + a shared one (qwen2moe)
+    layers: list[DecoderLayer]
     output_norm: np.ndarray  # (n_embd,)
     output: Linear  # (n_vocab, n_embd), the token embedding matrix itself when tied
     # (n_rot/2,) factors dividing the rope frequencies: rope_freqs (llama3) always, else the long
@@ -100,10 +93,10 @@ class LlamaWeights:
 
     @classmethod
     def from_gguf(cls, w: WeightLoader, c: LlamaConfig, qk_norm: bool = False) -> "LlamaWeights":
-        layers = [LlamaLayer(attn_norm=w.vector(f"blk.{i}.attn_norm.weight", (c.n_embd,)),
-                             attn=Attention.from_gguf(w, f"blk.{i}.", c, qk_norm),
-                             ffn_norm=w.vector(f"blk.{i}.ffn_norm.weight", (c.n_embd,)),
-                             mlp=(moe_ffn if c.n_expert else GatedMLP.from_gguf)(w, f"blk.{i}.", c))
+        layers = [DecoderLayer(attn_norm=w.vector(f"blk.{i}.attn_norm.weight", (c.n_embd,)),
+                               attn=Attention.from_gguf(w, f"blk.{i}.", c, qk_norm),
+                               ffn_norm=w.vector(f"blk.{i}.ffn_norm.weight", (c.n_embd,)),
+                               mlp=(moe_ffn if c.n_expert else GatedMLP.from_gguf)(w, f"blk.{i}.", c))
                   for i in range(c.n_layer)]
         output = w.optional_linear("output.weight", (c.n_vocab, c.n_embd))
         return cls(token_embd=w.embedding("token_embd.weight", (c.n_vocab, c.n_embd)), layers=layers,
@@ -159,22 +152,10 @@ class LlamaModel(DecoderModel):
     def embed(self, tokens: np.ndarray) -> np.ndarray:
         return self.weights.token_embd(tokens)
 
-    def fused_params(self, batch: Batch) -> FusedParams:
+    def layer_params(self, batch: Batch) -> LayerParams:
         attn_scale, q_scale = self._scales()
-        return FusedParams(self.rope_inv_freq(batch), attn_scale, q_scale, self.config.rope_attn_factor,
+        return LayerParams(self.rope_inv_freq(batch), attn_scale, q_scale, self.config.rope_attn_factor,
                            self.rope_neox)
-
-    def layers(self, x: np.ndarray, batch: Batch) -> np.ndarray:
-        c, w, ops = self.config, self.weights, self.ops
-        attn_scale, q_scale = self._scales()
-        attention = partial(ops.attention, scale=attn_scale)
-        inv_freq = self.rope_inv_freq(batch)
-        for li, layer in enumerate(w.layers):
-            h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)
-            x = x + attention_block(ops, batch, li, layer.attn, h, c, inv_freq, self.rope_neox,
-                                    attention, q_scale, c.rope_attn_factor)
-            x = x + layer.mlp(ops.rms_norm(x, layer.ffn_norm, c.rms_eps), ops.swiglu)
-        return x
 
     def head(self, x: np.ndarray) -> np.ndarray:
         return self.weights.output(self.output_norm(x))

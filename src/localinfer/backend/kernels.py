@@ -79,6 +79,13 @@ def _need_lib():
     return _lib
 
 
+def c_module():
+    """(ffi, lib) of the compiled module, for callers that build C structs of their own (arch/fused.py,
+    tokenizer/merge_c.py); KernelsUnavailable when the kernels are not built."""
+    _need_lib()
+    return _ffi, _lib
+
+
 def _check(rc: int, what: str) -> None:
     """The one place a C status becomes an exception (every wrapper here, backend/ops.py and arch/fused.py
     pass theirs through it). The wrappers check arguments first, so anything but LI_ENOMEM is a
@@ -86,6 +93,9 @@ def _check(rc: int, what: str) -> None:
     if rc != 0:
         exc, meaning = _ERRORS.get(rc, (RuntimeError, "unknown status"))
         raise exc(f"{what} failed in C: {meaning} ({rc})")
+
+
+check_status = _check  # the name for callers outside this package
 
 
 # --- ISA and threads ------------------------------------------------------------------------
@@ -269,7 +279,9 @@ class PreparedMatrix:
     any supported type, or float32 / float16 (n_out, k) for F32 / F16. Holds W without copying,
     unless `repack` and the active ISA has a faster layout for the type (repack_layout): then a
     copy in that layout (anonymous memory) is what the kernels read (`data`), `layout` says which,
-    and `w` is None: the caller's rows are not kept (a mapped tensor's pages can be released)."""
+    and `w` is None: the caller's rows are not kept (a mapped tensor's pages can be released).
+    For callers that build C structs of their own (arch/fused.py): `pointer` (a cffi pointer to
+    `data`, kept alive by this object), `wtype_id` (the GGML type number), `layout`, `row_bytes`."""
 
     REPACK_PIECE_BYTES = 8 << 20  # repacked this much at a time, each piece's source handed to on_repacked
 
@@ -294,7 +306,7 @@ class PreparedMatrix:
         else:
             k, row_bytes = w.shape[1], w.shape[1] * w.itemsize
         self.w, self.wtype, self.n_out, self.k, self.row_bytes = w, qt, int(w.shape[0]), int(k), int(row_bytes)
-        self._wtype_id = int(qt)
+        self.wtype_id = int(qt)
         self.layout = LAYOUT_ROWS
         data = w
         if repack and w.dtype == np.uint8 and w.size and self.n_out % 4 == 0:
@@ -312,8 +324,8 @@ class PreparedMatrix:
                 self.layout = int(layout)
                 self.w = None
         self.data = data  # what the kernels read: w, or its repacked copy
-        self._wbuf = _buffer(data, "w", _raw_alignment(qt)) if w.size else None
-        self._w_start = int(_ffi.cast("uintptr_t", self._wbuf)) if w.size else 0
+        self.pointer = _buffer(data, "w", _raw_alignment(qt)) if w.size else None
+        self._w_start = int(_ffi.cast("uintptr_t", self.pointer)) if w.size else 0
         self._w_end = self._w_start + w.nbytes
 
     @property
@@ -349,7 +361,7 @@ class PreparedMatrix:
             o0, x0 = int(_ffi.cast("uintptr_t", ob)), int(_ffi.cast("uintptr_t", xb))
             if (o0 < x0 + x.nbytes and x0 < o0 + out.nbytes) or (o0 < self._w_end and self._w_start < o0 + out.nbytes):
                 raise ValueError("out must not overlap x or w")
-        rc = _lib.li_matmul_layout(self._wtype_id, self.layout, self._wbuf, self.row_bytes, self.n_out, self.k,
+        rc = _lib.li_matmul_layout(self.wtype_id, self.layout, self.pointer, self.row_bytes, self.n_out, self.k,
                                    xb, m, ob)
         if rc:
             _check(rc, f"matmul of {self.wtype.name} {self.shape}")

@@ -23,7 +23,7 @@ def _gelu_f16_table() -> np.ndarray:
         return reference.gelu_tanh(x).astype(np.float16).astype(np.float32)
 
 
-_GELU_F16 = _gelu_f16_table()
+GELU_F16_TABLE = _gelu_f16_table()
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
@@ -126,7 +126,7 @@ def _glu(gate: np.ndarray, up: np.ndarray, table, name: str) -> np.ndarray:
 
 
 def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    return _glu(gate, up, _GELU_F16, "geglu")
+    return _glu(gate, up, GELU_F16_TABLE, "geglu")
 
 
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:

@@ -25,7 +25,9 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from ..backend import kernels
-from ..backend.kernels import _check, _ffi, _lib
+
+_ffi, _lib = kernels.c_module() if kernels.available() else (None, None)
+_check = kernels.check_status
 
 
 def available() -> bool:
