@@ -1,6 +1,9 @@
 """Generation as layered generators:
 
-    generate_step      prefill, then one token at a time -> yields token ids
+    Generation         one sequence's rules: choosing each token (processors, grammar, sampler or
+                       speculator), turning it into a chunk (ChunkAssembler); the engine steps it too
+    context_steps      runs a Generation in a Context: prefill, then one token (or one verified
+                       draft) at a time -> yields token ids
     stream_generate    + detokenizing, stop strings, finish reasons, timings -> yields chunks
     collect            joins the chunks into a GenerationResult (Model.generate)
 
@@ -14,10 +17,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
+import numpy as np
+
 from .context import Context
 from .kv.cache import ContextFullError
 from .sampling.logprobs import LogprobRecorder
-from .sampling.samplers import LogitsProcessor, Sampler
+from .sampling.params import SamplingParams
+from .sampling.samplers import processors_for, sampler_for
 from .tokenizer import StreamingDetokenizer
 
 
@@ -66,33 +72,6 @@ class GenerationResult:
     timings: Timings
     prompt_tokens: list[int] = field(default_factory=list)
     logprobs: list | None = None  # a logprobs.TokenLogprob per generated token, when asked for
-
-
-def generate_step(ctx: Context, prompt: Sequence[int], sampler: Sampler,
-                  processors: Sequence[LogitsProcessor] = (), timings: Timings | None = None,
-                  matcher=None) -> Iterator[int]:
-    """Yields sampled tokens forever; the caller decides when to stop. Each yielded token is
-    evaluated (put in the KV cache) only when the next one is asked for.
-    matcher (constrain.Matcher): masks the logits after the processors and accepts each sampled
-    token; once it is `done` the caller stops (only end-of-generation could follow)."""
-    timings = timings or Timings()
-    t0 = time.perf_counter()
-    logits = ctx.evaluate(prompt)
-    timings.prompt_tokens = len(prompt)
-    timings.prompt_cached = len(prompt) - ctx.last_n_computed
-    timings.prefill_s = time.perf_counter() - t0
-    history = list(prompt)
-    while True:
-        for process in processors:
-            logits = process(history, logits)
-        if matcher is not None:
-            logits = matcher.mask(logits)
-        token = sampler(logits)
-        if matcher is not None:
-            matcher.accept(token)
-        history.append(token)
-        yield token
-        logits = ctx.append([token])[-1]
 
 
 class ChunkAssembler:
@@ -147,6 +126,132 @@ class ChunkAssembler:
         return GenerationChunk(emit, [token])
 
 
+class Generation:
+    """One sequence after its prompt: how each next token is chosen and how it becomes a chunk.
+
+    Choosing: the logits processors (a logprobs recorder first, then bias and penalties), the
+    grammar's mask, then the sampler, or with a speculator its verification of a drafted token;
+    the grammar then accepts the token and the history (prompt + chosen) grows by it. Chunking:
+    a ChunkAssembler (text, stop strings, finish reasons, timings). Built once per request, by
+    Model.stream for a Context and by the engine for a slot; stepped by `context_steps` here and
+    by the engine's batched steps, so both follow the same rules."""
+
+    def __init__(self, tokenizer, prompt: Sequence[int], n_ctx: int, params: SamplingParams = SamplingParams(),
+                 max_tokens: int | None = None, stop: str | Sequence[str] = (), matcher=None,
+                 logprobs: int | None = None, speculator=None, timings: Timings | None = None,
+                 start: float | None = None):
+        """matcher: a grammar's state (constrain.Matcher); logprobs: each chunk carries its token's
+        log-probability and that many alternatives; speculator (speculative.decode.Speculator):
+        draft tokens and verify them; timings/start: the request's, when it has them already."""
+        self.history = list(prompt)
+        self.sampler, self.processors = sampler_for(params), processors_for(params)
+        self.matcher, self.speculator = matcher, speculator
+        self.recorder = LogprobRecorder(logprobs) if logprobs is not None else None
+        if self.recorder:  # first: logprobs are the model's, before any transform (sampling/logprobs.py)
+            self.processors.insert(0, self.recorder)
+        self.out = ChunkAssembler(tokenizer, len(self.history), n_ctx, max_tokens, stop, timings, start)
+        self.drafted: list[int] = []  # tokens drafted after the last chosen one, to verify
+        self.draft_q: list | None = None  # the distributions they were drawn from (sampling with a draft model)
+
+    @property
+    def grammar_done(self) -> bool:
+        """The grammar is complete: only the end of generation could follow."""
+        return self.matcher is not None and self.matcher.done
+
+    @property
+    def finished(self) -> bool:
+        return self.out.finished
+
+    def choose(self, logits: np.ndarray, drafted: int | None = None, q=None) -> tuple[int, bool, object]:
+        """The next token from its logits row -> (token, whether it is `drafted`, its logprob entry
+        or None). drafted/q: the token a proposer put at this row and its distribution."""
+        if self.speculator is not None:
+            token, kept = self.speculator.choose(logits, self.history, self.processors, self.matcher, drafted, q)
+        else:
+            for process in self.processors:
+                logits = process(self.history, logits)
+            if self.matcher is not None:
+                logits = self.matcher.mask(logits)
+            token, kept = int(self.sampler(logits)), False
+            if self.matcher is not None:
+                self.matcher.accept(token)
+        self.history.append(token)
+        return token, kept, self.recorder.take(token) if self.recorder else None
+
+    def draft(self, n_ctx: int) -> list[int]:
+        """Tokens to verify after the last chosen one (kept in self.drafted): none without a speculator,
+        or when the context or max_tokens leave room for one token only."""
+        self.drafted, self.draft_q = [], None
+        if self.speculator is None or self.grammar_done:
+            return []
+        room = n_ctx - len(self.history)
+        if self.out.max_tokens is not None:  # a step yields up to len(drafts) + 1 tokens
+            room = min(room, self.out.max_tokens - len(self.out.tokens) - 1)
+        self.drafted, self.draft_q = self.speculator.draft(self.history, room)
+        return self.drafted
+
+    def verify(self, rows: np.ndarray) -> tuple[list[tuple[int, object]], int]:
+        """rows (1 + len(drafted), n_vocab): the logits after the last chosen token and after each
+        drafted one -> ([(token, logprob entry)], drafted tokens kept). The last token chosen is the
+        first not drafted (the corrected or the bonus token); the drafts are cleared."""
+        chosen, n_kept = [], 0
+        drafted, q = self.drafted, self.draft_q
+        self.drafted, self.draft_q = [], None
+        for i, row in enumerate(rows):
+            d = drafted[i] if i < len(drafted) else None
+            token, kept, entry = self.choose(row, d, q[i] if q is not None and d is not None else None)
+            chosen.append((token, entry))
+            n_kept += kept
+            if not kept or self.grammar_done:
+                break
+        return chosen, n_kept
+
+    def emit(self, token: int, logprob=None) -> GenerationChunk:
+        """The chunk for a chosen token (in order): its text, and the finish reason on the last."""
+        chunk = self.out.push(token, end=self.grammar_done)
+        if logprob is not None:
+            chunk.logprobs = [logprob]
+        return chunk
+
+
+def context_steps(ctx: Context, gen: Generation) -> Iterator[tuple[int, object]]:
+    """Runs gen in ctx: prefills its prompt, then yields (token, logprob entry or None) forever; the
+    caller stops. Each chosen token is evaluated only with the next step (with a speculator,
+    together with the next drafts, verified in the same pass). Closing it leaves ctx holding the
+    prompt and the yielded tokens but the last."""
+    prompt, timings, n_out = list(gen.history), gen.out.timings, 0
+    t0 = time.perf_counter()
+    logits = ctx.evaluate(prompt)
+    timings.prompt_tokens = len(prompt)
+    timings.prompt_cached = len(prompt) - ctx.last_n_computed
+    timings.prefill_s = time.perf_counter() - t0
+    if gen.speculator is not None:
+        gen.speculator.proposer.prefill(prompt)
+    try:
+        token, _, entry = gen.choose(logits)
+        n_out += 1
+        yield token, entry
+        while True:  # ctx holds history[:-1]: the last token is evaluated with the drafts
+            drafted = gen.draft(ctx.n_ctx)
+            if drafted:
+                from .speculative.decode import verify_rows
+                rows = verify_rows(ctx.append, [gen.history[-1], *drafted])
+            else:
+                rows = ctx.append([gen.history[-1]])[-1:]
+            chosen, n_kept = gen.verify(rows)
+            timings.draft_tokens += len(drafted)
+            timings.draft_accepted += n_kept
+            if len(ctx.tokens) > len(gen.history) - 1:  # the drafts after the last kept one
+                ctx.truncate(len(gen.history) - 1)
+            for token, entry in chosen:
+                n_out += 1
+                yield token, entry
+    finally:  # a chosen token not yet yielded is dropped with the rest
+        keep = len(prompt) + max(0, n_out - 1)
+        if ctx.cache is not None and len(ctx.tokens) > keep:
+            ctx.truncate(keep)
+
+
 def check_max_tokens(max_tokens: int | None) -> int | None:
     """max_tokens as the generators take it: a count >= 0, or None for no limit (until a stop, the
     end of generation or the context's end), which -1 also means (llama.cpp's -n -1)."""
@@ -165,37 +270,25 @@ def check_prompt_fits(n_prompt: int, n_ctx: int) -> None:
                                f"and at least one more is needed to generate (raise n_ctx / --ctx-size)")
 
 
-def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], sampler: Sampler,
-                    processors: Sequence[LogitsProcessor] = (), max_tokens: int | None = None,
-                    stop: Sequence[str] = (), matcher=None, logprobs: int | None = None,
-                    speculator=None) -> Iterator[GenerationChunk]:
+def stream_generate(ctx: Context, tokenizer, prompt: Sequence[int], params: SamplingParams = SamplingParams(),
+                    max_tokens: int | None = None, stop: Sequence[str] = (), matcher=None,
+                    logprobs: int | None = None, speculator=None) -> Iterator[GenerationChunk]:
     """Text chunks as they are complete (never a broken UTF-8 sequence, never a partial stop
     string); the last chunk has the finish_reason and the timings. With a matcher (a grammar's
     state) the text follows the grammar and ends ("stop") as soon as the grammar is complete.
     logprobs: each chunk also carries its tokens' log-probabilities with that many alternatives
     (see sampling/logprobs.py). speculator (speculative.decode.Speculator): draft and verify several tokens
     per forward pass; the same tokens at temperature 0, the same distribution otherwise."""
-    max_tokens = check_max_tokens(max_tokens)
-    out = ChunkAssembler(tokenizer, len(prompt), ctx.n_ctx, max_tokens, stop)
-    recorder = LogprobRecorder(logprobs) if logprobs is not None else None
-    if recorder:  # first: it sees the raw logits
-        processors = [recorder, *processors]
-    if max_tokens == 0:
-        yield GenerationChunk("", [], "length", out.timings)
+    gen = Generation(tokenizer, prompt, ctx.n_ctx, params, max_tokens, stop, matcher, logprobs, speculator)
+    if gen.out.max_tokens == 0:
+        yield GenerationChunk("", [], "length", gen.out.timings)
         return
     check_prompt_fits(len(prompt), ctx.n_ctx)
-    if speculator is not None:
-        from .speculative.decode import speculative_step
-        steps = speculative_step(ctx, prompt, speculator, processors, out.timings, matcher)
-    else:
-        steps = generate_step(ctx, prompt, sampler, processors, out.timings, matcher)
+    steps = context_steps(ctx, gen)
     try:
-        for token in steps:
-            chunk = out.push(token, end=matcher is not None and matcher.done)
-            if recorder:
-                chunk.logprobs = [recorder.take(token)]
-            yield chunk
-            if out.finished:
+        for token, logprob in steps:
+            yield gen.emit(token, logprob)
+            if gen.finished:
                 return
     finally:
         steps.close()

@@ -21,7 +21,6 @@ from .kv.cache_types import CacheTypeError, KVCacheTypes, row_width
 from .sampling.logit_bias import check_logit_bias
 from .sampling.logprobs import check_n_top
 from .sampling.params import SamplingParams
-from .sampling.samplers import processors_for, sampler_for
 from .tokenizer import Tokenizer
 
 D = SamplingParams  # the sampling defaults, llama.cpp's
@@ -272,7 +271,6 @@ class Model:
             return ChunkStream(self.engine.submit(request))
         ctx = context
         check_prompt_fits(len(tokens), ctx.n_ctx)
-        sampler, processors = sampler_for(params), processors_for(params)
         matcher = constraint.matcher() if constraint is not None else None
         speculator = None
         if self.speculative is not None:
@@ -282,8 +280,7 @@ class Model:
                 proposer = self._proposers[ctx] = make_proposer(self.speculative, self._draft_runtime(), ctx.n_ctx,
                                                                 self.kv_dtype)
             speculator = Speculator(self.speculative, params, proposer)
-        return stream_generate(ctx, self.tokenizer, tokens, sampler, processors, max_tokens, stop, matcher,
-                               logprobs, speculator)
+        return stream_generate(ctx, self.tokenizer, tokens, params, max_tokens, stop, matcher, logprobs, speculator)
 
     def _draft_runtime(self):
         return self.draft_model.serialized if self.draft_model is not None else None

@@ -9,8 +9,9 @@ Every step the scheduler thread
      the next chunk of their prompt (at most `prefill_chunk` prompt tokens per step in all, so a
      long prompt never stalls the others' decoding for long),
   3. runs it through `forward_batch` (every matmul one GEMM over all rows),
-  4. samples each finished row, turns the token into a chunk (ChunkAssembler: detokenizing,
-     stop strings, finish reasons) and hands it to the request; finished slots are freed.
+  4. chooses each finished row's token and turns it into a chunk (the slot's generate.Generation:
+     sampling, grammar, detokenizing, stop strings, finish reasons, the same rules as a single
+     sequence's) and hands it to the request; finished slots are freed.
 
 So requests join the running batch at the next step and leave it when they are done.
 The n choices of one prompt (fork.py, OpenAI's `n`) are admitted together: the first prefills
@@ -30,15 +31,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..generate import ChunkAssembler, GenerationChunk, check_max_tokens, check_prompt_fits
-from ..sampling.logprobs import LogprobRecorder, TokenLogprob, token_logprob
-from ..sampling.samplers import processors_for, sampler_for
+from ..generate import Generation, GenerationChunk, check_max_tokens, check_prompt_fits
+from ..sampling.logprobs import TokenLogprob, token_logprob
 from .completion_cache import CompletionCache
 from .fork import copy_cache
 from .metrics import Metrics
 from .prefix_cache import PrefixCache
 from .request import Cancelled, Request
-from .speculation import draft_for, forward_rows, speculative_for, verify_slot
+from .speculation import forward_rows, speculative_for
 
 
 # The C kernels take another summation order for a few rows than for many: the matmul below
@@ -65,31 +65,30 @@ class EngineClosedError(RuntimeError):
 
 @dataclass
 class Slot:
+    """One sequence's place in the batch. Its KV cache and draft proposer last as long as the engine;
+    everything else is one request's, dropped with it (`release`)."""
+
     index: int
     cache: object  # the architecture's KV cache (n_ctx positions)
+    proposer: object = None  # speculative decoding: the slot's drafter (a draft model's context, or lookup)
     request: Request | None = None
+    gen: Generation | None = None  # the request's token choosing and chunking (generate.Generation)
     tokens: list[int] = field(default_factory=list)  # tokens whose K/V are in the cache
     todo: list[int] = field(default_factory=list)  # prompt tokens still to compute
-    next_token: int | None = None  # sampled, to be evaluated in the next step
-    history: list[int] = field(default_factory=list)  # prompt + generated (for penalties)
-    sampler: object = None
-    processors: list = field(default_factory=list)
-    matcher: object = None  # the request's grammar state (constrain.Matcher), if it has a grammar
-    out: ChunkAssembler | None = None
+    next_token: int | None = None  # chosen, to be evaluated in the next step
     prefill_start: float = 0.0
     chunks: list = field(default_factory=list)  # what was sent, for the completion cache
-    recorder: object = None  # logprobs.LogprobRecorder when the request wants logprobs
     leader: "Slot | None" = None  # a choice of n waiting for this slot's prefill (batching/fork.py)
     followers: list = field(default_factory=list)  # the leader's waiting choices
-    proposer: object = None  # speculative decoding: the slot's drafter (a draft model's context, or lookup)
-    spec: object = None  # the request's speculative.decode.Speculator
-    drafted: list = field(default_factory=list)  # tokens drafted for this step, verified after next_token
-    draft_q: list | None = None  # the distributions they were drawn from (sampling with a draft model)
     scores: list | None = None  # the prompt's TokenLogprobs so far, when the request scores its prompt
 
     @property
     def busy(self) -> bool:
         return self.request is not None
+
+    def release(self) -> None:
+        """Idle again: every per-request field as a new slot has it; the cache and proposer kept."""
+        self.__dict__.update(Slot(self.index, self.cache, self.proposer).__dict__)
 
 
 class Engine:
@@ -308,18 +307,11 @@ class Engine:
             reused = self.prefix_cache.restore(r.prompt, slot.cache, limit=len(r.prompt) - MIN_PREFILL_ROWS)
         slot.tokens = list(r.prompt[:reused])
         slot.todo = list(r.prompt[reused:]) if slot.leader is None else []
-        slot.history = list(r.prompt)
-        slot.next_token, slot.chunks = None, []
-        slot.sampler, slot.processors = sampler_for(r.params), processors_for(r.params)
-        slot.matcher = r.grammar.matcher() if r.grammar is not None else None
-        slot.recorder = LogprobRecorder(r.logprobs) if r.logprobs is not None else None
-        slot.spec = speculative_for(self, slot, r.params)
         slot.scores = [TokenLogprob(r.prompt[0], None, [])] if r.prompt_logprobs is not None else None
-        if slot.recorder:  # first: logprobs are the model's, before any transform (sampling/logprobs.py)
-            slot.processors.insert(0, slot.recorder)
         r.timings.prompt_tokens, r.timings.prompt_cached = len(r.prompt), reused
-        slot.out = ChunkAssembler(self.tokenizer, len(r.prompt), self.n_ctx, r.max_tokens, r.stop,
-                                  r.timings, start=r.created)
+        matcher = r.grammar.matcher() if r.grammar is not None else None
+        slot.gen = Generation(self.tokenizer, r.prompt, self.n_ctx, r.params, r.max_tokens, r.stop, matcher,
+                              r.logprobs, speculative_for(self, slot, r.params), r.timings, start=r.created)
         slot.prefill_start = time.perf_counter()
         if slot.leader is None:  # a group's prompt is received, and counted, once
             self.metrics.count("prompt_tokens", len(r.prompt))
@@ -344,11 +336,11 @@ class Engine:
                 budget -= n
                 rows.append((slot, chunk))
             else:
-                rows.append((slot, [slot.next_token, *draft_for(self, slot)]))
+                rows.append((slot, [slot.next_token, *slot.gen.draft(self.n_ctx)]))
         if not rows:
             return
         try:
-            logits = forward_rows(self.runtime, [(t, s.cache) for s, t in rows], [bool(s.drafted) for s, _ in rows],
+            logits = forward_rows(self.runtime, [(t, s.cache) for s, t in rows], [bool(s.gen.drafted) for s, _ in rows],
                                   [s.scores is not None and bool(s.todo) for s, _ in rows])
         except Exception as e:  # nothing is half-done: every sequence of the batch fails cleanly
             for slot, _ in rows:
@@ -358,7 +350,7 @@ class Engine:
         self.metrics.observe_batch(len(rows))
         for (slot, tokens), row in zip(rows, logits):
             slot.tokens.extend(tokens)
-            if slot.drafted:
+            if slot.gen.drafted:
                 self._verify(slot, row)
                 continue
             if slot.todo:
@@ -378,8 +370,8 @@ class Engine:
                         slot.request.put(GenerationChunk("", [], "length", slot.request.timings))
                         self._finish(slot, None)
                         continue
-                if slot.spec is not None:  # the draft model's prompt too, before the first token
-                    slot.spec.proposer.prefill(slot.tokens)
+                if slot.gen.speculator is not None:  # the draft model's prompt too, before the first token
+                    slot.gen.speculator.proposer.prefill(slot.tokens)
                 if self.prefix_cache is not None:
                     self.prefix_cache.store(slot.tokens, slot.cache)
                 self._fork(slot, row[-1])
@@ -416,53 +408,43 @@ class Engine:
 
     def _sample(self, slot: Slot, logits: np.ndarray) -> None:
         try:
-            for process in slot.processors:
-                logits = process(slot.history, logits)
-            if slot.matcher is not None:
-                logits = slot.matcher.mask(logits)
-            token = int(slot.sampler(logits))
-            if slot.matcher is not None:
-                slot.matcher.accept(token)
+            token, _, logprob = slot.gen.choose(logits)
         except Exception as e:
             self._finish(slot, e)
             return
-        slot.history.append(token)
-        self._deliver(slot, token, slot.recorder.take(token) if slot.recorder else None)
+        self._deliver(slot, token, logprob)
 
     def _verify(self, slot: Slot, rows: np.ndarray) -> None:
         """rows: the logits after next_token and each drafted token. The kept tokens (and the one
         after them) are delivered; the cache is rolled back to what they leave evaluated."""
+        n_drafted = len(slot.gen.drafted)
         try:
-            chosen, n_kept = verify_slot(slot, rows)
+            chosen, n_kept = slot.gen.verify(rows)
         except Exception as e:
             self._finish(slot, e)
             return
-        n_keep = len(slot.history) - 1  # the last chosen token is evaluated with the next drafts
+        n_keep = len(slot.gen.history) - 1  # the last chosen token is evaluated with the next drafts
         slot.cache.trim(n_keep)
         del slot.tokens[n_keep:]
-        self.metrics.count("draft_tokens", len(slot.drafted))
+        self.metrics.count("draft_tokens", n_drafted)
         self.metrics.count("draft_tokens_accepted", n_kept)
-        slot.request.timings.draft_tokens += len(slot.drafted)
+        slot.request.timings.draft_tokens += n_drafted
         slot.request.timings.draft_accepted += n_kept
-        slot.drafted, slot.draft_q = [], None
         for token, entry in chosen:
             if not slot.busy:
                 break
             self._deliver(slot, token, entry)
 
     def _deliver(self, slot: Slot, token: int, logprob) -> None:
-        """Hands a chosen token (already in slot.history) to the request as a chunk."""
+        """Hands a chosen token (already in the generation's history) to the request as a chunk."""
         try:
-            chunk = slot.out.push(token, end=slot.matcher is not None and slot.matcher.done)
-            if logprob is not None:
-                chunk.logprobs = [logprob]
+            chunk = slot.gen.emit(token, logprob)
         except Exception as e:
             self._finish(slot, e)
             return
         slot.next_token = token
-        first = len(slot.out.tokens) == 1
-        if first:
-            self.metrics.observe("ttft_seconds", slot.out.timings.ttft_s)
+        if len(slot.gen.out.tokens) == 1:
+            self.metrics.observe("ttft_seconds", slot.gen.out.timings.ttft_s)
         self.metrics.count("generated_tokens")
         slot.request.put(chunk)
         slot.chunks.append(chunk)
@@ -489,7 +471,4 @@ class Engine:
         for follower in list(slot.followers):  # still waiting for this prompt: they cannot go on without it
             self._finish(follower, error or Cancelled("the choice sharing its prompt ended first"))
         with self._wake:
-            slot.followers, slot.leader, slot.recorder = [], None, None
-            slot.request, slot.out, slot.sampler, slot.matcher = None, None, None, None
-            slot.spec, slot.drafted, slot.draft_q, slot.scores = None, [], None, None
-            slot.tokens, slot.todo, slot.history, slot.next_token, slot.chunks = [], [], [], None, []
+            slot.release()

@@ -56,13 +56,15 @@ def _lockstep(model, prompt, grammar, n_gen: int, seed: int) -> dict:
     """Free and constrained decoding of one prompt in two contexts, one token of each in turn: the
     machine's noise (other processes, frequency changes) then falls on both alike. -> seconds
     per decoded token of each (after the first token), and the seconds inside the matcher."""
-    from ..generate import generate_step
-    from ..sampling.samplers import make_sampler
+    from ..generate import Generation, context_steps
+    from ..sampling.params import SamplingParams
 
     matcher = _TimedMatcher(grammar.matcher())
-    runs = {"free": generate_step(model.new_context(len(prompt) + n_gen + 8), prompt, make_sampler(0.8, seed=seed)),
-            "schema": generate_step(model.new_context(len(prompt) + n_gen + 8), prompt, make_sampler(0.8, seed=seed),
-                                    (), None, matcher)}
+    params = SamplingParams(temperature=0.8, seed=seed)
+    n_ctx = len(prompt) + n_gen + 8
+    runs = {name: context_steps(model.new_context(n_ctx), Generation(model.tokenizer, prompt, n_ctx, params,
+                                                                     matcher=m))
+            for name, m in (("free", None), ("schema", matcher))}
     spent = {k: [] for k in runs}
     try:
         for steps in runs.values():

@@ -6,7 +6,8 @@
     verify.py     which drafted tokens the target keeps: greedy (the argmax rows) or speculative
                   sampling (accept x with min(1, p/q), else draw from max(0, p - q)); the target's p
                   is its sampler's distribution, so the output follows it exactly
-    decode.py     speculative_step: generate_step's loop with draft -> verify -> roll back
+    decode.py     Speculator: one sequence's drafts and the choice at each verified row (stepped by
+                  generate.Generation, in a Context or in an engine slot); verify_rows
 
 At temperature 0 the tokens are the ones plain decoding gives, bit for bit: the verification pass
 keeps the C matmul on its GEMV for all its rows (kernels.gemv_rows) and stays below attention's

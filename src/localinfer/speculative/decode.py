@@ -1,15 +1,15 @@
-"""Speculative decoding for one sequence in a Context: generate_step's loop, with each step
-drafting up to draft_max tokens, verifying them all in one forward pass, and rolling the KV caches
-back to the tokens kept (the target's here, the draft model's at its next `propose`)."""
+"""One sequence's drafting and verifying: the Speculator a generate.Generation chooses through.
+
+Each step drafts up to draft_max tokens, verifies them all in one forward pass (generate.context_steps
+in a Context, the engine's batch in a slot), and the KV caches are rolled back to the tokens kept
+(the target's by the caller, the draft model's at its next `propose`)."""
 from __future__ import annotations
 
-import time
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..backend import kernels
-from ..context import Context
 from ..sampling.params import SamplingParams
 from ..sampling.samplers import LogitsProcessor, check_logits
 from .config import SpeculativeConfig
@@ -80,41 +80,3 @@ def verify_rows(runtime_call, tokens: list[int]) -> np.ndarray:
             return runtime_call(tokens)
     return runtime_call(tokens)
 
-
-def speculative_step(ctx: Context, prompt: Sequence[int], spec: Speculator,
-                     processors: Sequence[LogitsProcessor] = (), timings=None, matcher=None) -> Iterator[int]:
-    """generate_step with speculation: yields the same tokens (greedy) or tokens with the same
-    distribution (sampling). Closing it leaves ctx holding the yielded tokens but the last."""
-    t0 = time.perf_counter()
-    logits = ctx.evaluate(prompt)
-    spec.proposer.prefill(prompt)
-    if timings is not None:
-        timings.prompt_tokens = len(prompt)
-        timings.prompt_cached = len(prompt) - ctx.last_n_computed
-        timings.prefill_s = time.perf_counter() - t0
-    history = list(prompt)
-    try:
-        token, _ = spec.choose(logits, history, processors, matcher, None, None)
-        history.append(token)
-        yield token
-        while True:  # ctx holds history[:-1]: the last token is evaluated with the drafts
-            if matcher is not None and matcher.done:
-                return
-            drafted, q = spec.draft(history, ctx.n_ctx - len(history))
-            rows = verify_rows(lambda toks: ctx.append(toks), [history[-1], *drafted])
-            if timings is not None:
-                timings.draft_tokens += len(drafted)
-            for i, row in enumerate(rows):
-                d = drafted[i] if i < len(drafted) else None
-                token, kept = spec.choose(row, history, processors, matcher, d, q[i] if q and d is not None else None)
-                history.append(token)
-                if timings is not None:
-                    timings.draft_accepted += int(kept)
-                if not kept:  # the corrected or bonus token: the drafts after it are rolled back
-                    ctx.truncate(len(history) - 1)
-                    yield token
-                    break
-                yield token
-    finally:
-        if ctx.cache is not None and len(ctx.tokens) > len(history) - 1:
-            ctx.truncate(max(0, len(history) - 1))
