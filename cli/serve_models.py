@@ -42,10 +42,11 @@ def model_list(ctx, param, value):
     return items
 
 
-def build_pool(models: list[str], keep_alive: float, max_memory: int | None, engine_options, threads=None,
-               ctx_size=None, cache_type_k="f16", cache_type_v="f16"):
-    """The ModelPool of `serve --models`. Catalog models are fetched now (with a progress bar), so
-    a first request waits for a load, never for a download; nothing is loaded yet."""
+def build_pool(models: list[str], keep_alive: float, max_memory: int | None, engine, threads=None,
+               cache_type_k="f16", cache_type_v="f16"):
+    """The ModelPool of `serve --models`, each model's engine set up by `engine` (an EngineConfig; its
+    n_ctx is the models' context too). Catalog models are fetched now (with a progress bar), so a
+    first request waits for a load, never for a download; nothing is loaded yet."""
     from localinfer import load
     from localinfer.files.fetch import resolve_model
     from localinfer.serve.pool import ModelPool, model_sources
@@ -53,7 +54,7 @@ def build_pool(models: list[str], keep_alive: float, max_memory: int | None, eng
     def fetch(name: str) -> Path:
         return resolve_model(name, progress=ByteProgress(f"pulling {name}"))
     sources = model_sources(models, resolve=fetch)
-    loader = functools.partial(load, n_ctx=ctx_size, n_threads=threads, cache_type_k=cache_type_k,
+    loader = functools.partial(load, n_ctx=engine.n_ctx, n_threads=threads, cache_type_k=cache_type_k,
                                cache_type_v=cache_type_v)
-    return ModelPool(sources, engine_options, keep_alive=keep_alive, max_memory=max_memory,
+    return ModelPool(sources, engine, keep_alive=keep_alive, max_memory=max_memory,
                      load=lambda path: loader(str(path)))

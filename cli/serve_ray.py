@@ -47,33 +47,26 @@ def ray_options(command):
     return wrapper
 
 
-def serve_ray(model, host, port, parallel, ctx_size, max_queue, prefix_cache_mib, api_key, max_body, io_timeout,
-              threads, pooling, prefix_cache_dir, prefix_cache_dir_mib, speculative, cache_type_k, cache_type_v,
-              scaling, origins):
-    """Fetch the model once into this node's cache, then deploy and serve until Ctrl-C. origins:
-    cors_origins and allowed_hosts as lists; no allowed hosts given leaves the replicas' default
-    (every Host: Ray's proxy is reached by the cluster's own names)."""
+def serve_ray(model, host, port, engine, config, threads, speculative, cache_type_k, cache_type_v, scaling):
+    """Fetch the model once into this node's cache, then deploy and serve until Ctrl-C. engine: an
+    EngineConfig; config: a ServerConfig, of which no allowed hosts given leaves the replicas'
+    default (every Host: Ray's proxy is reached by the cluster's own names)."""
     from localinfer.files.fetch import resolve_model
     from localinfer.serve.ray_app import ReplicaSpec, RayNotInstalledError, ScalingError, serve_on_ray
-    from localinfer.serve.registry import EngineOptions
 
     try:
         path = resolve_model(model, progress=ByteProgress(f"pulling {model or 'default model'}"))
     except (OSError, ValueError, LookupError) as e:
         raise click.ClickException(str(e))
-    config = dict(api_key=api_key, max_body=max_body, io_timeout=io_timeout, pooling=pooling,
-                  cors_origins=origins["cors_origins"])
-    if origins["allowed_hosts"]:
-        config["allowed_hosts"] = origins["allowed_hosts"]
+    fields = dict(api_key=config.api_key, max_body=config.max_body, io_timeout=config.io_timeout,
+                  pooling=config.pooling, cors_origins=config.cors_origins)
+    if config.allowed_hosts:
+        fields["allowed_hosts"] = config.allowed_hosts
     is_file = model is not None and os.path.exists(model)
     name = model if model and not is_file else Path(path).stem
     spec = ReplicaSpec(model=str(path) if is_file else (model or str(path)), name=name, threads=threads or 1,
-                       ctx_size=ctx_size, load_options=dict(speculative, cache_type_k=cache_type_k,
-                                                            cache_type_v=cache_type_v),
-                       options=EngineOptions(parallel, ctx_size, max_queue, prefix_cache_mib,
-                                             prefix_cache_dir=prefix_cache_dir,
-                                             prefix_cache_dir_mib=prefix_cache_dir_mib),
-                       config=config)
+                       load_options=dict(speculative, cache_type_k=cache_type_k, cache_type_v=cache_type_v),
+                       engine=engine, config=fields)
     try:
         serve_on_ray(spec, scaling, host, port, log=lambda msg: click.echo(msg, err=True))
     except (RayNotInstalledError, ScalingError) as e:

@@ -193,11 +193,12 @@ class Model:
         with self._lock:
             self._check_open()
             if self._engine is None:
-                from .batching.engine import Engine
-                self._engine = Engine(self.serialized, self.tokenizer, n_slots=self.n_parallel, n_ctx=self.n_ctx,
-                                      max_queue=None, kv_dtype=self.kv_dtype, prefix_cache_bytes=64 << 20,
-                                      speculative=self.speculative, draft_runtime=self._draft_runtime(),
-                                      **self._prefix_dir_options())
+                from .batching.config import MIB, EngineConfig, start_engine
+                # the server's engine but for an unbounded queue (a library caller waits, never gets a
+                # 503) and a smaller prefix cache (a script's few prompts, not a server's many users)
+                config = EngineConfig(n_slots=self.n_parallel, n_ctx=self.n_ctx, max_queue=None,
+                                      prefix_cache_bytes=64 * MIB, **self._prefix_dir_options())
+                self._engine = start_engine(self, config)
                 # a Model dropped without close() still stops its engine thread and frees the slots
                 self._engine_finalizer = weakref.finalize(self, self._engine.close)
             return self._engine
@@ -205,8 +206,7 @@ class Model:
     def _prefix_dir_options(self) -> dict:
         if self.prefix_cache_dir is None:
             return {}
-        return {"prefix_cache_dir": os.fspath(self.prefix_cache_dir),
-                "prefix_cache_dir_bytes": self.prefix_cache_dir_bytes, "model_identity": self.compute_identity}
+        return {"prefix_cache_dir": os.fspath(self.prefix_cache_dir), "prefix_cache_dir_bytes": self.prefix_cache_dir_bytes}
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """(len(ids), n_vocab) float32: a fresh context just large enough, one batch, every position."""

@@ -165,7 +165,7 @@ def test_content_is_followed_through_templates_that_rewrite_it_whole(smollm2_mod
 @pytest.fixture(scope="module")
 def server(smollm2_path):
     model = localinfer.load(str(smollm2_path), n_ctx=256)
-    with BackgroundServer(model, "smollm2", port=0, parallel=1, ctx_size=256) as s:
+    with BackgroundServer(model, "smollm2", port=0, n_slots=1, n_ctx=256) as s:
         yield s
 
 

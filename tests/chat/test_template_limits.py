@@ -431,7 +431,7 @@ def _no_handler_threads_within(seconds: float) -> bool:
 
 def test_server_answers_400_and_keeps_no_thread(hostile_path):
     model = localinfer.load(str(hostile_path), n_ctx=64)
-    with BackgroundServer(model, "hostile", port=0, parallel=1, ctx_size=64) as s:
+    with BackgroundServer(model, "hostile", port=0, n_slots=1, n_ctx=64) as s:
         start = time.monotonic()
         status, _, body = raw(s.url, "POST", "/v1/chat/completions", {"messages": USER, "max_tokens": 2})
         assert status == 400 and time.monotonic() - start < FAST, body

@@ -129,13 +129,13 @@ def test_the_server_names_the_cause(models):
     from localinfer.serve.app import BackgroundServer
     from serve_helpers import raw
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    with localinfer.load(str(models["nan"]), n_ctx=64) as m, BackgroundServer(m, "nan", port=0, parallel=1,
-                                                                              ctx_size=64) as s:
+    with localinfer.load(str(models["nan"]), n_ctx=64) as m, BackgroundServer(m, "nan", port=0, n_slots=1,
+                                                                              n_ctx=64) as s:
         for temperature in (0.0, 0.8):
             status, _, body = raw(s.url, "POST", "/v1/chat/completions", {**chat, "temperature": temperature})
             assert status == 500 and "the model produced non-finite logits" in body["error"]["message"], body
-    with localinfer.load(str(models["empty_render"]), n_ctx=64) as m, BackgroundServer(m, "empty", port=0, parallel=1,
-                                                                                      ctx_size=64) as s:
+    with localinfer.load(str(models["empty_render"]), n_ctx=64) as m, BackgroundServer(m, "empty", port=0, n_slots=1,
+                                                                                      n_ctx=64) as s:
         status, _, body = raw(s.url, "POST", "/v1/chat/completions", chat)
         assert status == 400 and body["error"]["param"] == "messages", body
         assert body["error"]["message"].startswith("the chat template rendered the conversation as ''")

@@ -16,12 +16,13 @@ from localinfer.backend import kernels
 from localinfer.batching import Request, SamplingParams
 from localinfer.serve.pool import (DuplicateModelNameError, ModelBusyError, ModelPool, ModelTooLargeError,
                                    PoolClosedError, memory_estimate)
-from localinfer.serve.registry import EngineOptions, UnknownModelError
+from localinfer.batching.config import EngineConfig
+from localinfer.serve.registry import UnknownModelError
 from localinfer.serve.units import DurationError, SizeError, parse_duration, parse_size
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 
-SMALL = EngineOptions(parallel=1, ctx_size=256, prefix_cache_mib=0)  # light engines: the tests load many
+SMALL = EngineConfig(n_slots=1, n_ctx=256, prefix_cache_bytes=0)  # light engines: the tests load many
 
 
 async def answer(pool, name, keep_alive=None, prompt="The capital of France is") -> str:
@@ -348,7 +349,7 @@ import asyncio, gc, json, sys, time
 from pathlib import Path
 from localinfer.batching import Request, SamplingParams
 from localinfer.serve.pool import ModelPool
-from localinfer.serve.registry import EngineOptions
+from localinfer.batching.config import EngineConfig
 
 def rss():
     return next(int(l.split()[1]) * 1024 for l in Path("/proc/self/status").read_text().splitlines()
@@ -367,7 +368,7 @@ async def until_unloaded(pool):
     gc.collect()
 
 async def main():
-    pool = ModelPool({"m": sys.argv[1]}, EngineOptions(parallel=2, ctx_size=1024), keep_alive=0.5)
+    pool = ModelPool({"m": sys.argv[1]}, EngineConfig(n_slots=2, n_ctx=1024), keep_alive=0.5)
     await use(pool)  # one-time costs: imported code, the kernels' pool threads
     await until_unloaded(pool)
     out = {"before": rss()}

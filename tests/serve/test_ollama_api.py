@@ -23,7 +23,7 @@ GREEDY = {"temperature": 0, "num_predict": 12}
 @pytest.fixture(scope="module")
 def server(smollm2_path):
     model = localinfer.load(str(smollm2_path), n_ctx=512)
-    with BackgroundServer(model, NAME, port=0, parallel=2, ctx_size=512) as s:
+    with BackgroundServer(model, NAME, port=0, n_slots=2, n_ctx=512) as s:
         yield s
 
 

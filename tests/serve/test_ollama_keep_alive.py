@@ -10,7 +10,8 @@ from starlette.testclient import TestClient
 
 import localinfer
 from localinfer.serve import create_app
-from localinfer.serve.registry import EngineOptions, Served, StaticRegistry, start_engine
+from localinfer.batching.config import EngineConfig, start_engine
+from localinfer.serve.registry import Served, StaticRegistry
 
 NAME = "smollm2"
 
@@ -41,7 +42,7 @@ class RecordingRegistry(StaticRegistry):
 @pytest.fixture(scope="module")
 def app_and_registry(smollm2_path):
     model = localinfer.load(str(smollm2_path), n_ctx=256)
-    registry = RecordingRegistry(Served(NAME, model, start_engine(model, EngineOptions(parallel=1, ctx_size=256)),
+    registry = RecordingRegistry(Served(NAME, model, start_engine(model, EngineConfig(n_slots=1, n_ctx=256)),
                                         size_bytes=smollm2_path.stat().st_size), str(smollm2_path))
     # base_url: a keyless app answers only loopback Host names (serve/origins.py), not "testserver"
     with TestClient(create_app(registry), base_url="http://localhost") as http:  # the lifespan closes the registry's engine
@@ -72,7 +73,7 @@ def test_empty_request_with_keep_alive_0_unloads_and_ps_shows_it(app_and_registr
 
 def test_the_api_key_guards_ollamas_routes_too(smollm2_path):
     model = localinfer.load(str(smollm2_path), n_ctx=128)
-    with TestClient(create_app(model, model_name=NAME, api_key="sesame", parallel=1, ctx_size=128)) as http:
+    with TestClient(create_app(model, model_name=NAME, api_key="sesame", n_slots=1, n_ctx=128)) as http:
         for method, path in (("GET", "/api/tags"), ("GET", "/api/ps"), ("POST", "/api/chat"), ("POST", "/api/show")):
             r = http.request(method, path, json={"model": NAME})
             assert r.status_code == 401 and set(r.json()) == {"error"}, (path, r.text)

@@ -10,13 +10,13 @@ import pytest
 import uvicorn
 
 from localinfer.serve import ModelPool, create_app
-from localinfer.serve.registry import EngineOptions
+from localinfer.batching.config import EngineConfig
 
 
 @pytest.fixture(scope="module")
 def url(smollm2_path, gemma3_path):
     pool = ModelPool({"smollm2": smollm2_path, "gemma3": gemma3_path},
-                                 EngineOptions(parallel=1, ctx_size=256), keep_alive="5m")
+                                 EngineConfig(n_slots=1, n_ctx=256), keep_alive="5m")
     server = uvicorn.Server(uvicorn.Config(create_app(pool), host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -32,7 +32,7 @@ def _ask(model, user: str, folder=None, **options):
     """(completion tokens' text, cached prompt tokens, server state) from a fresh server."""
     body = {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
             "max_tokens": 8, "temperature": 0}
-    with BackgroundServer(model, "m", port=0, parallel=1, prefix_cache_dir=folder, **options) as s:
+    with BackgroundServer(model, "m", port=0, n_slots=1, prefix_cache_dir=folder, **options) as s:
         status, _, out = raw(s.url, "POST", "/v1/chat/completions", body)
         assert status == 200, out
         _, _, metrics = raw(s.url, "GET", "/metrics")
@@ -241,7 +241,7 @@ def test_a_poisoned_block_costs_only_its_own_reuse(smollm2_path, tmp_path):
                                  {"role": "user", "content": "Is there a gluten-free loaf?"}],
                     "max_tokens": 8, "temperature": 0}
         answers = {}
-        with BackgroundServer(m, "m", port=0, parallel=2, prefix_cache_dir=tmp_path) as s:
+        with BackgroundServer(m, "m", port=0, n_slots=2, prefix_cache_dir=tmp_path) as s:
             threads = [threading.Thread(target=lambda k=k, b=b: answers.update({k: raw(s.url, "POST", "/v1/chat/completions", b)}))
                        for k, b in (("other", other), ("poisoned", poisoned))]
             for t in threads:

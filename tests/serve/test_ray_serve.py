@@ -22,7 +22,7 @@ import ray  # noqa: E402
 from ray.serve._private import api as serve_private_api  # noqa: E402  (its proxy start timeout, below)
 
 from localinfer.serve.ray_app import REPLICA_HEADER, ReplicaSpec, Scaling, build_application  # noqa: E402
-from localinfer.serve.registry import EngineOptions  # noqa: E402
+from localinfer.batching.config import EngineConfig  # noqa: E402
 
 # Ray warns when look_back_period_s is below its deprecated 10 s metrics_interval_s field; the push
 # interval that matters is the environment's (FAST_METRICS), 1 s here
@@ -76,8 +76,8 @@ def cluster():
 
 
 def _spec(path, parallel: int, ctx_size: int = 256) -> ReplicaSpec:
-    return ReplicaSpec(model=str(path), name=NAME, threads=1, ctx_size=ctx_size,
-                       options=EngineOptions(parallel=parallel, ctx_size=ctx_size, max_queue=16, prefix_cache_mib=0),
+    return ReplicaSpec(model=str(path), name=NAME, threads=1,
+                       engine=EngineConfig(n_slots=parallel, n_ctx=ctx_size, max_queue=16, prefix_cache_bytes=0),
                        config={})
 
 

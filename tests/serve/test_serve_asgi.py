@@ -56,7 +56,7 @@ def serving(app):
 
 
 def test_mounted_under_a_prefix_in_a_users_app(model):
-    llm = create_app(model, model_name="smollm2", parallel=1, ctx_size=256)
+    llm = create_app(model, model_name="smollm2", n_slots=1, n_ctx=256)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):  # a mounted app's lifespan does not run: the outer one closes its engines
@@ -90,7 +90,7 @@ def test_mounted_under_a_prefix_in_a_users_app(model):
 
 def test_choice_events_cancel_every_choice_when_left_early(model):
     """The async job API: leaving the iteration after the first chunk cancels all n choices."""
-    app = create_app(model, model_name="m", parallel=2, ctx_size=256)
+    app = create_app(model, model_name="m", n_slots=2, n_ctx=256)
     engine = app.state.registry.served.engine
     try:
         async def first_then_leave():
@@ -121,7 +121,7 @@ def test_choice_events_cancel_every_choice_when_left_early(model):
 
 @pytest.fixture(scope="module")
 def strict(model):
-    with BackgroundServer(model, "smollm2", port=0, parallel=1, ctx_size=256, max_body=4096, io_timeout=2.0,
+    with BackgroundServer(model, "smollm2", port=0, n_slots=1, n_ctx=256, max_body=4096, io_timeout=2.0,
                           body_timeout=2.0) as s:
         yield s
 
@@ -166,7 +166,7 @@ def test_chunked_bodies_are_counted_against_the_limit(strict):
 
 
 def test_graceful_shutdown_frees_the_engine(model):
-    s = BackgroundServer(model, "smollm2", port=0, parallel=1, ctx_size=256, shutdown_timeout=1.0)
+    s = BackgroundServer(model, "smollm2", port=0, n_slots=1, n_ctx=256, shutdown_timeout=1.0)
     with s:
         stream = connect(s.url)
         stream.sendall(post_bytes("/v1/completions", json.dumps({**COUNTING, "max_tokens": 200,

@@ -27,7 +27,7 @@ def model(smollm2_path):
 
 @pytest.fixture(scope="module")
 def server(model):
-    with BackgroundServer(model, NAME, port=0, parallel=2, ctx_size=256) as s:
+    with BackgroundServer(model, NAME, port=0, n_slots=2, n_ctx=256) as s:
         yield s
 
 
@@ -110,7 +110,7 @@ def test_embeddings_while_the_engine_generates(client, model):
 
 
 def test_server_pooling_option(model):
-    with BackgroundServer(model, NAME, port=0, parallel=1, ctx_size=256, pooling="last") as s:
+    with BackgroundServer(model, NAME, port=0, n_slots=1, n_ctx=256, pooling="last") as s:
         status, _, body = raw(s.url, "POST", "/v1/embeddings", {"input": TEXTS[0], "encoding_format": "float"})
     assert status == 200
     np.testing.assert_array_equal(np.array(body["data"][0]["embedding"], np.float32),

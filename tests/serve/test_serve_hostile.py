@@ -20,7 +20,7 @@ COUNTING = {"model": "smollm2", "prompt": "1, 2, 3, 4, 5, 6,", "temperature": 0}
 @pytest.fixture(scope="module")
 def server(smollm2_path):
     model = localinfer.load(str(smollm2_path), n_ctx=256)
-    with BackgroundServer(model, "smollm2", port=0, parallel=2, ctx_size=256, max_queue=1, max_body=32 << 10,
+    with BackgroundServer(model, "smollm2", port=0, n_slots=2, n_ctx=256, max_queue=1, max_body=32 << 10,
                           io_timeout=3.0, body_timeout=2.0) as s:
         yield s
 

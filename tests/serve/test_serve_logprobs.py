@@ -28,7 +28,7 @@ def model(smollm2_path):
 
 @pytest.fixture(scope="module")
 def server(model):
-    with BackgroundServer(model, NAME, port=0, parallel=3, ctx_size=512) as s:
+    with BackgroundServer(model, NAME, port=0, n_slots=3, n_ctx=512) as s:
         s.engine.completion_cache = None  # every answer computed: a streamed repeat is not a replay of the whole one
         yield s
 

@@ -16,14 +16,14 @@ import localinfer
 from localinfer.backend import kernels
 from localinfer.serve.app import BackgroundServer, make_registry_server
 from localinfer.serve.pool import ModelPool, memory_estimate
-from localinfer.serve.registry import EngineOptions
+from localinfer.batching.config import EngineConfig
 
 from serve_helpers import raw
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 
-SMALL = EngineOptions(parallel=2, ctx_size=256, prefix_cache_mib=0)
+SMALL = EngineConfig(n_slots=2, n_ctx=256, prefix_cache_bytes=0)
 
 
 def serve(pool) -> BackgroundServer:

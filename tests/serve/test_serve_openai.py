@@ -16,7 +16,7 @@ HELLO = [{"role": "user", "content": "What is the capital of France?"}]
 @pytest.fixture(scope="module")
 def server(smollm2_path):
     model = localinfer.load(str(smollm2_path), n_ctx=512)
-    with BackgroundServer(model, NAME, port=0, parallel=2, ctx_size=512) as s:
+    with BackgroundServer(model, NAME, port=0, n_slots=2, n_ctx=512) as s:
         yield s
 
 
@@ -102,7 +102,7 @@ def test_errors_come_in_openai_shape(client):
 
 
 def test_api_key(server, smollm2_path):
-    with BackgroundServer(server.server.model, NAME, port=0, parallel=1, ctx_size=128, api_key="s3cret") as s:
+    with BackgroundServer(server.server.model, NAME, port=0, n_slots=1, n_ctx=128, api_key="s3cret") as s:
         bad = openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
             bad.models.list()

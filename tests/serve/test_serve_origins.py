@@ -29,13 +29,13 @@ def model(smollm2_path):
 
 @pytest.fixture(scope="module")
 def server(model):
-    with BackgroundServer(model, "smollm2", port=0, parallel=1, ctx_size=128, cors_origins=(ALLOWED,)) as s:
+    with BackgroundServer(model, "smollm2", port=0, n_slots=1, n_ctx=128, cors_origins=(ALLOWED,)) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def keyed(model):
-    with BackgroundServer(model, "smollm2", port=0, parallel=1, ctx_size=128, api_key="k",
+    with BackgroundServer(model, "smollm2", port=0, n_slots=1, n_ctx=128, api_key="k",
                           cors_origins=(ALLOWED,)) as s:
         yield s
 

@@ -43,7 +43,7 @@ MAX_TOKENS = 200  # the longest answer the schema allows is ~150 tokens on eithe
 
 def _server(path):
     model = localinfer.load(str(path), n_ctx=512)
-    return model, BackgroundServer(model, "m", port=0, parallel=8, ctx_size=512)
+    return model, BackgroundServer(model, "m", port=0, n_slots=8, n_ctx=512)
 
 
 @pytest.fixture(scope="module")

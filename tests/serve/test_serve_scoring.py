@@ -25,7 +25,7 @@ def model(smollm2_path):
 
 @pytest.fixture(scope="module")
 def server(model):
-    with BackgroundServer(model, "smollm2", port=0, parallel=1, ctx_size=N_CTX, max_queue=0) as s:
+    with BackgroundServer(model, "smollm2", port=0, n_slots=1, n_ctx=N_CTX, max_queue=0) as s:
         yield s
 
 

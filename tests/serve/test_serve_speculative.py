@@ -38,8 +38,8 @@ def _complete(url, prompt, **extra):
 
 def test_metrics_count_drafted_and_accepted_tokens(models):
     plain, lookup = models
-    with BackgroundServer(plain, "plain", port=0, parallel=2, ctx_size=512) as a, \
-            BackgroundServer(lookup, "lookup", port=0, parallel=2, ctx_size=512) as b:
+    with BackgroundServer(plain, "plain", port=0, n_slots=2, n_ctx=512) as a, \
+            BackgroundServer(lookup, "lookup", port=0, n_slots=2, n_ctx=512) as b:
         assert _complete(b.url, LIST_PROMPT) == _complete(a.url, LIST_PROMPT)
         metrics = raw(b.url, "GET", "/metrics")[2]
         drafted, accepted = _counter(metrics, "draft_tokens_total"), _counter(metrics, "draft_tokens_accepted_total")

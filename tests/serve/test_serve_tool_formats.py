@@ -45,7 +45,7 @@ def model(smollm2_path):
 @pytest.fixture(params=sorted(TEMPLATES))
 def server(request, model):
     model.chat_template = ChatTemplate(TEMPLATES[request.param])
-    with BackgroundServer(model, "smollm2", port=0, parallel=1, ctx_size=1024) as s:
+    with BackgroundServer(model, "smollm2", port=0, n_slots=1, n_ctx=1024) as s:
         yield request.param, model, openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0,
                                                   timeout=120)
 

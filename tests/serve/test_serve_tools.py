@@ -34,7 +34,7 @@ ASK = [{"role": "user", "content": "What is the weather like in Paris?"}]
 @pytest.fixture(scope="module")
 def server(smollm2_path):
     model = localinfer.load(str(smollm2_path), n_ctx=1024)
-    with BackgroundServer(model, NAME, port=0, parallel=2, ctx_size=1024) as s:
+    with BackgroundServer(model, NAME, port=0, n_slots=2, n_ctx=1024) as s:
         yield s
 
 
@@ -156,7 +156,7 @@ def test_parallel_calls_off_gives_one_call(client):
 
 def test_gemma_template_gets_the_generic_format(gemma3_path):
     model = localinfer.load(str(gemma3_path), n_ctx=1024)
-    with BackgroundServer(model, "gemma3", port=0, parallel=1, ctx_size=1024) as s:
+    with BackgroundServer(model, "gemma3", port=0, n_slots=1, n_ctx=1024) as s:
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=120)
         r = c.chat.completions.create(model="gemma3", messages=ASK, tools=TOOLS, temperature=0, max_tokens=60,
                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})

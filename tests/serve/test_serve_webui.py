@@ -22,7 +22,7 @@ def model(smollm2_path):
 
 @pytest.fixture(scope="module")
 def server(model):
-    with BackgroundServer(model, NAME, port=0, parallel=2, ctx_size=256) as s:
+    with BackgroundServer(model, NAME, port=0, n_slots=2, n_ctx=256) as s:
         yield s
 
 
@@ -63,7 +63,7 @@ def test_props(server):
 
 
 def test_api_key_guards_the_api_not_the_page(model):
-    with BackgroundServer(model, NAME, port=0, parallel=1, ctx_size=128, api_key="s3cret") as s:
+    with BackgroundServer(model, NAME, port=0, n_slots=1, n_ctx=128, api_key="s3cret") as s:
         assert raw(s.url, "GET", "/")[0] == 200  # the page itself holds nothing: it asks for the key
         assert raw(s.url, "GET", "/props")[0] == 401
         assert raw(s.url, "GET", "/props", headers={"Authorization": "Bearer s3cret"})[0] == 200

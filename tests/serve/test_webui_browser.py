@@ -43,7 +43,7 @@ def _browser_or_skip():
 @pytest.fixture(scope="module")
 def server(smollm2_path):
     model = localinfer.load(str(smollm2_path), n_ctx=1024)
-    with BackgroundServer(model, NAME, port=0, parallel=1, ctx_size=1024) as s:
+    with BackgroundServer(model, NAME, port=0, n_slots=1, n_ctx=1024) as s:
         yield s
 
 
@@ -152,7 +152,7 @@ def test_a_bad_setting_is_the_servers_clear_error(browser, server):
 
 def test_the_page_sends_the_api_key(browser, server):
     d = browser
-    with BackgroundServer(server.server.model, NAME, port=0, parallel=1, ctx_size=256, api_key="s3cret") as s:
+    with BackgroundServer(server.server.model, NAME, port=0, n_slots=1, n_ctx=256, api_key="s3cret") as s:
         d.get(s.url + "/")
         d.execute_script("localStorage.clear()")  # the settings the other test saved
         d.get(s.url + "/")

@@ -47,8 +47,8 @@ def prefix_ttft(model, model_name: str, cache_mib: int, system: str, repeats: in
                 max_tokens: int = 4) -> list[float]:
     """TTFTs of requests that share `system` with the request before them (the first is a warm-up)."""
     out = []
-    with BackgroundServer(model, model_name, port=0, parallel=1, ctx_size=ctx_size,
-                          prefix_cache_mib=cache_mib) as server:
+    with BackgroundServer(model, model_name, port=0, n_slots=1, n_ctx=ctx_size,
+                          prefix_cache_bytes=cache_mib << 20) as server:
         for i in range(repeats + 1):
             body = {"messages": [{"role": "system", "content": system},
                                  {"role": "user", "content": f"Question {i}: what is the first word?"}],
@@ -103,7 +103,7 @@ def in_process_levels(model, model_name: str, concurrency, requests_per_client: 
                       ctx_size: int, log) -> list[Level]:
     parallel = max(concurrency)
     levels = []
-    with BackgroundServer(model, model_name, port=0, parallel=parallel, ctx_size=ctx_size,
+    with BackgroundServer(model, model_name, port=0, n_slots=parallel, n_ctx=ctx_size,
                           max_queue=4 * parallel) as server:
         stream_request(server.url, "/v1/completions", {"prompt": "Hello", "max_tokens": 4})  # warm-up
         for c in concurrency:

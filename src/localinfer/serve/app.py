@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import threading
@@ -60,34 +61,36 @@ class LocalServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 8080, parallel: int = 4,
-                ctx_size: int | None = None, max_queue: int = 64, prefix_cache_mib: int = 256,
-                prefill_chunk: int = 512, prefix_cache_dir: str | None = None, prefix_cache_dir_mib: int = 4096,
-                on_stop=None, **config) -> LocalServer:
-    """A bound (not yet serving) server. ctx_size: tokens of each slot's context (prompt + answer),
-    the model's n_ctx when None. prefix_cache_dir: a folder backing the prefix cache across restarts.
-    config: ServerConfig fields (api_key, max_body, io_timeout ...). on_stop: called when a signal
-    starts the shutdown."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=2048)  # OSError when the address is taken
-    try:
-        app = create_app(model, ServerConfig(host=host, **config), model_name=model_name, parallel=parallel,
-                         ctx_size=ctx_size, max_queue=max_queue, prefix_cache_mib=prefix_cache_mib,
-                         prefill_chunk=prefill_chunk, prefix_cache_dir=prefix_cache_dir,
-                         prefix_cache_dir_mib=prefix_cache_dir_mib)
-    except BaseException:
-        sock.close()
-        raise
-    return LocalServer(app, sock, on_stop)
+def make_server(model, model_name: str, host: str = "127.0.0.1", port: int = 8080, on_stop=None,
+                config: ServerConfig | None = None, **options) -> LocalServer:
+    """A bound (not yet serving) server of one loaded Model. options: EngineConfig fields (n_slots,
+    n_ctx: each slot's context, the model's when None, max_queue, prefix_cache_bytes, prefix_cache_dir
+    ...) or `engine=` an EngineConfig, and ServerConfig fields (api_key, max_body, io_timeout ...)
+    unless `config` is given. on_stop: called when a signal starts the shutdown."""
+    config, options = _with_host(config, options, host)
+    return _bind(host, port, on_stop, lambda: create_app(model, config, model_name=model_name, **options))
 
 
 def make_registry_server(registry, host: str = "127.0.0.1", port: int = 8080, on_stop=None,
-                         **config) -> LocalServer:
+                         config: ServerConfig | None = None, **options) -> LocalServer:
     """A bound (not yet serving) server of a registry's models: a pool.ModelPool (`serve --models`)
-    loads them on demand. config: ServerConfig fields, as make_server's."""
-    sock = socket.create_server((host, port), backlog=2048)
+    loads them on demand. config / options: ServerConfig, or its fields, as make_server's."""
+    config, options = _with_host(config, options, host)
+    return _bind(host, port, on_stop, lambda: create_app(registry, config, **options))
+
+
+def _with_host(config: ServerConfig | None, options: dict, host: str) -> tuple[ServerConfig | None, dict]:
+    """The server config knows the address it listens on (origins.py): set it in whichever is given."""
+    if config is not None:
+        return dataclasses.replace(config, host=host), options
+    return None, {**options, "host": host}
+
+
+def _bind(host: str, port: int, on_stop, make_app) -> LocalServer:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=2048)  # OSError when the address is taken
     try:
-        app = create_app(registry, ServerConfig(host=host, **config))
+        app = make_app()
     except BaseException:
         sock.close()
         raise

@@ -29,35 +29,38 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..batching.config import EngineConfig, start_engine
 from . import api, ollama_routes, openai_routes, webui
 from .endpoint import endpoint, error_response
 from .config import ServerConfig
 from .limits import BodyLimits
 from .origins import OriginGuard
 from .prometheus import exposition, metrics_registry
-from .registry import EngineOptions, Served, StaticRegistry, start_engine
+from .registry import Served, StaticRegistry
 
 
-def create_app(registry_or_model, config: ServerConfig | None = None, **options: Any) -> Starlette:
+def create_app(registry_or_model, config: ServerConfig | None = None, *, engine: EngineConfig | None = None,
+               model_name: str | None = None, **options: Any) -> Starlette:
     """The ASGI app serving a registry of models (registry.py), or one loaded Model.
 
-    With a Model, `options` may hold `model_name` (default: the file's stem) and EngineOptions
-    fields (parallel, ctx_size, max_queue, ...): its engine starts now. Other options are
-    ServerConfig fields, when `config` is not given. The app's lifespan closes the registry on
+    With a Model: model_name (default: the file's stem), and `engine` (an EngineConfig) or its
+    fields among `options` (n_slots, n_ctx, max_queue, ...): its engine starts now. The other options
+    are ServerConfig fields, when `config` is not given. The app's lifespan closes the registry on
     shutdown; an app that mounts this one closes `app.state.registry` in its own lifespan."""
-    engine_fields = {f.name for f in dataclasses.fields(EngineOptions)}
+    engine_fields = {f.name for f in dataclasses.fields(EngineConfig)}
     engine_options = {k: options.pop(k) for k in list(options) if k in engine_fields}
-    model_name = options.pop("model_name", None)
+    if engine is not None and engine_options:
+        raise TypeError(f"options {sorted(engine_options)} given beside an EngineConfig")
     if config is None:
         config = ServerConfig(**options)
     elif options:
         raise TypeError(f"options {sorted(options)} given beside a ServerConfig")
     if hasattr(registry_or_model, "lease"):
-        if engine_options or model_name:
+        if engine_options or engine is not None or model_name:
             raise TypeError("model_name and engine options are for a Model; a registry has its own")
         registry = registry_or_model
     else:
-        registry = _static_registry(registry_or_model, model_name, EngineOptions(**engine_options))
+        registry = _static_registry(registry_or_model, model_name, engine or EngineConfig(**engine_options))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -77,7 +80,7 @@ def create_app(registry_or_model, config: ServerConfig | None = None, **options:
     return app
 
 
-def _static_registry(model, model_name: str | None, options: EngineOptions) -> StaticRegistry:
+def _static_registry(model, model_name: str | None, options: EngineConfig) -> StaticRegistry:
     path = getattr(model, "path", None)
     name = model_name or (os.path.splitext(os.path.basename(path))[0] if path else "default")
     served = Served(name, model, start_engine(model, options),

@@ -29,12 +29,6 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 _READ = (b"host", b"origin", b"access-control-request-method", b"access-control-request-headers")
 
 
-def split_list(value: str | None) -> tuple[str, ...]:
-    """'a, b,c' -> ('a', 'b', 'c'): how --cors-origins and --allowed-hosts (and their environment
-    variables) are written."""
-    return tuple(s.strip().rstrip("/") for s in (value or "").split(",") if s.strip())
-
-
 def _hostname(host: str) -> str:
     """A Host header's (or an origin's netloc's) name, without its port or IPv6 brackets, lowercased."""
     host = host.strip().lower()

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Callable, Mapping
 
-from .registry import (EngineOptions, ModelEntry, ModelUnavailableError, Served, UnknownModelError,
-                       model_file_problem, start_engine)
+from ..batching.config import EngineConfig, start_engine
+from .registry import ModelEntry, ModelUnavailableError, Served, UnknownModelError, model_file_problem
 from .units import parse_duration, parse_size
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ def model_sources(sources, resolve: Callable[[str], Path] | None = None) -> dict
     return out
 
 
-def memory_estimate(path: str | os.PathLike, options: EngineOptions) -> int:
+def memory_estimate(path: str | os.PathLike, options: EngineConfig) -> int:
     """Bytes a model would hold once loaded, from its file alone (an upper bound: see the module)."""
     from ..arch.hparams import HParams
     from ..files.gguf_file import GGUFFile
@@ -118,18 +118,18 @@ def memory_estimate(path: str | os.PathLike, options: EngineOptions) -> int:
         n_head_kv = hp.head_count_kv(n_head)
         k_dim = hp.head_dim(hp.count("embedding_length"), n_head)
         v_dim = hp.count("attention.value_length", k_dim)
-        n_ctx = options.ctx_size or min(DEFAULT_N_CTX, hp.count("context_length", DEFAULT_N_CTX))
+        n_ctx = options.n_ctx or min(DEFAULT_N_CTX, hp.count("context_length", DEFAULT_N_CTX))
     finally:
         f.close()
     kv_per_slot = n_ctx * n_layer * n_head_kv * (k_dim + v_dim) * 2  # f16 keys and values
-    return Path(path).stat().st_size + options.parallel * kv_per_slot + (int(options.prefix_cache_mib) << 20)
+    return Path(path).stat().st_size + options.n_slots * kv_per_slot + options.prefix_cache_bytes
 
 
-def _loaded_memory(model, engine, path: Path, options: EngineOptions) -> int:
+def _loaded_memory(model, engine, path: Path, options: EngineConfig) -> int:
     """What a loaded model holds, its KV caches counted from the cache the runtime makes (pages of
     an anonymous mapping, so building one to measure it touches no memory)."""
     one_cache = model.runtime.new_cache(engine.n_ctx, model.kv_dtype).nbytes
-    return path.stat().st_size + options.parallel * one_cache + (int(options.prefix_cache_mib) << 20)
+    return path.stat().st_size + options.n_slots * one_cache + options.prefix_cache_bytes
 
 
 def _default_load(path: Path):
@@ -162,11 +162,11 @@ class ModelPool:
     sources: see model_sources. engine_options: each model's engine (slots, context, queue).
     keep_alive: the default, seconds or a duration ("5m"; negative: forever). max_memory: bytes or
     a size ("2GiB"); None: no budget. load: path -> localinfer.Model (the CLI passes its thread
-    and cache-type options); the engine is started with registry.start_engine."""
+    and cache-type options); the engine is started with batching.config.start_engine."""
 
-    def __init__(self, sources, engine_options: EngineOptions | None = None, keep_alive=DEFAULT_KEEP_ALIVE,
+    def __init__(self, sources, engine_options: EngineConfig | None = None, keep_alive=DEFAULT_KEEP_ALIVE,
                  max_memory=None, load: Callable[[Path], object] | None = None):
-        self.options = engine_options or EngineOptions()
+        self.options = engine_options or EngineConfig()
         self.keep_alive = parse_duration(keep_alive, "keep_alive")
         self.max_memory = None if max_memory is None else parse_size(max_memory, "max_memory")
         self._load = load or _default_load

@@ -33,7 +33,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .registry import EngineOptions
+from ..batching.config import EngineConfig, flag_fields, flag_keys
+from .config import ServerConfig
 
 REPLICA_HEADER = "x-localinfer-replica"  # which replica answered: a response header on every route
 
@@ -85,9 +86,8 @@ class ReplicaSpec:
     model: str  # a .gguf path, or a catalog name each replica resolves in its node's cache
     name: str  # the served model name
     threads: int = 1
-    ctx_size: int | None = None
     load_options: dict = field(default_factory=dict)  # localinfer.load's (cache types, draft model ...)
-    options: EngineOptions = field(default_factory=EngineOptions)
+    engine: EngineConfig = field(default_factory=EngineConfig)  # its n_ctx is the model's context too
     config: dict = field(default_factory=dict)  # ServerConfig fields (api_key, max_body ...)
 
 
@@ -133,19 +133,20 @@ class LocalinferReplica:
         set_blas_threads(spec.threads)
         from localinfer import load
         from localinfer.files.fetch import resolve_model
-        from .registry import Served, StaticRegistry, start_engine
+        from ..batching.config import start_engine
+        from .registry import Served, StaticRegistry
         from ray import serve
 
         self.spec = spec
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         path = str(resolve_model(spec.model))
-        model = load(path, n_ctx=spec.ctx_size, n_threads=spec.threads, **spec.load_options)
-        engine = start_engine(model, spec.options)
+        model = load(path, n_ctx=spec.engine.n_ctx, n_threads=spec.threads, **spec.load_options)
+        engine = start_engine(model, spec.engine)
         self.registry = StaticRegistry(Served(spec.name, model, engine, os.path.getsize(path)), path)
 
     def __serve_build_asgi_app__(self):
         # the app's lifespan closes the registry (the engine) when Ray stops the replica
-        from . import ServerConfig, create_app
+        from . import create_app
         # Ray's proxy listens where the cluster says and its Service names reach it: no Host check here
         # (origins.py); web origins are still checked
         config = {"host": None, "allowed_hosts": ("*",), **self.spec.config}
@@ -156,7 +157,7 @@ def build_application(spec: ReplicaSpec, scaling: Scaling, deployment_name: str 
     """A Ray Serve Application (pass it to serve.run) of `scaling` replicas of `spec`."""
     scaling.validate()
     serve = _import_serve()
-    slots = spec.options.parallel
+    slots = spec.engine.n_slots
     options = dict(name=deployment_name, max_ongoing_requests=2 * slots,
                    ray_actor_options={"num_cpus": spec.threads},
                    # a replica's start is a model load: give it time before Ray calls it unhealthy
@@ -170,17 +171,20 @@ def build_application(spec: ReplicaSpec, scaling: Scaling, deployment_name: str 
     return deployment.bind(spec)
 
 
-_BUILDER_KEYS = {"model", "name", "threads", "ctx_size", "parallel", "max_queue", "prefix_cache_mib", "api_key",
-                 "min_replicas", "max_replicas", "downscale_delay_s", "upscale_delay_s"}
+_SCALING_KEYS = {"min_replicas", "max_replicas", "upscale_delay_s", "downscale_delay_s"}
 
 
 def app_builder(args: dict):
     """`serve run localinfer.serve.ray_app:app_builder model=smollm2 max_replicas=4`, and KubeRay's
-    RayService (deploy/kubernetes/rayservice.yaml: serveConfigV2 import_path + args). Values may be
-    strings (the command line gives strings); an unknown key is an error naming it."""
-    unknown = sorted(set(args) - _BUILDER_KEYS)
+    RayService (deploy/kubernetes/rayservice.yaml: serveConfigV2 import_path + args). Besides model,
+    name, threads and the scaling keys, the arguments are `localinfer serve`'s engine and server
+    options by their long names (parallel, ctx_size, queue, prefix_cache in MiB, api_key, max_body,
+    timeout ...), in the same units. Values may be strings (the command line gives strings); an
+    unknown key is an error naming it."""
+    known = {"model", "name", "threads"} | set(_SCALING_KEYS) | flag_keys(EngineConfig) | flag_keys(ServerConfig)
+    unknown = sorted(set(args) - known)
     if unknown:
-        raise ScalingError(f"unknown argument(s) {', '.join(unknown)}; known: {', '.join(sorted(_BUILDER_KEYS))}")
+        raise ScalingError(f"unknown argument(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
 
     def num(key, default, kind=int):
         value = args.get(key)
@@ -191,11 +195,13 @@ def app_builder(args: dict):
 
     model = str(args.get("model") or "smollm2")
     name = str(args.get("name") or os.path.splitext(os.path.basename(model))[0])
-    parallel, ctx = num("parallel", 4), num("ctx_size", None)
+    try:
+        engine = EngineConfig(**flag_fields(EngineConfig, args))
+        config = flag_fields(ServerConfig, args)
+    except ValueError as e:
+        raise ScalingError(str(e)) from None
+    spec = ReplicaSpec(model=model, name=name, threads=num("threads", 1), engine=engine, config=config)
     low = num("min_replicas", 1)
-    spec = ReplicaSpec(model=model, name=name, threads=num("threads", 1), ctx_size=ctx,
-                       options=EngineOptions(parallel, ctx, num("max_queue", 64), num("prefix_cache_mib", 256)),
-                       config={"api_key": args.get("api_key")})
     scaling = Scaling(min_replicas=low, max_replicas=num("max_replicas", low),
                       upscale_delay_s=num("upscale_delay_s", 2.0, float),
                       downscale_delay_s=num("downscale_delay_s", 300.0, float))
@@ -217,12 +223,12 @@ def serve_on_ray(spec: ReplicaSpec, scaling: Scaling, host: str, port: int, log=
     try:
         serve.start(http_options={"host": host, "port": port})
         serve.run(build_application(spec, scaling), name="localinfer", route_prefix="/")
-        auto = scaling.autoscaling_config(spec.options.parallel)
+        auto = scaling.autoscaling_config(spec.engine.n_slots)
         how = (f"{scaling.min_replicas}..{scaling.max_replicas} replicas, scaling at "
                f"{auto['target_ongoing_requests']:g} requests in flight each" if auto
                else f"{scaling.min_replicas} replicas")
         log(f"localinfer: serving '{spec.name}' on Ray Serve at http://{host}:{port}/v1 ({how}, "
-            f"{spec.options.parallel} slots and {spec.threads} thread{'s' * (spec.threads > 1)} each); Ctrl-C stops")
+            f"{spec.engine.n_slots} slots and {spec.threads} thread{'s' * (spec.threads > 1)} each); Ctrl-C stops")
         _wait_for_interrupt()
     finally:
         serve.shutdown()

@@ -64,30 +64,6 @@ def model_file_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class EngineOptions:
-    """How each served model's batching engine is set up (the `serve` options that are per model)."""
-    parallel: int = 4  # slots
-    ctx_size: int | None = None  # tokens of each slot's context; the model's n_ctx when None
-    max_queue: int = 64
-    prefix_cache_mib: int = 256
-    prefill_chunk: int = 512
-    prefix_cache_dir: str | None = None
-    prefix_cache_dir_mib: int = 4096
-
-
-def start_engine(model, options: EngineOptions) -> Engine:
-    """A running Engine over a loaded Model."""
-    n_ctx = int(options.ctx_size or model.n_ctx)
-    return Engine(model.serialized, model.tokenizer, n_slots=options.parallel, n_ctx=n_ctx,
-                  max_queue=options.max_queue, kv_dtype=model.kv_dtype, prefill_chunk=options.prefill_chunk,
-                  prefix_cache_bytes=int(options.prefix_cache_mib) << 20,
-                  prefix_cache_dir=options.prefix_cache_dir,
-                  prefix_cache_dir_bytes=int(options.prefix_cache_dir_mib) << 20,
-                  model_identity=model.compute_identity if options.prefix_cache_dir is not None else None,
-                  speculative=model.speculative, draft_runtime=model._draft_runtime())
-
-
 @dataclass
 class Served:
     """A loaded model and the engine that batches its requests."""
