@@ -182,17 +182,6 @@ def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, def
     return Job(kind, choices.requests[0], stream, include_usage, model_name, choices, choosing, logprobs)
 
 
-def _check_model(body, model_name: str) -> None:
-    requested = body.get("model")
-    if requested is None:
-        return  # the one model this server holds
-    if not isinstance(requested, str):
-        raise bad(f"'model' must be a string, got {type(requested).__name__}", "model")
-    if requested not in (model_name, "default"):
-        raise ApiError(404, f"the model '{requested}' does not exist: this server serves '{model_name}'",
-                       param="model", code="model_not_found")
-
-
 def _text_content(i: int, content) -> str:
     if content is None or isinstance(content, str):
         return content or ""
@@ -215,7 +204,6 @@ def _too_long(n_tokens: int, n_ctx: int, param: str, exact: bool = False) -> Api
 
 
 def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
-    _check_model(body, model_name)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad("'messages' must be a non-empty list of {'role': ..., 'content': ...} objects", "messages")
@@ -257,7 +245,6 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
 
 
 def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
-    _check_model(body, model_name)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..embedding import DEFAULT_N_BATCH, POOLINGS, default_pooling, embed_passes
 from ..tokenizer import TooManyTokensError
-from .api import ApiError, _check_model, bad
+from .api import ApiError, bad
 
 MAX_INPUTS = 2048  # OpenAI's limit on the inputs of one request
 MAX_TOTAL_TOKENS = 300_000  # and on their tokens together: bounds the work one request can ask
@@ -58,7 +58,6 @@ class EmbeddingJob:
 
 
 def parse_embeddings(body, model, model_name: str, n_ctx: int, pooling: str | None = None) -> EmbeddingJob:
-    _check_model(body, model_name)
     fmt = body.get("encoding_format")
     if fmt not in (None, "float", "base64"):
         raise bad(f"'encoding_format' must be 'float' or 'base64', got {str(fmt)[:40]!r}", "encoding_format")

@@ -1,5 +1,6 @@
 """Running a validated job's requests on a batching engine from an asyncio event loop.
 
+    await respond(request, registry.lease(name), prepare, media_type)   # a generation route's frame
     submit(engine, job.choices)                     # 503 / 400 as ApiError; never blocks
     async for index, chunk in choice_events(job.choices): ...
     result = await unless_disconnected(receive, coroutine)
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable
 
-from starlette.responses import StreamingResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..aio import polled
 from ..batching.engine import Engine, EngineClosedError, QueueFullError
@@ -24,9 +27,48 @@ from ..generate import GenerationChunk
 from ..kv.cache import ContextFullError
 from .api import ApiError, bad
 
+if TYPE_CHECKING:
+    from .api import Job
+
 
 class ClientGone(Exception):
     """The client disconnected before its answer was complete."""
+
+
+@dataclass
+class Prepared:
+    """What a generation route makes of its request once the model is leased: the job, and how its
+    answer is sent (`events(job)`: a stream's body; `whole(job)`: a whole answer's JSON)."""
+    job: "Job"
+    stream: bool
+    events: Callable[["Job"], AsyncIterator[bytes]]
+    whole: Callable[["Job"], Awaitable[dict]]
+
+
+async def respond(request: Request, lease, prepare, media_type: str, headers=None) -> Response:
+    """The frame of every generation route (OpenAI's and Ollama's): hold the model's `lease`
+    (registry.lease) while the answer runs; `prepare(served)` (on the event loop) returns a Response
+    to send at once or a Prepared, whose job's requests go to the served engine. A stream holds the
+    lease until it ends (ClosingStream); a whole answer is awaited unless the client goes. Whatever
+    did not finish is cancelled, which frees its slots."""
+    held = contextlib.AsyncExitStack()
+    served = await held.enter_async_context(lease)
+    job = None
+    try:
+        prepared = await prepare(served)
+        if isinstance(prepared, Response):
+            return prepared
+        job = prepared.job
+        submit(served.engine, job.choices)
+        if prepared.stream:
+            response = ClosingStream(prepared.events(job), media_type, job.choices, held.pop_all(), headers=headers)
+            job = None  # the stream's now
+            return response
+        return JSONResponse(await unless_disconnected(request.receive, prepared.whole(job)))
+    finally:
+        if job is not None:
+            job.choices.cancel()  # a no-op for what finished
+        await held.aclose()
 
 
 def submit(engine: Engine, choices: Choices) -> None:

@@ -14,7 +14,6 @@ registry's lease, which keeps the model loaded that long after the request.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 
@@ -100,25 +99,18 @@ async def _answer(request: Request, parse) -> Response:
     registry = request.app.state.registry
     if req.load_only and req.keep_alive == 0:
         return JSONResponse(shapes.load_answer(req.kind, registry.resolve(req.model), await _unload(registry, req.model)))
-    held, leased = contextlib.AsyncExitStack(), time.perf_counter()
-    served = await held.enter_async_context(registry.lease(req.model, req.keep_alive))
-    load_s, job = time.perf_counter() - leased, None  # waiting for the model: its load, if it was not loaded
-    try:
+    leased = time.perf_counter()
+
+    async def prepare(served) -> jobs.Prepared | Response:
+        load_s = time.perf_counter() - leased  # waiting for the model: its load, if it was not loaded
         if req.load_only:
             return JSONResponse(shapes.load_answer(req.kind, served.name, unloaded=False))
         job = await run_in_threadpool(oreq.build_job, req, served.model, served.name, served.engine.n_ctx)
-        jobs.submit(served.engine, job.choices)
         shaper = shapes.AnswerShaper(req.kind, served.name, started, load_s, job.tools,
                                      served.model.tokenizer if req.n_top is not None else None)
-        if req.stream:
-            response = jobs.ClosingStream(_lines(job, shaper), "application/x-ndjson", job.choices, held.pop_all())
-            job = None  # the stream's now
-            return response
-        return JSONResponse(await jobs.unless_disconnected(request.receive, _whole(job, shaper)))
-    finally:
-        if job is not None:
-            job.choices.cancel()  # frees the slot of what did not finish (a no-op for what did)
-        await held.aclose()
+        return jobs.Prepared(job, req.stream, lambda j: _lines(j, shaper), lambda j: _whole(j, shaper))
+
+    return await jobs.respond(request, registry.lease(req.model, req.keep_alive), prepare, "application/x-ndjson")
 
 
 async def _unload(registry, name: str) -> bool:

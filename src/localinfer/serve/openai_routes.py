@@ -11,7 +11,6 @@ SSE as OpenAI sends them: `data: {json}\\n\\n` per chunk, then `data: [DONE]\\n\
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import threading
 
@@ -49,24 +48,13 @@ async def completions(request: Request) -> Response:
 
 async def _generate(request: Request, parse) -> Response:
     body = await read_json(request)
-    registry = request.app.state.registry
-    held = contextlib.AsyncExitStack()
-    served = await held.enter_async_context(registry.lease(requested_model(body)))
-    job = None
-    try:
-        body = {**body, "model": served.name}  # resolved: an alias or "default" names this model
+
+    async def prepare(served) -> jobs.Prepared:
         job = await run_in_threadpool(parse, body, served.model, served.name, served.engine.n_ctx)
-        jobs.submit(served.engine, job.choices)
-        if job.stream:
-            response = jobs.ClosingStream(_events(job), "text/event-stream", job.choices, held.pop_all(),
-                                          headers={"Cache-Control": "no-cache"})
-            job = None  # the stream's now
-            return response
-        return JSONResponse(await jobs.unless_disconnected(request.receive, _whole(job)))
-    finally:
-        if job is not None:
-            job.choices.cancel()  # frees the slots of what did not finish (a no-op for what did)
-        await held.aclose()
+        return jobs.Prepared(job, job.stream, _events, _whole)
+
+    return await jobs.respond(request, request.app.state.registry.lease(requested_model(body)), prepare,
+                              "text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 async def _whole(job: api.Job) -> dict:
@@ -130,7 +118,6 @@ async def embeddings(request: Request) -> Response:
     body = await read_json(request)
     config = request.app.state.config
     async with request.app.state.registry.lease(requested_model(body)) as served:
-        body = {**body, "model": served.name}
         job = await run_in_threadpool(embedding_api.parse_embeddings, body, served.model, served.name,
                                       served.engine.n_ctx, config.pooling)
         await jobs.unless_disconnected(request.receive, _embed(job, served.model))
