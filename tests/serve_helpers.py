@@ -56,3 +56,15 @@ def metric(text: str, name: str, **labels) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return sample.value
     raise KeyError(f"no sample {name} {labels} in the metrics")
+
+
+def wait_engine_idle(engine, timeout: float = 60.0) -> dict:
+    """An in-process Engine's state() once no slot is busy and nothing is queued (a cancelled request's
+    slot is freed at the engine's next step). The timeout only ends a hung test: a busy machine waits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = engine.state()
+        if state["slots_busy"] == 0 and state["queue_length"] == 0:
+            return state
+        time.sleep(0.01)
+    raise AssertionError(f"the engine did not go idle: {engine.state()}")

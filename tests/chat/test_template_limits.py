@@ -11,7 +11,6 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from gguf import GGUFWriter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -357,22 +356,9 @@ def test_fuzz_small_templates_render_exactly_as_jinja_does(exprs, messages):
 # -- a model file with a hostile template: it loads, --raw works, chat fails with a message -------------
 def _write_model(path, chat_template: str):
     """synthetic_gguf's random llama, with one-character tokens (so text tokenizes) and a template."""
-    w = GGUFWriter(str(path), "llama")
-    w.add_name("synthetic")
-    sg.add_hparams(w)
-    w.add_file_type(1)
-    w.add_tokenizer_model("gpt2")
     chars = [chr(c) for c in range(33, 127)] + ["\u0120"]  # byte-level BPE's space
-    w.add_token_list(chars + [f"t{i}" for i in range(len(chars), sg.N_VOCAB)])
-    w.add_token_types([1] * sg.N_VOCAB)
-    w.add_token_merges(["t 1"])
-    w.add_chat_template(chat_template)
-    for name, x in sg.tensors(0).items():
-        w.add_tensor(name, x.astype(np.float16) if x.ndim == 2 else x)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    sg.write(path, tokens=chars + [f"t{i}" for i in range(len(chars), sg.N_VOCAB)], merges=["t 1"],
+             more=lambda w: w.add_chat_template(chat_template))
     return path
 
 

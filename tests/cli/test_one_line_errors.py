@@ -11,7 +11,6 @@ import subprocess
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from gguf import GGUFWriter
 
 import localinfer
 import synthetic_gguf as sg
@@ -23,30 +22,28 @@ CHARS = [chr(c) for c in range(33, 127)] + ["\u0120"]  # printable ASCII and byt
 
 def write_model(path, tokenizer_model="gpt2", tokens=None, chat_template=None, nan_output_norm=False):
     """The tiny llama with these tokenizer keys; nan_output_norm: every logit is NaN."""
-    w = GGUFWriter(str(path), "llama")
-    w.add_name("synthetic")
-    sg.add_hparams(w)  # context_length 128
-    w.add_file_type(1)
-    w.add_tokenizer_model(tokenizer_model)
-    if tokens is None:
-        w.add_token_list(CHARS + [f"t{i}" for i in range(len(CHARS), sg.N_VOCAB)])
-        w.add_token_types([1] * sg.N_VOCAB)
-    else:  # not an array
-        w.add_string("tokenizer.ggml.tokens", tokens)
-    w.add_token_merges(["t 1"])
-    if isinstance(chat_template, str):
-        w.add_chat_template(chat_template)
-    elif chat_template is not None:  # not a string
-        w.add_uint32("tokenizer.chat_template", chat_template)
-    for name, x in sg.tensors(0).items():
-        if nan_output_norm and name == "output_norm.weight":
-            x = np.full_like(x, np.nan)
-        w.add_tensor(name, x.astype(np.float16) if x.ndim == 2 else x)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    def more(w):
+        if tokens is not None:  # not an array
+            w.add_string("tokenizer.ggml.tokens", tokens)
+        if isinstance(chat_template, str):
+            w.add_chat_template(chat_template)
+        elif chat_template is not None:  # not a string
+            w.add_uint32("tokenizer.chat_template", chat_template)
+
+    overrides = {"output_norm.weight": np.full(sg.N_EMBD, np.nan, np.float32)} if nan_output_norm else None
+    sg.write(path, overrides=overrides, tokenizer_model=None if tokens is not None else tokenizer_model,
+             more=more if tokens is None else _with_tokenizer(tokenizer_model, more),
+             tokens=CHARS + [f"t{i}" for i in range(len(CHARS), sg.N_VOCAB)], merges=["t 1"])
     return path
+
+
+def _with_tokenizer(tokenizer_model, more):
+    """The tokenizer keys without a token list (a file whose tokens are not an array)."""
+    def keys(w):
+        w.add_tokenizer_model(tokenizer_model)
+        w.add_token_merges(["t 1"])
+        more(w)
+    return keys
 
 
 @pytest.fixture(scope="module")

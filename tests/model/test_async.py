@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 
 import pytest
 
 import localinfer
 from localinfer.model import ModelClosedError
+from serve_helpers import wait_engine_idle
 
 # The ticker's period: shorter than a forward pass of the model on any machine (~8 ms on 2 cores).
 TICK_S = 0.001
@@ -71,15 +71,6 @@ def test_a_chat_session_asend_continues_like_send(model):
     assert async_chat.messages == sync_chat.messages
 
 
-def _wait_idle(engine, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if engine.state()["slots_busy"] == 0:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"the engine did not free the slot: {engine.state()}")
-
-
 def test_task_cancel_stops_the_generation_within_one_token(model):
     engine = model.engine
 
@@ -101,7 +92,7 @@ def test_task_cancel_stops_the_generation_within_one_token(model):
         return steps_at_cancel, seen
 
     steps_at_cancel, seen = _run(main())
-    _wait_idle(engine)
+    wait_engine_idle(engine)
     # the engine notices the cancel before its next step: the step in flight is the last one
     assert engine.steps - steps_at_cancel <= 1
     assert not any(c.finish_reason for c in seen)

@@ -30,7 +30,7 @@ def variant_file(tmp_path_factory):
     norms = {f"blk.{i}.attn_{x}_norm.weight": rng.uniform(0.2, 3.0, HEAD_DIM).astype(np.float32)
              for i in range(syn.N_LAYER) for x in "qk"}
     path = tmp_path_factory.mktemp("qknorm") / "llama-qknorm.gguf"
-    return path, syn.write(path, np.float16, seed=3, extra=norms)
+    return path, syn.write(path, seed=3, extra=norms)
 
 
 def _load(path, backend="reference"):

@@ -10,11 +10,12 @@ values the weights' size: a random model of the same scale, read the same way by
 """
 from __future__ import annotations
 
+import dataclasses
+
 import gguf.quants
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
-from gguf import GGUFWriter
 
 import localinfer
 import synthetic_gguf as sg
@@ -104,13 +105,7 @@ MAX_ERROR = {T.IQ4_NL: 0.3, T.IQ4_XS: 0.3, T.MXFP4: 0.3, T.TQ1_0: 1.0, T.TQ2_0: 
 
 def write_model(path, qtype: T) -> int:
     """The synthetic llama with its matrices in `qtype` where the rows fit; returns how many are."""
-    w = GGUFWriter(str(path), "llama")
-    sg.add_hparams(w)
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list([f"t{i}" for i in range(sg.N_VOCAB)])
-    w.add_token_types([1] * sg.N_VOCAB)
-    w.add_token_merges(["t 1", "t 2"])
-    n_typed = 0
+    out = {}
     for name, x in sg.tensors(seed=3, untied=True).items():
         if x.ndim == 2 and x.shape[1] % BLOCK[qtype] == 0:
             raw = QUANTIZE[qtype](x)
@@ -121,15 +116,11 @@ def write_model(path, qtype: T) -> int:
                 assert 0.5 < back.std() / x.std() < 2
             else:
                 assert np.abs(back - x).max() <= MAX_ERROR[qtype] * np.abs(x).max()
-            w.add_tensor(name, raw, raw_dtype=qtype)   # the byte shape: gguf-py derives ne
-            n_typed += 1
+            out[name] = (raw, qtype)
         else:
-            w.add_tensor(name, x.astype(np.float16) if x.ndim == 2 else x)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return n_typed
+            out[name] = x.astype(np.float16) if x.ndim == 2 else x
+    sg.write_file(path, out, dataclasses.replace(sg.LLAMA, untied=True))
+    return sum(isinstance(x, tuple) for x in out.values())
 
 
 @pytest.mark.parametrize("qtype", list(QUANTIZE), ids=lambda t: t.name)

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
-from gguf import GGUFWriter
 
 import synthetic_gguf
 from localinfer.files.gguf_file import GGUFFile
@@ -34,23 +33,8 @@ pytestmark = pytest.mark.skipif(not LLAMA_QUANTIZE.is_file(), reason="no llama-q
 def _write_coarse(path: Path) -> dict[str, np.ndarray]:
     """The synthetic model with its weights rounded to multiples of 1/64: most sub-blocks then hold
     equal values (ties in ggml's sort, whose order changes IQ1_M's bytes in most rows)."""
-    w = GGUFWriter(str(path), "llama")
-    synthetic_gguf.add_hparams(w)
-    w.add_file_type(1)
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list([f"t{i}" for i in range(synthetic_gguf.N_VOCAB)])
-    w.add_token_types([1] * synthetic_gguf.N_VOCAB)
-    written = {}
-    for name, x in synthetic_gguf.tensors(seed=3).items():
-        if x.ndim == 2:
-            x = (np.round(x * 64) / 64).astype(np.float16)
-        w.add_tensor(name, x)
-        written[name] = x.astype(np.float32)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return written
+    coarse = {name: np.round(x * 64) / 64 for name, x in synthetic_gguf.tensors(seed=3).items() if x.ndim == 2}
+    return synthetic_gguf.write(path, seed=3, overrides=coarse)
 
 
 @pytest.fixture(scope="module", params=["f16", "coarse"])

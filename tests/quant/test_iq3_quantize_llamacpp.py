@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
-from gguf import GGUFWriter
 
 import synthetic_gguf
 from localinfer.files.gguf_file import GGUFFile
@@ -56,12 +55,7 @@ def model(tmp_path_factory):
     for name in EDGE_TENSORS:
         e = edge_rows(t[name].shape[1], rng)
         t[name][: len(e)] = e
-    w = GGUFWriter(str(d / "m.gguf"), "llama")
-    synthetic_gguf.add_hparams(w)
-    w.add_file_type(1)
-    for name, x in t.items():
-        w.add_tensor(name, x)
-    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    synthetic_gguf.write_file(d / "m.gguf", t, tokenizer_model=None)
     im = Imatrix(datasets=["synthetic.txt"], chunk_count=3, chunk_size=512)
     for name, x in t.items():
         if x.ndim == 2 and name.startswith("blk."):

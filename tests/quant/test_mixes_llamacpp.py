@@ -3,7 +3,7 @@
 
 ``llama-quantize --dry-run`` runs llama_tensor_get_type on every tensor and prints the type it
 would write, without quantizing: each file type is checked on models that the rules tell apart
-(tests/synthetic_mix_gguf.py: tied / untied output, GQA 1 / 2 / 4, rows of 640, 8 and 4 experts),
+(tests/synthetic_gguf.py MIX_SHAPES: tied / untied output, GQA 1 / 2 / 4, rows of 640, 8 and 4 experts),
 with and without an importance matrix (a few rules depend on having one). Only the policy is
 compared here, so the grid types need no quantizer of ours; test_quantize_llamacpp.py compares
 whole files where we have the quantizers.
@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
-import synthetic_mix_gguf
+import synthetic_gguf
 from localinfer.cli.main import main
 from localinfer.files.gguf_file import GGUFFile
 from localinfer.quant.imatrix_file import Imatrix, ImatrixEntry, write_imatrix
@@ -55,8 +55,8 @@ def _random_imatrix(tensors: dict[str, np.ndarray], seed: int) -> Imatrix:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("mixes")
-    for name, shape in synthetic_mix_gguf.MIX_SHAPES.items():
-        t = synthetic_mix_gguf.write(d / f"{name}.gguf", shape)
+    for name, shape in synthetic_gguf.MIX_SHAPES.items():
+        t = synthetic_gguf.write(d / f"{name}.gguf", shape)
         write_imatrix(d / f"{name}.imatrix.gguf", _random_imatrix(t, seed=2))
     return d
 
@@ -90,7 +90,7 @@ def _assert_same_types(ours: dict[str, T], theirs: dict[str, T]) -> None:
     assert not diff, f"(ours, llama-quantize) differ for {len(diff)} tensors: {diff}"
 
 
-@pytest.mark.parametrize("shape", list(synthetic_mix_gguf.MIX_SHAPES))
+@pytest.mark.parametrize("shape", list(synthetic_gguf.MIX_SHAPES))
 @pytest.mark.parametrize("ftype", QUANTIZED_FTYPES)
 def test_types_with_imatrix(models, shape, ftype):
     theirs, _ = _llama_dry_run(models / f"{shape}.gguf", ftype, models / f"{shape}.imatrix.gguf")
@@ -98,7 +98,7 @@ def test_types_with_imatrix(models, shape, ftype):
     _assert_same_types(ours, theirs)
 
 
-@pytest.mark.parametrize("shape", list(synthetic_mix_gguf.MIX_SHAPES))
+@pytest.mark.parametrize("shape", list(synthetic_gguf.MIX_SHAPES))
 @pytest.mark.parametrize("ftype", QUANTIZED_FTYPES)
 def test_types_and_imatrix_need_without_imatrix(models, shape, ftype):
     theirs, they_need = _llama_dry_run(models / f"{shape}.gguf", ftype, None)
@@ -120,7 +120,7 @@ def test_refused_without_imatrix_as_llama_quantize_does(models, ftype, tmp_path)
 
 
 def test_imatrix_without_an_entry_for_a_grid_tensor_is_refused(models, tmp_path):
-    im = _random_imatrix(synthetic_mix_gguf.tensors(synthetic_mix_gguf.MIX_SHAPES["untied-gqa4"]), seed=2)
+    im = _random_imatrix(synthetic_gguf.tensors(shape=synthetic_gguf.MIX_SHAPES["untied-gqa4"]), seed=2)
     del im.entries["blk.2.attn_q.weight"]
     write_imatrix(tmp_path / "partial.gguf", im)
     with pytest.raises(QuantizeError, match="'blk.2.attn_q.weight' \\(IQ2_XXS\\).*no entry"):
@@ -198,11 +198,11 @@ def _mxfp4_edge_experts(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 
 def test_mxfp4_exponent_and_ties_on_float32_edges(tmp_path):
-    s = synthetic_mix_gguf.MIX_SHAPES["mixtral-8x"]
-    ref = synthetic_mix_gguf.tensors(s)
+    s = synthetic_gguf.MIX_SHAPES["mixtral-8x"]
+    ref = synthetic_gguf.tensors(shape=s)
     edges = {n: _mxfp4_edge_experts(x.shape, i) for i, (n, x) in enumerate(ref.items()) if x.ndim == 3}
     src = tmp_path / "edges-f32.gguf"
-    synthetic_mix_gguf.write(src, s, weight_dtype=np.float32, overrides=edges)
+    synthetic_gguf.write(src, s, weight_dtype=np.float32, overrides=edges)
     theirs, ours = tmp_path / "llamacpp.gguf", tmp_path / "ours.gguf"
     subprocess.run([str(LLAMA_QUANTIZE), str(src), str(theirs), "MXFP4_MOE", "2"], check=True, capture_output=True)
     quantize_file(src, ours, "MXFP4_MOE")
@@ -217,10 +217,10 @@ def test_mxfp4_exponent_and_ties_on_float32_edges(tmp_path):
 def test_ternary_rounding_on_exact_halves(ftype, tmp_path):
     """Weights at exactly +-d/2 (lroundf rounds them away from zero, numpy's round would not)
     and at d's neighbours, in float32, against llama-quantize."""
-    s = synthetic_mix_gguf.MIX_SHAPES["untied-gqa4"]
+    s = synthetic_gguf.MIX_SHAPES["untied-gqa4"]
     rng = np.random.default_rng(4)
     over = {}
-    for name, x in synthetic_mix_gguf.tensors(s).items():
+    for name, x in synthetic_gguf.tensors(shape=s).items():
         if name.startswith("blk.") and x.ndim == 2:
             d = np.float32(2.0) ** rng.integers(-8, 0, (*x.shape[:-1], 1)).astype(np.float32)
             levels = rng.choice(np.array([-1, -0.5, 0, 0.5, 1], np.float32), x.shape)
@@ -229,7 +229,7 @@ def test_ternary_rounding_on_exact_halves(ftype, tmp_path):
             y[:, 0] = d[:, 0]  # every 256-block's max is d (block 0 here, the others by the +-1 levels)
             over[name] = y
     src = tmp_path / "halves-f32.gguf"
-    synthetic_mix_gguf.write(src, s, weight_dtype=np.float32, overrides=over)
+    synthetic_gguf.write(src, s, weight_dtype=np.float32, overrides=over)
     theirs, ours = tmp_path / "llamacpp.gguf", tmp_path / "ours.gguf"
     subprocess.run([str(LLAMA_QUANTIZE), str(src), str(theirs), ftype, "2"], check=True, capture_output=True)
     quantize_file(src, ours, ftype)

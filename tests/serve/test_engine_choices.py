@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import queue
-import time
 
 import pytest
 
@@ -10,6 +9,7 @@ import localinfer
 from localinfer.batching import Engine, Request, SamplingParams
 from localinfer.batching.fork import Choices, choice_seed
 from localinfer.batching.request import Cancelled
+from serve_helpers import wait_engine_idle
 
 GREEDY = SamplingParams(temperature=0)
 PROMPT = "Once upon a time"
@@ -28,16 +28,6 @@ def _collect(choices: Choices, timeout: float = 60) -> list[list[int]]:
         tokens[i] += chunk.tokens
         left -= bool(chunk.finish_reason)
     return tokens
-
-
-def _wait_idle(engine, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        s = engine.state()
-        if s["slots_busy"] == 0 and s["queue_length"] == 0:
-            return s
-        time.sleep(0.02)
-    raise AssertionError(f"the engine did not go idle: {engine.state()}")
 
 
 def test_choices_share_one_prefill_and_differ_by_seed(model):
@@ -101,7 +91,7 @@ def test_a_group_waits_for_all_its_slots_and_cancels_as_one(model):
             with pytest.raises(Cancelled):
                 choices.next_event(timeout=10)
         busy_chunks.close()
-        _wait_idle(engine)
+        wait_engine_idle(engine)
         with pytest.raises(ValueError, match="slots"):
             engine.submit_group(Choices(prompt, 3, max_tokens=4).requests)
     finally:
@@ -122,6 +112,6 @@ def test_cancelling_the_leader_mid_prefill_ends_the_waiting_choices(model):
             except Cancelled as e:
                 errors.append(e)
         assert len(errors) == 3
-        _wait_idle(engine)
+        wait_engine_idle(engine)
     finally:
         engine.close()

@@ -13,6 +13,7 @@ from localinfer.files.gguf_file import GGUFFile
 from localinfer.kv.cache import ContextFullError, InterleavedKVCache, KVCache
 from localinfer.batching import Engine, QueueFullError, Request, SamplingParams
 from localinfer.batching.prefix_cache import PrefixCache
+from serve_helpers import wait_engine_idle
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -26,16 +27,6 @@ def runtime(smollm2_path):
 @pytest.fixture(scope="module")
 def model(smollm2_path):
     return localinfer.load(str(smollm2_path), n_ctx=256)
-
-
-def _wait_idle(engine, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        s = engine.state()
-        if s["slots_busy"] == 0 and s["queue_length"] == 0:
-            return s
-        time.sleep(0.02)
-    raise AssertionError(f"the engine did not go idle: {engine.state()}")
 
 
 def test_cached_prefix_gives_the_same_logits_as_computing_it(runtime):
@@ -160,7 +151,7 @@ def test_cancelling_frees_the_slot_and_a_full_queue_refuses(runtime, model):
             engine.submit(Request(prompt, max_tokens=2))
         chunks.close()  # the client goes away: its slot is freed, the waiting request runs
         assert [c.finish_reason for c in waiting.chunks()][-1] in ("stop", "length")
-        state = _wait_idle(engine)
+        state = wait_engine_idle(engine)
         assert state["slots_busy"] == 0 and engine.metrics.counters["cancelled"] == 1
         with pytest.raises(ContextFullError, match="256"):
             engine.submit(Request(list(range(1, 300))))
