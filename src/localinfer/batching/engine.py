@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..generate import Generation, GenerationChunk, check_max_tokens, check_prompt_fits
+from ..generate import Generation, GenerationChunk, check_prompt_fits
 from ..sampling.logprobs import TokenLogprob, token_logprob
 from .completion_cache import CompletionCache
 from .fork import copy_cache
@@ -133,7 +133,6 @@ class Engine:
         the queue is full. Its chunks come back through request.chunks()."""
         if not request.prompt:
             raise ValueError("the prompt is empty (no tokens to start from)")
-        request.max_tokens = check_max_tokens(request.max_tokens)
         check_prompt_fits(len(request.prompt), self.n_ctx)
         request.on_cancel = self._notify
         if request.max_tokens == 0 and request.prompt_logprobs is None:
@@ -167,8 +166,6 @@ class Engine:
             raise ValueError(f"{len(requests)} choices need as many slots, the engine has {len(self.slots)}")
         if any(r.prompt != first.prompt for r in requests):
             raise ValueError("the choices of a group share one prompt")
-        for r in requests:
-            r.max_tokens = check_max_tokens(r.max_tokens)
         if len(requests) == 1 or first.max_tokens == 0:
             return [self.submit(r) for r in requests]
         check_prompt_fits(len(first.prompt), self.n_ctx)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from ..generate import GenerationChunk, Timings
+from ..generate import GenerationChunk, Timings, check_max_tokens
 from ..sampling.params import SamplingParams
 
 _ids = itertools.count(1)
@@ -40,6 +40,7 @@ class Request:
 
     def __post_init__(self):
         self.prompt = [int(t) for t in self.prompt]
+        self.max_tokens = check_max_tokens(self.max_tokens)  # -1 means None; refused here, not in the engine
         self.prompt_scores: list | None = None  # set by the engine (prompt_logprobs), before the first chunk
         if isinstance(self.stop, str):
             self.stop = [self.stop]
