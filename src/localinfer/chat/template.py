@@ -15,10 +15,12 @@ import json
 import threading
 from typing import Any, Mapping, Sequence
 
-import jinja2
+from typing import TYPE_CHECKING
 
-from .sandbox import (MAX_SOURCE_CHARS, Budget, LimitedEnvironment, LimitExceeded, current_budget,
-                               one_line, running_under)
+if TYPE_CHECKING:
+    import jinja2
+
+    from .sandbox import LimitedEnvironment
 
 # llama.cpp's built-in gemma turn format, for gemma files that carry no template of their own.
 GEMMA_TEMPLATE = (  # BOS comes from tokenization (add_bos is true for gemma), as in llama.cpp
@@ -46,13 +48,20 @@ class ChatTemplateError(ValueError):
     pass
 
 
+def _sandbox():
+    """The sandbox module (and jinja2 with it), imported by a template's first compile: a model that
+    is only given raw prompts never pays for them."""
+    from . import sandbox
+    return sandbox
+
+
 def _raise_exception(message: str):
-    raise ChatTemplateError(f"chat template error: {one_line(message)}")
+    raise ChatTemplateError(f"chat template error: {_sandbox().one_line(message)}")
 
 
 def _strftime_now(fmt: str) -> str:
     if isinstance(fmt, str) and len(fmt) > MAX_STRFTIME_FORMAT:
-        current_budget().fail(f"a strftime_now format longer than {MAX_STRFTIME_FORMAT} characters")
+        _sandbox().current_budget().fail(f"a strftime_now format longer than {MAX_STRFTIME_FORMAT} characters")
     return datetime.datetime.now().strftime(fmt)
 
 
@@ -66,7 +75,7 @@ _ENVIRONMENT: LimitedEnvironment | None = None
 def _environment() -> LimitedEnvironment:
     global _ENVIRONMENT
     if _ENVIRONMENT is None:  # one for all templates: wrapping the filters reads their signatures
-        _ENVIRONMENT = LimitedEnvironment(
+        _ENVIRONMENT = _sandbox().LimitedEnvironment(
             extra_globals={"raise_exception": _raise_exception, "strftime_now": _strftime_now},
             extra_filters={"tojson": _tojson},
             trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
@@ -91,9 +100,12 @@ def validate_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict]:
 
 def _template_error(e: Exception) -> ChatTemplateError:
     """Whatever a template raised, as one line (a template's errors are the file's, not ours)."""
+    import jinja2
+    sandbox = _sandbox()
+    one_line = sandbox.one_line
     if isinstance(e, ChatTemplateError):
         return e
-    if isinstance(e, LimitExceeded):
+    if isinstance(e, sandbox.LimitExceeded):
         return ChatTemplateError(f"chat template exceeded its limits: {one_line(e)}")
     if isinstance(e, (jinja2.TemplateSyntaxError, SyntaxError)):  # SyntaxError: `{% break %}` outside a loop
         return ChatTemplateError(f"invalid chat template: {one_line(e)}")
@@ -114,14 +126,16 @@ class ChatTemplate:
         self._lock = threading.Lock()
 
     def _compiled(self) -> jinja2.Template:
+        import jinja2
+        sandbox = _sandbox()
         with self._lock:
             if self._template is None and self._invalid is None:
-                if len(self.source) > MAX_SOURCE_CHARS:
+                if len(self.source) > sandbox.MAX_SOURCE_CHARS:
                     self._invalid = (f"invalid chat template: it is {len(self.source)} characters long, "
-                                     f"the limit is {MAX_SOURCE_CHARS}")
+                                     f"the limit is {sandbox.MAX_SOURCE_CHARS}")
                 else:
                     try:
-                        with running_under(Budget()):
+                        with sandbox.running_under(sandbox.Budget()):
                             self._template = _environment().from_string(self.source)
                     except Exception as e:  # RecursionError from deep nesting included
                         error = _template_error(e)
@@ -137,7 +151,8 @@ class ChatTemplate:
         variables = dict(messages=validate_messages(messages), add_generation_prompt=add_generation_prompt,
                          bos_token=self.bos_token, eos_token=self.eos_token, **extra)
         template = self._compiled()
-        with running_under(Budget.for_input(variables)) as budget:
+        sandbox = _sandbox()
+        with sandbox.running_under(sandbox.Budget.for_input(variables)) as budget:
             pieces = template.generate(variables)
             try:
                 out, size = [], 0
@@ -147,7 +162,7 @@ class ChatTemplate:
                     budget.step()
                     out.append(piece)
                 if budget.error is not None:  # a limit error that something inside swallowed
-                    raise LimitExceeded(budget.error)
+                    raise sandbox.LimitExceeded(budget.error)
                 return "".join(out)
             except Exception as e:  # RecursionError and MemoryError included
                 raise _template_error(e) from None
