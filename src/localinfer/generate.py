@@ -76,7 +76,7 @@ class GenerationResult:
 
 class ChunkAssembler:
     """Generated token ids -> GenerationChunks, one per token: detokenizing (never a broken UTF-8
-    sequence), stop strings (never a partial one emitted), and the finish reasons. The same rules
+    sequence: a character the generation stopped inside is left out, as llama.cpp does), stop strings (never a partial one emitted), and the finish reasons. The same rules
     for a single-sequence generator and for the server's batched engine.
 
     `push(token)` returns the chunk for it; `finished` tells when the last one was returned.
@@ -110,7 +110,7 @@ class ChunkAssembler:
         if self.tokenizer.is_eog(token):
             # end of generation: flush what was held back (it cannot start a stop string any more)
             self.finish = "stop"
-            return GenerationChunk(self.pending + self.detok.flush(), [token], self.finish, t)
+            return GenerationChunk(self.pending + self.detok.flush(drop_incomplete=True), [token], self.finish, t)
         self.pending += self.detok.feed(token)
         emit, self.pending, hit = _split_stop(self.pending, self.stop)
         if hit or end:
@@ -121,7 +121,7 @@ class ChunkAssembler:
             self.finish = "context_full"
         if self.finish:
             if not hit:
-                emit += self.pending + self.detok.flush()
+                emit += self.pending + self.detok.flush(drop_incomplete=True)
             return GenerationChunk(emit, [token], self.finish, t)
         return GenerationChunk(emit, [token])
 

@@ -143,3 +143,19 @@ def test_chat_session_keeps_partial_answer_when_cancelled(smollm2_model):
     stream.close()
     assert chat.messages[-1]["role"] == "assistant"
     assert chat.messages[-1]["content"] == "".join(parts)
+
+
+@pytest.mark.parametrize("through", ["engine", "context"])
+def test_a_stop_inside_a_character_leaves_the_character_out(smollm2_model, through):
+    """SmolLM2 writes each of these emoji as three byte tokens: an answer cut by max_tokens inside
+    one ends before it, as llama.cpp's server sends it, never in U+FFFD."""
+    moons = "\U0001F31C\U0001F31B"
+    seen = []
+    for n in range(1, 7):
+        context = smollm2_model.new_context(64) if through == "context" else None
+        r = smollm2_model.generate("Moons:", max_tokens=n, temperature=0, grammar=f'root ::= "{moons}"',
+                                   context=context)
+        assert "\ufffd" not in r.text and moons.startswith(r.text), (n, r.text)
+        assert len(r.tokens) == n
+        seen.append(r.text)
+    assert seen[-1] == moons and len(set(seen)) == 3  # "", one moon, both

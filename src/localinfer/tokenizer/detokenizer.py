@@ -68,7 +68,7 @@ class StreamingDetokenizer:
     `feed` returns only complete UTF-8 text; the bytes of a character split across
     tokens (byte-level BPE pieces, SPM "<0xXX>" byte-fallback tokens) are held back
     until a later token completes them.  `flush` returns the remainder, invalid or
-    incomplete bytes replaced by U+FFFD.
+    incomplete bytes replaced by U+FFFD (or the incomplete ones dropped).
 
     By default this is llama.cpp's per-token `token_to_piece(lstrip=0)` streaming, as
     for generated tokens that continue a prompt: an SPM piece "▁Paris" comes out as
@@ -95,7 +95,10 @@ class StreamingDetokenizer:
                 data = data[1:]
         return self._decoder.decode(data, final=False)
 
-    def flush(self) -> str:
-        text = self._decoder.decode(b"", final=True)
+    def flush(self, drop_incomplete: bool = False) -> str:
+        """The text held back; drop_incomplete: bytes that only began a character (the stream
+        stopped inside it) are dropped rather than shown as U+FFFD, as llama.cpp's server never
+        sends them."""
+        text = "" if drop_incomplete else self._decoder.decode(b"", final=True)
         self._decoder.reset()
         return text
