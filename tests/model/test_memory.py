@@ -213,3 +213,11 @@ def test_import_is_lazy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]"
     assert out[1] == "False False"  # loading the Model class does not import numba or the server either
+
+
+def test_load_progress_calls_back_once_per_percent(smollm2_path):
+    seen = []
+    localinfer.load(str(smollm2_path), progress=lambda fraction, stage: seen.append((fraction, stage))).close()
+    assert len(seen) <= 100 + 4  # a call per percent at most, and one per stage
+    rises = [b - a for (a, s), (b, t) in zip(seen, seen[1:]) if s == t]
+    assert all(step >= 0.01 for step in rises), rises

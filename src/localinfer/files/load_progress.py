@@ -11,6 +11,7 @@ from typing import Callable
 
 STAGES = ("mapping", "tokenizer", "weights", "ready")
 _WEIGHTS_FROM, _WEIGHTS_TO = 0.10, 0.95  # the weights' share of the bar
+MIN_STEP = 0.01  # the least rise of the bar worth a call within a stage
 
 
 class LoadProgress:
@@ -20,12 +21,19 @@ class LoadProgress:
         self.callback = callback
         self.fraction = 0.0
         self._gguf, self._seen, self._done, self._total = None, set(), 0, 0
+        self._stage, self._reported = None, 0.0  # the last call's
 
     def report(self, fraction: float, stage: str) -> None:
-        """A callback that raises stops the load with its exception."""
+        """Calls back when the stage changes or the bar has moved by MIN_STEP since the last call
+        (a model's hundreds of tensors are not hundreds of calls). A callback that raises stops the
+        load with its exception."""
         self.fraction = max(self.fraction, min(1.0, fraction))  # never backwards
-        if self.callback is not None:
-            self.callback(self.fraction, stage)
+        if self.callback is None:
+            return
+        if stage == self._stage and self.fraction - self._reported < MIN_STEP:
+            return
+        self._stage, self._reported = stage, self.fraction
+        self.callback(self.fraction, stage)
 
     def watch_weights(self, gguf) -> None:
         """Reports the weights stage as the loader reads gguf's tensors, until finish()."""
