@@ -55,7 +55,9 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 @click.option("-c", "--ctx-size", type=click.IntRange(16), default=None, help="Context length in tokens.")
 @click.option("--system", default=None, help="System prompt.")
 @click.option("--raw", is_flag=True, help="Plain text completion of the prompt, no chat template.")
-@click.option("-v", "--verbose", is_flag=True, help="Print time to first token and tokens/s.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Print time to first token and tokens/s after an answer (an interactive chat does unless --quiet).")
+@click.option("-q", "--quiet", is_flag=True, help="Interactive chat: no timings line after each answer.")
 @click.option("--json-schema", "json_schema_file", type=click.File("r", encoding="utf-8"), default=None,
               help="Answers are JSON that validates against the JSON Schema in this file.")
 @click.option("--grammar-file", type=click.File("r", encoding="utf-8"), default=None,
@@ -65,7 +67,8 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 @speculative_options
 @cache_type_options
 def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, threads, ctx_size,
-        system, raw, verbose, json_schema_file, grammar_file, prompt_cache, speculative, cache_type_k, cache_type_v):
+        system, raw, verbose, quiet, json_schema_file, grammar_file, prompt_cache, speculative, cache_type_k,
+        cache_type_v):
     """Chat with MODEL (a catalog name or a .gguf path; default: the catalog default).
 
     Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
@@ -73,6 +76,8 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
     set_threads(threads)
     from .chat_loop import answer, interactive
 
+    if verbose and quiet:
+        raise click.UsageError("--verbose and --quiet ask for opposite things: give one")
     if max_tokens < -1:  # before the model loads: -1 is "no limit" (llama.cpp's), another negative a mistake
         raise click.ClickException(f"-n/--max-tokens must be -1 (until the context is full) or >= 0, "
                                    f"got {max_tokens}")
@@ -92,7 +97,7 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
                 raise click.ClickException("the prompt is empty")
             answer(llm, prompt, system=system, raw=raw, verbose=verbose, prompt_cache=prompt_cache, **options)
         else:
-            interactive(llm, system=system, verbose=verbose, prompt_cache=prompt_cache, **options)
+            interactive(llm, system=system, verbose=verbose or not quiet, prompt_cache=prompt_cache, **options)
     except ValueError as e:  # ContextFullError, ChatTemplateError, NonFiniteLogitsError ...: one line each
         raise click.ClickException(str(e))
 

@@ -76,10 +76,10 @@ def _no_program_left_running():
 @pytest.mark.slow
 def test_interactive_chat_in_a_terminal(smollm2_path):
     # answers are capped well below what a busy 2-core machine decodes in the time allowed
-    term = Terminal(["run", "smollm2", "--temp", "0", "-n", "160", "--verbose"])
+    term = Terminal(["run", "smollm2", "--temp", "0", "-n", "160"])
     term.expect(">>> ")
     term.send("What is the capital of France?\r")
-    term.expect("decode", timeout=120)  # the verbose timings after the answer
+    term.expect("decode", timeout=120)  # the timings after the answer (an interactive chat's default)
     term.expect(">>> ")
     term.out = b""
     term.send("And of Germany?\r")
@@ -117,6 +117,18 @@ def test_ctrl_c_before_the_answer_starts(smollm2_path):
     term.send("/bye\r")
     code = term.wait()
     assert code == 0, term.out.decode(errors="replace")
+
+
+def test_quiet_chat_prints_no_timings(smollm2_path):
+    term = Terminal(["run", "smollm2", "--temp", "0", "-n", "4", "--quiet"])
+    term.expect(">>> ")
+    term.out = b""
+    term.send("Hi\r")
+    term.expect("Hi")
+    screen = term.expect(">>> ", timeout=120)
+    assert "decode" not in screen and "TTFT" not in screen
+    term.send("/bye\r")
+    assert term.wait() == 0
 
 
 def test_ctrl_d_exits(smollm2_path):
