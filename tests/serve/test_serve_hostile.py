@@ -64,7 +64,7 @@ def test_wrong_types_and_values(server):
     _error(raw(u, "POST", chat, {"messages": hi, "temperature": -1}), 400, "between", param="temperature")
     _error(raw(u, "POST", chat, {"messages": hi, "stop": 5}), 400, param="stop")
     _error(raw(u, "POST", chat, {"messages": hi, "seed": 1.5}), 400, param="seed")
-    _error(raw(u, "POST", chat, {"messages": hi, "n": 3}), 400, "at most 2", param="n")
+    _error(raw(u, "POST", chat, {"messages": hi, "n": 17}), 400, "between 1 and 16", param="n")
     _error(raw(u, "POST", chat, {"messages": hi, "model": 7}), 400, param="model")
     _error(raw(u, "POST", chat, {"messages": hi, "model": "llama-70b"}), 404, "llama-70b", "smollm2")
     _error(raw(u, "POST", "/v1/completions", {"prompt": [1, 2, 10 ** 9]}), 400, "unknown token id")

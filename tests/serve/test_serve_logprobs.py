@@ -133,6 +133,8 @@ def test_n_choices_from_one_prefill(client, server):
     for p in client.completions.create(n=3, stream=True, **kw):
         streamed[p.choices[0].index] += p.choices[0].text
     assert streamed == texts
+    more = client.completions.create(n=5, **kw)  # beyond the 3 slots: a second group waits for them
+    assert [c.index for c in more.choices] == [0, 1, 2, 3, 4] and [c.text for c in more.choices[:3]] == texts
 
 
 def test_chat_n_choices_stream_with_logprobs(client):
@@ -175,7 +177,7 @@ def test_logit_bias_bans_and_forces(client, model):
     ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),
     ("/v1/chat/completions", {"echo": True}, "echo"),
     ("/v1/completions", {"n": 0}, "n"),
-    ("/v1/completions", {"n": 4}, "n"),  # more choices than the server's 3 slots
+    ("/v1/completions", {"n": 17}, "n"),  # more choices than a request may ask for (16)
     ("/v1/completions", {"n": 1.5}, "n"),
     ("/v1/completions", {"logit_bias": {"49152": 1}}, "logit_bias"),
     ("/v1/completions", {"logit_bias": {"5": 101}}, "logit_bias"),

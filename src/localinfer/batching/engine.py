@@ -160,10 +160,20 @@ class Engine:
 
     def submit_group(self, requests: list[Request]) -> list[Request]:
         """Queues the choices of one prompt (batching/fork.py): admitted together, the prompt
-        prefilled once in the first one's slot and its K/V copied into the others'."""
+        prefilled once in the first one's slot and its K/V copied into the others'. More choices
+        than slots go as several such groups, one after the other as slots free up (OpenAI's `n`
+        above --parallel); if a later group is refused, the earlier ones are cancelled."""
         first = requests[0]
         if len(requests) > len(self.slots):
-            raise ValueError(f"{len(requests)} choices need as many slots, the engine has {len(self.slots)}")
+            queued = []
+            try:
+                for i in range(0, len(requests), len(self.slots)):
+                    queued += self.submit_group(requests[i:i + len(self.slots)])
+            except BaseException:
+                for r in queued:
+                    r.cancel()
+                raise
+            return queued
         if any(r.prompt != first.prompt for r in requests):
             raise ValueError("the choices of a group share one prompt")
         if len(requests) == 1 or first.max_tokens == 0:
