@@ -57,6 +57,27 @@ def test_chat_session_round_trip(model, tmp_path):
     assert again.timings.prompt_tokens - again.timings.prompt_cached < len(restored.last_prompt_tokens)
 
 
+@pytest.mark.parametrize("options", [dict(temperature=0, max_tokens=6),
+                                     dict(temperature=0.9, seed=7, max_tokens=6, logit_bias={11: -100.0}),
+                                     dict(temperature=0.9, seed=3, max_tokens=8, grammar='root ::= [a-z]+ "."')],
+                         ids=["greedy", "seeded", "grammar"])
+def test_a_resumed_chat_keeps_its_options(model, tmp_path, options):
+    """The session's generation options are in its state file: load_state without them answers
+    as the saved session would have (a compiled grammar is saved as its source)."""
+    if "grammar" in options:
+        from localinfer.constrain import compile_grammar
+        options = {**options, "grammar": compile_grammar(model.tokenizer, gbnf=options["grammar"])}
+    session = model.chat_session(system="You are terse.", **options)
+    session.send("Name a colour.")
+    path = tmp_path / "chat.state"
+    model.save_state(path, session)
+    reference = session.send("Another one?")
+    restored = model.load_state(path)
+    assert restored.send("Another one?").tokens == reference.tokens
+    overridden = model.load_state(path, max_tokens=1)  # options given at load win
+    assert len(overridden.send("Another one?").tokens) == 1
+
+
 def test_ring_cache_round_trip(gemma3_path, tmp_path):
     """A context larger than gemma3's window + margin: the sliding-window layers are a real ring,
     saved whole with its held_start."""

@@ -73,11 +73,13 @@ class ChatSession:
         restart: the next turn then computes only its new tokens, and gives what it would have."""
         from ..kv.session_state import save_context
         save_context(self.context, path, kind="chat", extra={
-            "system": self.system, "messages": self.messages, "last_prompt_tokens": self.last_prompt_tokens})
+            "system": self.system, "messages": self.messages, "last_prompt_tokens": self.last_prompt_tokens,
+            "defaults": _savable(self.defaults)})
 
     def load(self, path) -> None:
         """Continues the conversation `save` wrote (its system prompt and messages replace this
-        session's). A file for another model, cache type or context size raises
+        session's, its generation options are the defaults under the ones this session was made
+        with: a resumed chat answers as the saved one would have without passing them again). A file for another model, cache type or context size raises
         StateMismatchError, a corrupt one StateFileError (ValueErrors); the session is then unchanged."""
         from ..kv.session_state import load_context
         from ..kv.state_file import StateFileError
@@ -88,7 +90,45 @@ class ChatSession:
                     and (system is None or isinstance(system, str))
                     and isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)):
                 raise StateFileError(f"{path}: the chat's messages are malformed")
+            defaults = header.get("defaults", {})  # absent in files written before they were saved
+            if not (isinstance(defaults, dict) and set(defaults) <= set(SAVED_OPTIONS)):
+                raise StateFileError(f"{path}: the chat's generation options are malformed")
 
         header = load_context(self.context, path, kind="chat", check_extra=check_messages)
         self.messages, self.system = header["messages"], header["system"]
         self.last_prompt_tokens = list(header["last_prompt_tokens"])
+        self.defaults = {**_restored(header.get("defaults", {})), **self.defaults}
+
+
+# A session's generation options that its state file keeps, as plain data: a grammar as its text
+# (json_schema, grammar, lark, regex; a compiled Grammar as the source it was compiled from).
+SAVED_OPTIONS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
+                 "frequency_penalty", "repeat_last_n", "seed", "stop", "logprobs", "logit_bias", "json_schema",
+                 "grammar", "lark", "regex")
+
+
+def _savable(defaults: dict) -> dict:
+    import json
+    out = {}
+    for key, value in defaults.items():
+        if key not in SAVED_OPTIONS:
+            raise ValueError(f"the session option {key!r} cannot be saved")
+        if key == "logit_bias" and value is not None:
+            value = [[int(t), float(b)] for t, b in dict(value).items()]  # JSON keys would be strings
+        if key == "grammar" and hasattr(value, "kind") and hasattr(value, "text"):  # a compiled constrain.Grammar
+            key = {"gbnf": "grammar"}.get(value.kind, value.kind)  # saved as its source, compiled again on load
+            value = value.text
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"the session option {key}={type(value).__name__} cannot be saved: give it as text "
+                             f"(a grammar's GBNF, a JSON schema) to save the session") from None
+        out[key] = value
+    return out
+
+
+def _restored(saved: dict) -> dict:
+    out = dict(saved)
+    if out.get("logit_bias") is not None:
+        out["logit_bias"] = {int(t): float(b) for t, b in out["logit_bias"]}
+    return out
