@@ -156,3 +156,13 @@ def test_the_runtime_folder_is_a_map():
     sampling/, arch/ ...): a newcomer reads the folder names, not 30 files."""
     top = sorted(p.name for p in (ROOT / "src" / "localinfer").glob("*.py") if p.name != "__init__.py")
     assert len(top) <= 8, top
+
+
+def test_the_readme_names_every_architecture():
+    """The README's map of src/localinfer/arch/ lists every architecture the loader knows (arch.ARCHITECTURES
+    and its aliases): one source, checked."""
+    from localinfer.arch import ALIASES, ARCHITECTURES
+    row = next(line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `src/localinfer/arch/` |"))
+    missing = sorted(name for name in (*ARCHITECTURES, *ALIASES) if name not in row)
+    assert not missing, f"README's arch/ row does not name {missing}"
