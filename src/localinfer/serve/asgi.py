@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..batching.config import EngineConfig, start_engine
-from . import api, ollama_routes, openai_routes, webui
+from . import api, llamacpp_routes, ollama_routes, openai_routes, webui
 from .endpoint import endpoint, error_response
 from .config import ServerConfig
 from .limits import BodyLimits
@@ -166,6 +166,10 @@ def _routes() -> list[Route]:
                   ("/embeddings", openai_routes.embeddings, ["POST"], False)]
     routes = [Route(prefix + path, endpoint(handler, public), methods=methods)
               for path, handler, methods, public in api_routes for prefix in ("/v1", "")]
+    # llama-server's own routes, un-prefixed as it serves them
+    routes += [Route(path, endpoint(handler), methods=["POST"]) for path, handler in (
+        ("/tokenize", llamacpp_routes.tokenize), ("/detokenize", llamacpp_routes.detokenize),
+        ("/apply-template", llamacpp_routes.apply_template))]
     # the page asks for the key itself, through the API
     routes += [Route(path or "/", endpoint(page(path), public=True), methods=["GET"]) for path in webui.PAGE_FILES]
     return routes

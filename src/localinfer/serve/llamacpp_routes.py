@@ -1,0 +1,93 @@
+"""llama-server's own token routes, in its request and response shapes, for the clients and scripts
+written against it:
+
+    POST /tokenize        {"content": str | [str | id ...], "add_special": false, "parse_special": true,
+                           "with_pieces": false}          -> {"tokens": [id ...] or [{"id", "piece"} ...]}
+    POST /detokenize      {"tokens": [id ...]}            -> {"content": str}
+    POST /apply-template  {"messages": [...]}             -> {"prompt": the rendered chat, as /v1/chat/completions
+                                                              would prefill it}
+
+A piece that is not valid UTF-8 on its own (a byte token) comes as its byte values, as llama-server
+sends it. Errors are OpenAI-shaped 400s naming the field, as on the other routes.
+"""
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from . import api
+from ..chat.template import ChatTemplateError
+from .openai_routes import read_json, requested_model
+
+
+def _flag(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise api.bad(f"'{name}' must be true or false, got {type(value).__name__}", name)
+    return value
+
+
+def _ids(model, values, name: str) -> list[int]:
+    if not isinstance(values, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in values):
+        raise api.bad(f"'{name}' must be a list of token ids", name)
+    unknown = [t for t in values if not 0 <= t < model.n_vocab]
+    if unknown:
+        raise api.bad(f"'{name}' holds unknown token id {unknown[0]} (the vocabulary has {model.n_vocab})", name)
+    return values
+
+
+def _tokens(model, body: dict) -> dict:
+    content = body.get("content")
+    if content is None:
+        return {"tokens": []}  # as llama-server answers a body without content
+    add_special, parse_special = _flag(body, "add_special", False), _flag(body, "parse_special", True)
+    with_pieces = _flag(body, "with_pieces", False)
+    parts = content if isinstance(content, list) else [content]
+    tokens: list[int] = []
+    for i, part in enumerate(parts):  # llama.cpp's tokenize_mixed: texts and ids, BOS only before a first text
+        if isinstance(part, str):
+            tokens += model.tokenize(part, add_special=add_special and i == 0, parse_special=parse_special)
+        elif isinstance(part, int) and not isinstance(part, bool):
+            tokens += _ids(model, [part], "content")
+        else:
+            raise api.bad("'content' must be a string or a list of strings and token ids", "content")
+    if not with_pieces:
+        return {"tokens": tokens}
+    out = []
+    for t in tokens:
+        piece = model.tokenizer.token_to_bytes(t)
+        try:
+            shown = piece.decode("utf-8")
+        except UnicodeDecodeError:
+            shown = list(piece)
+        out.append({"id": t, "piece": shown})
+    return {"tokens": out}
+
+
+def _content(model, body: dict) -> dict:
+    ids = _ids(model, body.get("tokens", []), "tokens")
+    # llama-server's tokens_to_str: the pieces as they are, specials rendered, no leading space removed
+    data = b"".join(model.tokenizer.token_to_bytes(t) for t in ids)
+    return {"content": data.decode("utf-8", errors="replace")}
+
+
+def _prompt(model, body: dict) -> dict:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise api.bad("'messages' must be a non-empty list of {'role': ..., 'content': ...} objects", "messages")
+    try:
+        return {"prompt": model.apply_chat_template(messages, add_generation_prompt=True)}
+    except ChatTemplateError as e:
+        raise api.bad(str(e), "messages") from None
+
+
+def _route(work):
+    async def handler(request: Request) -> Response:
+        body = await read_json(request)
+        async with request.app.state.registry.lease(requested_model(body)) as served:
+            return JSONResponse(await run_in_threadpool(work, served.model, body))
+    return handler
+
+
+tokenize, detokenize, apply_template = _route(_tokens), _route(_content), _route(_prompt)
