@@ -26,6 +26,9 @@ from .serve_ray import ray_options, serve_ray
 @config_options(EngineConfig, "engine")
 @config_options(ServerConfig, "config")
 @click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads.")
+@click.option("-a", "--alias", default=None, metavar="NAME",
+              help="The name MODEL is served and listed as (default: the catalog name or the file's stem); "
+                   "a request may name it anything.")
 @click.option("--models", callback=model_list, default=None, metavar="A,B,...|DIR",
               help="Serve several models by name (catalog names, .gguf files, or folders of .gguf files named "
                    "by file stem), each loaded on its first request instead of MODEL.")
@@ -38,8 +41,8 @@ from .serve_ray import ray_options, serve_ray
 @ray_options
 @speculative_options
 @cache_type_options
-def serve(model, host, port, engine, config, threads, models, keep_alive, max_memory, speculative, cache_type_k,
-          cache_type_v, ray):
+def serve(model, host, port, engine, config, threads, alias, models, keep_alive, max_memory, speculative,
+          cache_type_k, cache_type_v, ray):
     """Serve MODEL (a catalog name or a .gguf path), or the --models, over the OpenAI API
     (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics) and
     Ollama's (/api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps)."""
@@ -50,12 +53,15 @@ def serve(model, host, port, engine, config, threads, models, keep_alive, max_me
     if ray is not None:
         if models is not None:
             raise click.UsageError("--ray serves one MODEL in each replica, not --models")
-        return serve_ray(model, host, port, engine, config, threads, speculative, cache_type_k, cache_type_v, ray)
+        return serve_ray(model, host, port, engine, config, threads, speculative, cache_type_k, cache_type_v, ray,
+                         alias)
     set_threads(threads)
     from localinfer.serve.app import make_registry_server, make_server
 
     if models is None and (keep_alive is not None or max_memory is not None):
         raise click.UsageError("--keep-alive and --max-memory go with --models (one MODEL stays loaded)")
+    if models is not None and alias is not None:
+        raise click.UsageError("--alias names the one MODEL; --models are served by their own names")
     if models is not None and model is not None:
         raise click.UsageError(f"give MODEL or --models, not both (got {model!r} and --models)")
     if models is not None and (speculative["draft"] or speculative["lookup_ngram"]):
@@ -82,7 +88,7 @@ def serve(model, host, port, engine, config, threads, models, keep_alive, max_me
             llm = load_model(model, engine.n_ctx, threads, speculative, cache_type_k, cache_type_v)
         except (OSError, ValueError, LookupError, RuntimeError) as e:
             raise click.ClickException(str(e))
-        name = model if model and not os.path.exists(model) else Path(llm.path).stem
+        name = alias or (model if model and not os.path.exists(model) else Path(llm.path).stem)
         what = f"'{name}'"
         make = functools.partial(make_server, llm, name, engine=engine)
     try:

@@ -47,7 +47,8 @@ def ray_options(command):
     return wrapper
 
 
-def serve_ray(model, host, port, engine, config, threads, speculative, cache_type_k, cache_type_v, scaling):
+def serve_ray(model, host, port, engine, config, threads, speculative, cache_type_k, cache_type_v, scaling,
+              alias=None):
     """Fetch the model once into this node's cache, then deploy and serve until Ctrl-C. engine: an
     EngineConfig; config: a ServerConfig, of which no allowed hosts given leaves the replicas'
     default (every Host: Ray's proxy is reached by the cluster's own names)."""
@@ -63,7 +64,7 @@ def serve_ray(model, host, port, engine, config, threads, speculative, cache_typ
     if config.allowed_hosts:
         fields["allowed_hosts"] = config.allowed_hosts
     is_file = model is not None and os.path.exists(model)
-    name = model if model and not is_file else Path(path).stem
+    name = alias or (model if model and not is_file else Path(path).stem)
     spec = ReplicaSpec(model=str(path) if is_file else (model or str(path)), name=name, threads=threads or 1,
                        load_options=dict(speculative, cache_type_k=cache_type_k, cache_type_v=cache_type_v),
                        engine=engine, config=fields)

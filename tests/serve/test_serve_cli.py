@@ -51,3 +51,23 @@ def test_a_busy_port_is_a_clear_error():
         r = subprocess.run(CMD + ["smollm2", "--port", str(port), "-c", "64"], capture_output=True, text=True,
                            timeout=120)
     assert r.returncode != 0 and f"cannot listen on 127.0.0.1:{port}" in r.stderr
+
+
+def test_alias_names_the_served_model():
+    p = subprocess.Popen(CMD + ["smollm2", "--port", "0", "-c", "64", "-np", "1", "-a", "my-model"],
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        m = re.search(r"serving 'my-model' at (http://127\.0\.0\.1:\d+)/v1", p.stderr.readline())
+        assert m
+        assert [c["id"] for c in raw(m.group(1), "GET", "/v1/models")[2]["data"]] == ["my-model"]
+        status, _, body = raw(m.group(1), "POST", "/v1/completions", {"model": "gpt-3.5-turbo", "prompt": "Hi",
+                                                                       "max_tokens": 1})
+        assert status == 200 and body["model"] == "my-model"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    r = subprocess.run(CMD + ["--models", "smollm2", "-a", "x"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--alias names the one MODEL" in r.stderr

@@ -95,10 +95,9 @@ class StaticRegistry:
         self.default_name = served.name
 
     def resolve(self, name: str | None) -> str:
-        """The served name a request's `model` field means ("default" and None: the default)."""
-        if name is None or name in ("default", self.served.name):
-            return self.served.name
-        raise UnknownModelError(name, [self.served.name])
+        """The served name a request's `model` field means: with one model, any name means it, as
+        llama-server ignores the field then (a client's `gpt-4o`, Ollama's `smollm2:latest`)."""
+        return self.served.name
 
     @contextlib.asynccontextmanager
     async def lease(self, name: str | None, keep_alive: float | None = None) -> AsyncIterator[Served]:
