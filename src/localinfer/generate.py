@@ -165,16 +165,16 @@ class Generation:
     def choose(self, logits: np.ndarray, drafted: int | None = None, q=None) -> tuple[int, bool, object]:
         """The next token from its logits row -> (token, whether it is `drafted`, its logprob entry
         or None). drafted/q: the token a proposer put at this row and its distribution."""
+        for process in self.processors:
+            logits = process(self.history, logits)
+        if self.matcher is not None:
+            logits = self.matcher.mask(logits)
         if self.speculator is not None:
-            token, kept = self.speculator.choose(logits, self.history, self.processors, self.matcher, drafted, q)
+            token, kept = self.speculator.choose(logits, drafted, q)
         else:
-            for process in self.processors:
-                logits = process(self.history, logits)
-            if self.matcher is not None:
-                logits = self.matcher.mask(logits)
             token, kept = int(self.sampler(logits)), False
-            if self.matcher is not None:
-                self.matcher.accept(token)
+        if self.matcher is not None:
+            self.matcher.accept(token)
         self.history.append(token)
         return token, kept, self.recorder.take(token) if self.recorder else None
 

@@ -75,16 +75,16 @@ def test_speculator_choose_follows_the_samplers_transforms():
     draws = np.random.default_rng(4).choice(6, size=N_SAMPLES // 2, p=q)
     counts = np.zeros(6, np.int64)
     for x in draws:
-        counts[spec.choose(logits, [], [], None, int(x), q)[0]] += 1
+        counts[spec.choose(logits, int(x), q)[0]] += 1
     assert _chi2(counts, p) < CHI2_LIMIT
 
 
 def test_greedy_choose_keeps_a_draft_only_when_it_is_the_argmax():
     spec = Speculator(SpeculativeConfig(), SamplingParams(temperature=0), LookupProposer(2))
     logits = np.array([0.0, 3.0, 1.0], np.float32)
-    assert spec.choose(logits, [], [], None, 1, None) == (1, True)
-    assert spec.choose(logits, [], [], None, 2, None) == (1, False)
-    assert spec.choose(logits, [], [], None, None, None) == (1, False)
+    assert spec.choose(logits, 1, None) == (1, True)
+    assert spec.choose(logits, 2, None) == (1, False)
+    assert spec.choose(logits, None, None) == (1, False)
     assert spec.accepted == 1
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..backend import kernels
 from ..sampling.params import SamplingParams
-from ..sampling.samplers import LogitsProcessor, check_logits
+from ..sampling.samplers import check_logits
 from .config import SpeculativeConfig
 from .proposers import DraftProposer, LookupProposer
 from .verify import accept_or_resample, target_probs
@@ -43,14 +43,10 @@ class Speculator:
         self.drafted += len(tokens)
         return tokens, q
 
-    def choose(self, logits: np.ndarray, history: Sequence[int], processors: Sequence[LogitsProcessor],
-               matcher, drafted: int | None, q: np.ndarray | None) -> tuple[int, bool]:
-        """The token at one verified row -> (token, whether it is the drafted one). The processors
-        and grammar mask run as in plain decoding; the matcher accepts the token."""
-        for process in processors:
-            logits = process(history, logits)
-        if matcher is not None:
-            logits = matcher.mask(logits)
+    def choose(self, logits: np.ndarray, drafted: int | None, q: np.ndarray | None) -> tuple[int, bool]:
+        """The token at one verified row -> (token, whether it is the drafted one). `logits` are the
+        row after the processors and the grammar's mask (generate.Generation.choose runs them, as for
+        plain decoding, and has the grammar accept the token)."""
         check_logits(logits)   # as plain decoding does: argmax of NaN is token 0, and p would not sum to 1
         if self.sampler.greedy:
             token = int(np.argmax(logits))
@@ -60,8 +56,6 @@ class Speculator:
             token, kept = int(self.rng.choice(p.shape[0], p=p)), False
         else:
             token, kept = accept_or_resample(self.probs(logits), drafted, q, self.rng)
-        if matcher is not None:
-            matcher.accept(token)
         self.accepted += int(kept)
         return token, kept
 
