@@ -215,6 +215,14 @@ int64_t li_merge_word(const li_merge_vocab *v, const uint8_t *word, int64_t n, i
 int64_t li_merge_words(const li_merge_vocab *v, const uint8_t *text, int64_t n, const int64_t *word_end,
                        int64_t n_words, int32_t *sym, int32_t *span, int32_t *n_sym);
 
+/* core/strings.c: the GGUF string array of `count` strings at buf[pos..] (each a u64 length <= max_len,
+ * then its bytes; all within size). Returns the offset after it, or -(i + 1) when string i does not
+ * fit. With out NULL it only measures: *n_out = the bytes of the strings joined by one NUL each. With
+ * out (of *n_out bytes, from a measuring call) it writes them so, and *has_nul = 1 if a string holds a
+ * NUL byte itself. */
+int64_t li_string_array(const uint8_t *buf, int64_t size, int64_t pos, int64_t count, int64_t max_len,
+                        uint8_t *out, int64_t *n_out, int32_t *has_nul);
+
 /* LI_CDEF_END */
 
 #endif /* LOCALINFER_H */

@@ -166,6 +166,31 @@ def test_a_bad_string_in_an_array_is_named(tmp_path, patch, match):
         GGUFFile(tmp_path / "s.gguf")
 
 
+@pytest.mark.parametrize("strings", [
+    ["a", "", "\u0120the", "\u2581\u00e9t\u00e9", "\U0001f31c", "x" * 300],
+    ["a", "b\0c", ""],           # a NUL inside a string: the C walk declines, the loop reads it
+    [""],
+])
+def test_string_arrays_read_the_same_through_c_and_the_loop(tmp_path, monkeypatch, strings):
+    """The C walk (kernels.string_array) is the fast path for vocabularies; the per-string loop
+    the fallback. Both give the strings as written, empty ones and NULs included."""
+    import localinfer.files.gguf_file as gguf_file
+
+    w = GGUFWriter(str(tmp_path / "s.gguf"), "llama")
+    w.add_array("test.strings", strings)
+    w.add_tensor("a.weight", np.ones((1, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with GGUFFile(tmp_path / "s.gguf") as f:
+        fast = f.metadata["test.strings"]
+    monkeypatch.setattr(gguf_file, "_c_strings", lambda *a: None)
+    with GGUFFile(tmp_path / "s.gguf") as f:
+        assert f.metadata["test.strings"] == fast == strings
+        assert f.tensor_data("a.weight").tolist() == [[1.0] * 32]
+
+
 def test_a_large_numeric_array_is_a_view_not_a_list(tmp_path):
     """A 20 MB u8 metadata array: as python ints it took 8.6x its size; as a view it costs nothing
     until read, and `info` shows it in one line."""

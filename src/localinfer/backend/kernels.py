@@ -518,3 +518,28 @@ def memory_bandwidth(n_bytes: int, reps: int = 5, copy: bool = True) -> dict:
     copied = _ffi.new("double *") if copy else _ffi.NULL
     _check(lib.li_membw(int(n_bytes), int(reps), read, copied), "memory_bandwidth")
     return {"read_bps": float(read[0]), "copy_bps": float(copied[0]) if copy else None}
+
+
+# --- GGUF string arrays ---------------------------------------------------------------------
+
+
+def string_array(buf, pos: int, count: int, max_len: int) -> tuple[list[str], int] | None:
+    """The `count` strings of a GGUF string array at buf[pos:] and the offset after it, walked in C
+    and decoded in one call (core/strings.c); None where that cannot say exactly what is there (an
+    element out of bounds, a NUL byte inside a string, invalid UTF-8), for the caller's per-string
+    loop to read or to name the bad element."""
+    lib = _need_lib()
+    if count <= 0 or not 0 <= pos <= len(buf):
+        return None
+    src = _ffi.from_buffer("uint8_t[]", buf)
+    n_out, has_nul = _ffi.new("int64_t *"), _ffi.new("int32_t *")
+    if lib.li_string_array(src, len(buf), pos, count, max_len, _ffi.NULL, n_out, has_nul) < 0:
+        return None
+    out = bytearray(n_out[0])
+    end = lib.li_string_array(src, len(buf), pos, count, max_len, _ffi.from_buffer("uint8_t[]", out), n_out, has_nul)
+    if end < 0 or has_nul[0]:
+        return None
+    try:
+        return out.decode("utf-8").split("\0"), end
+    except UnicodeDecodeError:
+        return None
