@@ -17,7 +17,8 @@ from ..batching.fork import Choices
 from ..batching.request import Request
 from ..sampling.params import SamplingParams
 from .choices import ChoiceOptions, LogprobFormat, parse_choice_options
-from .response_format import ResponseFormatError, response_grammar
+from .response_format import ResponseFormatError, request_grammar
+from .timings import timings_json
 from ..chat.tools import ToolError
 from ..tokenizer import TooManyTokensError
 from . import tool_calls
@@ -27,13 +28,17 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; cha
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None, headers: Mapping[str, str] | None = None):
+                 param: str | None = None, code: str | None = None, headers: Mapping[str, str] | None = None,
+                 details: Mapping[str, Any] | None = None):
+        """details: more fields of the error object (a long prompt's n_prompt_tokens and n_ctx)."""
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
         self.headers = dict(headers or {})
+        self.details = dict(details or {})
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code,
+                          **self.details}}
 
 
 def bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
@@ -139,15 +144,16 @@ class Job:
 
 
 def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, default_max, model,
-            tool_grammar=None) -> Job:
-    """tool_grammar: the grammar that holds a chat's answer to its tools' call syntax (parse_chat)."""
+            tool_grammar=None, max_logprobs: int | None = None) -> Job:
+    """tool_grammar: the grammar that holds a chat's answer to its tools' call syntax (parse_chat).
+    max_logprobs: the most alternatives per token a completion may ask for (OpenAI's 5 by default)."""
     if kind != "chat":
         _unsupported(body, "tools", (None, []))
     _unsupported(body, "best_of", (None, 1))
     if kind == "chat":
         _unsupported(body, "echo", (None, False))
     _unsupported(body, "suffix", (None, ""))
-    choosing = parse_choice_options(body, kind, model.n_vocab, bad)
+    choosing = parse_choice_options(body, kind, model.n_vocab, bad, max_logprobs)
     stream = _boolean(body, "stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -174,7 +180,7 @@ def _common(body, kind: str, model_name: str, tokens: list[int], n_ctx: int, def
     grammar = tool_grammar
     try:  # last: compiling a schema is the costliest check
         if grammar is None:
-            grammar = response_grammar(body.get("response_format"), model.tokenizer)
+            grammar = request_grammar(body, model.tokenizer)
     except ResponseFormatError as e:
         raise bad(str(e), e.param) from None
     choices = Choices(tokens, choosing.n, max_tokens, stop, params, choosing.n_top, grammar)
@@ -198,9 +204,11 @@ def _text_content(i: int, content) -> str:
 def _too_long(n_tokens: int, n_ctx: int, param: str, exact: bool = False) -> ApiError:
     """A prompt that leaves no room to generate; `exact=False`: n_tokens is a lower bound, known
     before tokenizing (Tokenizer.fewest_tokens), so that a huge prompt costs nothing."""
-    return bad(f"the prompt is {'' if exact else 'at least '}{n_tokens} tokens long, but the context holds {n_ctx} "
-               f"tokens and at least one more is needed to generate: shorten the prompt (or start the server with "
-               f"a larger --ctx-size)", param, "context_length_exceeded")
+    error = bad(f"the prompt is {'' if exact else 'at least '}{n_tokens} tokens long, but the context holds {n_ctx} "
+                f"tokens and at least one more is needed to generate: shorten the prompt (or start the server with "
+                f"a larger --ctx-size)", param, "context_length_exceeded")
+    error.details = {"n_prompt_tokens": n_tokens, "n_ctx": n_ctx}  # llama-server's fields (a lower bound unless exact)
+    return error
 
 
 def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
@@ -232,9 +240,10 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
         raise bad(str(e), "messages") from None
     except ChatContentError as e:  # control-token text in content the template rewrites
         raise bad(str(e), f"messages[{e.index}].content") from None
-    if grammar is not None and body.get("response_format") not in (None, {"type": "text"}):
-        raise bad("'response_format' cannot be combined with 'tools' (both constrain the answer)",
-                  "response_format", "unsupported_parameter")
+    for name in ("response_format", "grammar", "json_schema"):
+        if grammar is not None and body.get(name) not in (None, {"type": "text"}):
+            raise bad(f"'{name}' cannot be combined with 'tools' (both constrain the answer)",
+                      name, "unsupported_parameter")
     if setup.parsed and body.get("logprobs"):
         raise bad("'logprobs' cannot be combined with 'tools' (tool-call deltas carry no logprobs yet)",
                   "logprobs", "unsupported_parameter")
@@ -244,7 +253,7 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
     return job
 
 
-def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
+def parse_completion(body, model, model_name: str, n_ctx: int, max_logprobs: int | None = None) -> Job:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -260,7 +269,8 @@ def parse_completion(body, model, model_name: str, n_ctx: int) -> Job:
         tokens = list(prompt)
     else:
         raise bad("'prompt' must be a string or a list of token ids (one prompt per request)", "prompt")
-    job = _common(body, "completion", model_name, tokens, n_ctx, COMPLETIONS_DEFAULT_MAX_TOKENS, model)
+    job = _common(body, "completion", model_name, tokens, n_ctx, COMPLETIONS_DEFAULT_MAX_TOKENS, model,
+                  max_logprobs=max_logprobs)
     if job.options.echo:
         job.echo = prompt if isinstance(prompt, str) else model.detokenize(tokens)
         if job.options.n_top is not None:  # the engine scores the prompt as it prefills it, in the slot
@@ -299,6 +309,10 @@ class Shaper:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.job.model,
                 "system_fingerprint": "localinfer"}
 
+    def timings(self, index: int) -> dict:
+        """llama-server's `timings` of choice `index` (serve/timings.py)."""
+        return timings_json(self.job.choices.requests[index].timings)
+
     def whole(self, text: str, finish: str, n_generated: int, index: int = 0, logprobs=None) -> dict:
         """One choice's answer; `combine` joins the n of them. logprobs: its TokenLogprobs."""
         lp = self._logprobs(logprobs, index)
@@ -308,7 +322,8 @@ class Shaper:
             choice = {"index": index, "message": message, "logprobs": lp, "finish_reason": self._finish(finish, index)}
         else:
             choice = {"index": index, "text": text, "logprobs": lp, "finish_reason": FINISH[finish]}
-        return {**self._head(self.object), "choices": [choice], "usage": self.usage(n_generated)}
+        return {**self._head(self.object), "choices": [choice], "usage": self.usage(n_generated),
+                "timings": self.timings(index)}
 
     @staticmethod
     def combine(answers: list[dict]) -> dict:
@@ -317,15 +332,18 @@ class Shaper:
 
     def chunk(self, text: str | None, finish: str | None = None, first: bool = False, index: int = 0,
               logprobs=None) -> dict:
-        usage = {"usage": None} if self.job.include_usage else {}
+        """A stream chunk; the one that finishes a choice carries its timings, as llama-server's does."""
+        extra = {"usage": None} if self.job.include_usage else {}
+        if finish:
+            extra["timings"] = self.timings(index)
         lp = self._logprobs(logprobs, index)
         if self.job.kind == "chat":
             delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
             choice = {"index": index, "delta": delta, "logprobs": lp,
                       "finish_reason": self._finish(finish, index) if finish else None}
-            return {**self._head("chat.completion.chunk"), "choices": [choice], **usage}
+            return {**self._head("chat.completion.chunk"), "choices": [choice], **extra}
         choice = {"index": index, "text": text or "", "logprobs": lp, "finish_reason": FINISH[finish] if finish else None}
-        return {**self._head("text_completion"), "choices": [choice], **usage}
+        return {**self._head("text_completion"), "choices": [choice], **extra}
 
     def _tool_answer(self, index: int) -> "tool_calls.ToolAnswer":
         if index not in self.tools:

@@ -8,7 +8,10 @@ deployment's ingress (`@serve.ingress(app)`).
 
 Routes (each also without the /v1 prefix, as llama-server answers):
     GET  /health /metrics /v1/models /v1/models/{name} /props, and the chat page at / (webui.py)
-    POST /v1/chat/completions /v1/completions /v1/embeddings (openai_routes.py)
+    POST /v1/chat/completions /v1/embeddings (openai_routes.py)
+and as llama-server has them:
+    POST /v1/completions (OpenAI's); /completion and /completions (llama-server's native route,
+         llamacpp_completion.py); /tokenize /detokenize /apply-template (llamacpp_routes.py)
 Every route but /health and the page's files needs the API key when one is set; without one, only
 the server's own Host names and web origins are answered (origins.py). Errors are in OpenAI's
 shape, 404 and 405 included.
@@ -30,7 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..batching.config import EngineConfig, start_engine
-from . import api, llamacpp_routes, ollama_routes, openai_routes, webui
+from . import api, llamacpp_completion, llamacpp_routes, ollama_routes, openai_routes, webui
 from .endpoint import endpoint, error_response
 from .config import ServerConfig
 from .limits import BodyLimits
@@ -162,12 +165,15 @@ def _routes() -> list[Route]:
                   ("/models", models, ["GET"], False), ("/models/{name:path}", model, ["GET"], False),
                   ("/props", props, ["GET"], False),
                   ("/chat/completions", openai_routes.chat, ["POST"], False),
-                  ("/completions", openai_routes.completions, ["POST"], False),
+
                   ("/embeddings", openai_routes.embeddings, ["POST"], False)]
     routes = [Route(prefix + path, endpoint(handler, public), methods=methods)
               for path, handler, methods, public in api_routes for prefix in ("/v1", "")]
+    # as llama-server: /v1/completions is OpenAI's, the un-prefixed /completions its native route
+    routes.append(Route("/v1/completions", endpoint(openai_routes.completions), methods=["POST"]))
     # llama-server's own routes, un-prefixed as it serves them
     routes += [Route(path, endpoint(handler), methods=["POST"]) for path, handler in (
+        ("/completion", llamacpp_completion.completion), ("/completions", llamacpp_completion.completion),
         ("/tokenize", llamacpp_routes.tokenize), ("/detokenize", llamacpp_routes.detokenize),
         ("/apply-template", llamacpp_routes.apply_template))]
     # the page asks for the key itself, through the API

@@ -32,8 +32,10 @@ class ChoiceOptions:
     echo: bool = False
 
 
-def parse_choice_options(body: Mapping[str, Any], kind: str, n_vocab: int, bad) -> ChoiceOptions:
-    """bad(message, param) -> the ApiError to raise (api.bad)."""
+def parse_choice_options(body: Mapping[str, Any], kind: str, n_vocab: int, bad,
+                         max_logprobs: int | None = None) -> ChoiceOptions:
+    """bad(message, param) -> the ApiError to raise (api.bad); max_logprobs: a completion's bound on
+    `logprobs` (OpenAI's MAX_COMPLETION_LOGPROBS unless given)."""
     def integer(name, lo, hi):
         v = body.get(name)
         if v is None:
@@ -55,7 +57,7 @@ def parse_choice_options(body: Mapping[str, Any], kind: str, n_vocab: int, bad) 
         n_top = (top or 0) if want else None
         echo = False
     else:
-        n_top = integer("logprobs", 0, MAX_COMPLETION_LOGPROBS)
+        n_top = integer("logprobs", 0, MAX_COMPLETION_LOGPROBS if max_logprobs is None else max_logprobs)
         echo = body.get("echo")
         if echo is not None and not isinstance(echo, bool):
             raise bad(f"'echo' must be a boolean, got {type(echo).__name__}", "echo")

@@ -1,0 +1,224 @@
+"""llama-server's API on the real SmolLM2, in the request and response shapes its clients use: the
+native POST /completion (and un-prefixed /completions), and the fields it adds to the OpenAI routes
+(`grammar`, `json_schema`, a schema in `response_format` json_object, `timings`)."""
+import json
+
+import pytest
+
+import localinfer
+from localinfer.serve.app import BackgroundServer
+from serve_helpers import raw
+
+N_CTX = 256
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def model(smollm2_path):
+    return localinfer.load(str(smollm2_path), n_ctx=N_CTX)
+
+
+@pytest.fixture(scope="module")
+def server(model):
+    with BackgroundServer(model, "smollm2", port=0, n_slots=2, n_ctx=N_CTX) as s:
+        yield s
+
+
+def _post(server, body, path="/completion"):
+    status, _, answer = raw(server.url, "POST", path, body)
+    assert status == 200, answer
+    return answer
+
+
+def _events(server, body, path="/completion") -> list:
+    status, headers, text = raw(server.url, "POST", path, {**body, "stream": True})
+    assert status == 200 and headers["content-type"].startswith("text/event-stream"), text
+    assert "[DONE]" not in text  # llama-server ends this route's stream without it
+    return [json.loads(line[len("data: "):]) for line in text.split("\n\n") if line]
+
+
+def _check_timings(answer):
+    t = answer["timings"]
+    assert t["prompt_n"] + t["cache_n"] == answer["tokens_evaluated"]
+    assert t["predicted_n"] == answer["tokens_predicted"]
+    for rate, n, ms in (("prompt_per_second", "prompt_n", "prompt_ms"),
+                        ("predicted_per_second", "predicted_n", "predicted_ms")):
+        if t[ms] > 0:
+            assert t[rate] == pytest.approx(1e3 * t[n] / t[ms])
+
+
+def test_a_whole_answer_is_llama_servers_object_with_the_greedy_text(server, model):
+    answer = _post(server, {"prompt": PROMPT, "n_predict": 8, "temperature": 0})
+    expected = model.generate(PROMPT, max_tokens=8, temperature=0)
+    assert answer["content"] == expected.text
+    assert answer["stop"] is True and answer["stop_type"] == "limit" and answer["stopping_word"] == ""
+    assert answer["tokens_predicted"] == 8 and answer["tokens_evaluated"] == len(model.tokenize(PROMPT))
+    assert answer["model"] == "smollm2" and answer["prompt"] == PROMPT and answer["truncated"] is False
+    assert answer["generation_settings"]["n_predict"] == 8 and answer["generation_settings"]["temperature"] == 0
+    assert answer["tokens"] == []  # without return_tokens
+    _check_timings(answer)
+    # the un-prefixed /completions is the same route, as on llama-server; /v1/completions is OpenAI's
+    assert _post(server, {"prompt": PROMPT, "n_predict": 8, "temperature": 0}, "/completions")["content"] == expected.text
+    assert _post(server, {"prompt": PROMPT, "max_tokens": 8, "temperature": 0}, "/v1/completions")["object"] == "text_completion"
+
+
+def test_a_stream_is_the_same_text_then_the_final_object(server):
+    body = {"prompt": PROMPT, "n_predict": 12, "temperature": 0, "return_tokens": True}
+    whole = _post(server, body)
+    events = _events(server, body)
+    *parts, last = events
+    assert all(e["stop"] is False and e["content"] for e in parts)
+    assert "".join(e["content"] for e in parts) == whole["content"]
+    assert [t for e in parts for t in e["tokens"]] == whole["tokens"]
+    assert [e["tokens_predicted"] for e in parts] == sorted(e["tokens_predicted"] for e in parts)
+    assert last["stop"] is True and last["content"] == "" and last["tokens_predicted"] == whole["tokens_predicted"]
+    _check_timings(last)
+
+
+def test_stop_types_word_eos_and_ignore_eos(server, model):
+    answer = _post(server, {"prompt": "Count: 1, 2, 3,", "n_predict": 20, "temperature": 0, "stop": ["\n", " 6"]})
+    assert answer["stop_type"] == "word" and answer["stopping_word"] == " 6" and answer["content"] == " 4, 5,"
+    chat = model.apply_chat_template([{"role": "user", "content": "Say hello."}])
+    ended = _post(server, {"prompt": chat, "n_predict": 64, "temperature": 0})
+    assert ended["stop_type"] == "eos" and ended["tokens_predicted"] < 64
+    forced = _post(server, {"prompt": chat, "n_predict": ended["tokens_predicted"] + 3, "temperature": 0,
+                            "ignore_eos": True})
+    assert forced["stop_type"] == "limit" and forced["tokens_predicted"] == ended["tokens_predicted"] + 3
+    assert forced["content"].startswith(ended["content"])
+
+
+def test_n_probs_gives_completion_probabilities(server, model):
+    answer = _post(server, {"prompt": PROMPT, "n_predict": 4, "temperature": 0, "n_probs": 3, "return_tokens": True})
+    probs = answer["completion_probabilities"]
+    assert [p["id"] for p in probs] == answer["tokens"]
+    for p in probs:
+        assert len(p["top_logprobs"]) == 3 and p["top_logprobs"][0]["id"] == p["id"]  # greedy: the likeliest
+        assert p["logprob"] == pytest.approx(p["top_logprobs"][0]["logprob"]) and p["logprob"] <= 0
+        assert bytes(p["bytes"]) == model.tokenizer.token_to_bytes(p["id"])
+    streamed = _events(server, {"prompt": PROMPT, "n_predict": 4, "temperature": 0, "n_probs": 3})
+    assert [p["id"] for e in streamed[:-1] for p in e["completion_probabilities"]] == answer["tokens"]
+
+
+def test_prompts_as_ids_and_mixed(server, model):
+    ids = model.tokenize(PROMPT)
+    by_ids = _post(server, {"prompt": ids, "n_predict": 5, "temperature": 0})
+    assert by_ids["content"] == _post(server, {"prompt": PROMPT, "n_predict": 5, "temperature": 0})["content"]
+    mixed = _post(server, {"prompt": ["The capital", *model.tokenize(" of France is", add_special=False)],
+                           "n_predict": 5, "temperature": 0})
+    assert mixed["content"] == by_ids["content"]
+
+
+def test_logit_bias_pairs_ban_a_token(server, model):
+    first = _post(server, {"prompt": PROMPT, "n_predict": 1, "temperature": 0, "return_tokens": True})["tokens"][0]
+    for bias in ([[first, False]], [[model.tokenizer.token_to_bytes(first).decode(), False]], {str(first): -100}):
+        other = _post(server, {"prompt": PROMPT, "n_predict": 1, "temperature": 0, "return_tokens": True,
+                               "logit_bias": bias})
+        assert other["tokens"][0] != first, bias
+
+
+def test_response_fields_pick_paths(server):
+    answer = _post(server, {"prompt": PROMPT, "n_predict": 2, "response_fields": ["content", "timings/predicted_n",
+                                                                                   "no/such"]})
+    assert set(answer) == {"content", "timings/predicted_n"} and answer["timings/predicted_n"] == 2
+
+
+def test_grammar_and_json_schema_constrain_the_answer(server):
+    yes_no = _post(server, {"prompt": "Is Paris in France? Answer:", "n_predict": 8,
+                            "grammar": 'root ::= " yes" | " no"'})
+    assert yes_no["content"] in (" yes", " no") and yes_no["stop_type"] == "eos"
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+              "required": ["n"], "additionalProperties": False}
+    answer = _post(server, {"prompt": "A JSON object:", "n_predict": 32, "json_schema": schema})
+    assert set(json.loads(answer["content"])) == {"n"}
+
+
+def test_a_long_prompt_is_llama_servers_exceed_context_size_error(server):
+    status, _, answer = raw(server.url, "POST", "/completion", {"prompt": "x " * 400, "n_predict": 4})
+    error = answer["error"]
+    assert status == 400 and error["type"] == "exceed_context_size_error"
+    assert error["n_ctx"] == N_CTX and error["n_prompt_tokens"] > N_CTX
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"prompt": PROMPT, "n_predict": "8"}, "n_predict"),
+    ({"prompt": PROMPT, "n_probs": 1000}, "n_probs"),
+    ({"prompt": ["one", "two"]}, "prompt"),
+    ({"prompt": [[1, 2], [3]]}, "prompt"),
+    ({"prompt": PROMPT, "logit_bias": [[1, 2, 3]]}, "logit_bias"),
+    ({"prompt": PROMPT, "ignore_eos": "yes"}, "ignore_eos"),
+    ({"prompt": PROMPT, "mirostat": 2}, "mirostat"),
+    ({"prompt": PROMPT, "grammar": "root ::= nothing-defined"}, "grammar"),
+    ({"prompt": PROMPT, "grammar": 'root ::= "a"', "json_schema": {"type": "object"}}, "json_schema"),
+    ({"prompt": PROMPT, "grammar_lazy": True, "grammar": 'root ::= "a"'}, "grammar_lazy"),
+    ({"prompt": PROMPT, "response_fields": "content"}, "response_fields"),
+])
+def test_bad_fields_are_a_400_naming_them(server, body, param):
+    status, _, answer = raw(server.url, "POST", "/completion", body)
+    assert status == 400 and answer["error"]["param"] == param, answer
+
+
+def test_continues_llama_cpp_provider_sequence(server, model):
+    """What Continue's llama.cpp provider sends for a chat turn: the chat rendered as a prompt, streamed
+    from /completion with its sampling fields, reading `content` from each event until `stop`."""
+    messages = [{"role": "user", "content": "Write a haiku about the sea."}]
+    prompt = raw(server.url, "POST", "/apply-template", {"messages": messages})[2]["prompt"]
+    body = {"prompt": prompt, "stream": True, "n_predict": 24, "temperature": 0, "top_p": 1, "top_k": 40,
+            "min_p": 0.05, "presence_penalty": 0, "frequency_penalty": 0, "stop": ["<|im_end|>"], "cache_prompt": True}
+    events = _events(server, body)
+    text = "".join(e["content"] for e in events if not e["stop"])
+    assert events[-1]["stop"] is True and text
+    assert text == model.generate(prompt, max_tokens=24, temperature=0, stop=["<|im_end|>"]).text
+    # the next turn reuses the first one's cached prefix
+    again = _events(server, body)
+    assert again[-1]["timings"]["cache_n"] > 0
+
+
+# -- llama-server's fields on the OpenAI routes ----------------------------------------------------
+
+CHAT = [{"role": "user", "content": "Is the sky blue?"}]
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+          "additionalProperties": False}
+
+
+@pytest.mark.parametrize("field", [
+    {"json_schema": SCHEMA},
+    {"response_format": {"type": "json_object", "schema": SCHEMA}},
+    {"grammar": 'root ::= "{\\"ok\\": " ("true" | "false") "}"'},
+])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_constraint_fields_hold_on_the_openai_routes(server, path, field):
+    body = {"messages": CHAT} if "chat" in path else {"prompt": "Is the sky blue? JSON:"}
+    answer = _post(server, {**body, "max_tokens": 24, "temperature": 1.0, "seed": 7, **field}, path)
+    choice = answer["choices"][0]
+    text = choice["message"]["content"] if "chat" in path else choice["text"]
+    assert set(json.loads(text)) == {"ok"}, text
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"grammar": "root ::= undefined-rule"}, "grammar"),
+    ({"grammar": 12}, "grammar"),
+    ({"json_schema": "object"}, "json_schema"),
+    ({"json_schema": SCHEMA, "response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_object", "schema": []}}, "response_format.schema"),
+    ({"grammar_triggers": [{"type": "word", "value": "{"}]}, "grammar_triggers"),
+    ({"grammar": 'root ::= "x"', "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+     "grammar"),
+])
+def test_a_constraint_that_cannot_be_kept_is_a_400(server, body, param):
+    status, _, answer = raw(server.url, "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 4, **body})
+    assert status == 400 and answer["error"]["param"] == param, answer
+
+
+def test_openai_answers_carry_llama_servers_timings(server):
+    whole = _post(server, {"messages": CHAT, "max_tokens": 6, "temperature": 0}, "/v1/chat/completions")
+    assert whole["timings"]["predicted_n"] == whole["usage"]["completion_tokens"]
+    assert whole["timings"]["prompt_n"] + whole["timings"]["cache_n"] == whole["usage"]["prompt_tokens"]
+    status, _, text = raw(server.url, "POST", "/v1/completions",
+                          {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "stream": True})
+    chunks = [json.loads(line[6:]) for line in text.split("\n\n") if line and line != "data: [DONE]"]
+    timed = [c for c in chunks if "timings" in c]
+    assert len(timed) == 1 and timed[0]["choices"][0]["finish_reason"] == "length"
+    assert timed[0]["timings"]["predicted_n"] == 6
+    status, _, long = raw(server.url, "POST", "/v1/completions", {"prompt": "x " * 400})
+    assert status == 400 and long["error"]["code"] == "context_length_exceeded"
+    assert long["error"]["n_ctx"] == N_CTX and long["error"]["n_prompt_tokens"] > N_CTX
