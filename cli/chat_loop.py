@@ -5,7 +5,7 @@ import sys
 
 import click
 
-HELP = "/bye exits, /clear starts over, /help shows this; Ctrl-C stops an answer, Ctrl-D exits."
+HELP = "/bye exits, /clear starts over, /? lists the commands; Ctrl-C stops an answer, Ctrl-D exits."
 
 
 def _print_stream(chunks, verbose: bool) -> None:
@@ -48,32 +48,45 @@ class _AtPrompt(Exception):
     """Ctrl-C while the prompt waited for a line."""
 
 
-def _read_line() -> str | None:
+def _read_line(prompt: str = ">>> ") -> str | None:
     try:
-        return input(">>> ")
+        return input(prompt)
     except EOFError:
         return None
     except KeyboardInterrupt:
         raise _AtPrompt from None
 
 
-def _turn(session, verbose: bool, prompt_cache: str | None = None) -> bool:
-    """Reads one line and acts on it; False when the user is done."""
+class _Chat:
+    """The interactive loop's state: the session, and whether timings are shown (/set verbose)."""
+
+    def __init__(self, session, verbose: bool, prompt_cache: str | None):
+        self.session, self.verbose, self.prompt_cache = session, verbose, prompt_cache
+
+
+def _turn(chat: _Chat) -> bool:
+    """Reads one message (or command) and acts on it; False when the user is done."""
     from localinfer import ContextFullError
+
+    from .chat_commands import command, read_message
     line = _read_line()
-    if line is None or line.strip() == "/bye":
-        if line is None:
-            sys.stdout.write("\n")
+    text = None if line is None else read_message(line, lambda: _read_line("... "))
+    if text is None:
+        sys.stdout.write("\n")
         return False
-    text = line.strip()
+    text = text.strip()
     if not text:
         return True
-    if text == "/clear":
-        session.clear()
-        click.echo("(conversation cleared)", err=True)
-    elif text in ("/help", "/?"):
-        click.echo(HELP, err=True)
+    session = chat.session
+    if text.startswith("/"):
+        reply = command(session, text)
+        if reply is None:
+            return False
+        click.echo(reply.text, err=True)
+        if reply.verbose is not None:
+            chat.verbose = reply.verbose
     else:
+        verbose, prompt_cache = chat.verbose, chat.prompt_cache
         try:
             _print_stream(session.stream(text), verbose)
             if prompt_cache is not None:
@@ -98,13 +111,13 @@ def interactive(llm, system: str | None, verbose: bool, prompt_cache: str | None
         session = llm.chat_session(system=system, **options)
     click.echo(f"localinfer: {llm.architecture} model {llm.path} loaded, context {llm.n_ctx} tokens. {HELP}",
                err=True)
-    going = True
+    going, chat = True, _Chat(session, verbose, prompt_cache)
     while going:
         # Ctrl-C never ends the program here, wherever it lands: at the prompt it says how to
         # leave, during an answer _print_stream stops the answer, anywhere else (templating,
         # tokenizing, between statements) the turn is dropped and the prompt comes back
         try:
-            going = _turn(session, verbose, prompt_cache)
+            going = _turn(chat)
         except _AtPrompt:
             click.echo("\n(use /bye or Ctrl-D to exit)", err=True)
         except KeyboardInterrupt:

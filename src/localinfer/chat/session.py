@@ -32,6 +32,15 @@ class ChatSession:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
         self.context.reset()
 
+    def set_system(self, system: str | None) -> None:
+        """A new system prompt (None: none) from the next turn on; the conversation stays. The cached
+        turns after it are computed again once, as the prompt before them changed."""
+        self.system = system
+        if self.messages and self.messages[0]["role"] == "system":
+            self.messages.pop(0)
+        if system:
+            self.messages.insert(0, {"role": "system", "content": system})
+
     def stream(self, user_text: str, **options) -> Iterator[GenerationChunk]:
         """Send a user message; yields the answer's chunks. Closing the iterator early keeps the
         partial answer in the conversation."""
