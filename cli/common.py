@@ -22,6 +22,50 @@ def load_model(model_name, ctx_size=None, threads=None, speculative=None, cache_
                 cache_type_v=cache_type_v, **(speculative or {}))
 
 
+def model_file_options(command):
+    """llama.cpp's way to name the model and its GPU layers, beside the MODEL argument:
+    -m/--model FILE (the same as MODEL; giving both is an error), and -ngl/--n-gpu-layers N,
+    accepted so that a llama.cpp command line runs, with a note that every layer runs on the CPU."""
+    @functools.wraps(command)
+    def wrapper(*args, model, model_file, n_gpu_layers, **kwargs):
+        if model and model_file:
+            raise click.UsageError(f"give the model once: as MODEL ({model}) or with -m ({model_file})")
+        if n_gpu_layers:
+            click.echo(f"Note: -ngl {n_gpu_layers} ignored: this build runs every layer on the CPU.", err=True)
+        return command(*args, model=model or model_file, **kwargs)
+
+    wrapper = click.option("-ngl", "--n-gpu-layers", "--gpu-layers", "n_gpu_layers", type=int, default=None,
+                           metavar="N", help="llama.cpp's GPU layers: accepted, and ignored on the CPU.")(wrapper)
+    return click.option("-m", "--model", "model_file", default=None, metavar="FILE",
+                        help="The model, as llama.cpp names it (the same as MODEL).")(wrapper)
+
+
+def process_escapes(text: str) -> str:
+    """llama.cpp's -e: \\n \\r \\t \\' \\" \\\\ and \\xHH (a byte) in a prompt typed on the command line;
+    any other backslash stays as it is."""
+    out, data, i = bytearray(), text.encode("utf-8"), 0
+    simple = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"', ord("\\"): b"\\"}
+    while i < len(data):
+        c = data[i]
+        if c == ord("\\") and i + 1 < len(data):
+            nxt = data[i + 1]
+            if nxt in simple:
+                out += simple[nxt]
+                i += 2
+                continue
+            hex_digits = data[i + 2:i + 4]
+            if nxt == ord("x") and len(hex_digits) == 2 and all(chr(h) in "0123456789abcdefABCDEF" for h in hex_digits):
+                out.append(int(hex_digits, 16))
+                i += 4
+                continue
+            out += data[i:i + 2]
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return out.decode("utf-8", errors="replace")
+
+
 def speculative_options(command):
     """llama.cpp's speculative-decoding options, handed to the command as one `speculative` dict."""
     @functools.wraps(command)

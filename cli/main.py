@@ -12,7 +12,8 @@ import click
 from localinfer.sampling.params import SamplingParams as D   # the sampling defaults
 
 from .bench_group import bench
-from .common import cache_type_options, load_model, set_threads, speculative_options
+from .common import (cache_type_options, load_model, model_file_options, process_escapes, set_threads,
+                     speculative_options)
 from .convert import convert
 from .embed import embed
 from .imatrix import imatrix
@@ -42,8 +43,13 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 @main.command()
 @click.argument("model", required=False)
+@model_file_options
 @click.option("-p", "--prompt", help="Answer this one message and exit.")
-@click.option("-n", "--max-tokens", type=int, default=-1, show_default=True,
+@click.option("-f", "--file", "prompt_file", type=click.File("r", encoding="utf-8"), default=None,
+              help="Answer the message in this file and exit (llama.cpp's -f).")
+@click.option("-e/--no-escape", "--escape", "escape", default=True, show_default=True,
+              help="Read \\n, \\t, \\\\, \\xHH ... in -p/-f as the characters they stand for, as llama.cpp does.")
+@click.option("-n", "--max-tokens", "--n-predict", type=int, default=-1, show_default=True,
               help="Most tokens per answer (-1: until the model stops or the context is full).")
 @click.option("--temp", "temperature", type=float, default=D.temperature, show_default=True, help="0 is greedy.")
 @click.option("--top-k", type=int, default=D.top_k, show_default=True)
@@ -53,31 +59,46 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 @click.option("--seed", type=int, default=None, help="Same seed, same answer.")
 @click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads.")
 @click.option("-c", "--ctx-size", type=click.IntRange(16), default=None, help="Context length in tokens.")
-@click.option("--system", default=None, help="System prompt.")
-@click.option("--raw", is_flag=True, help="Plain text completion of the prompt, no chat template.")
+@click.option("--system", "-sys", "--system-prompt", default=None, help="System prompt.")
+@click.option("--raw", "-no-cnv", "--no-conversation", is_flag=True,
+              help="Plain text completion of the prompt, no chat template.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Print time to first token and tokens/s after an answer (an interactive chat does unless --quiet).")
 @click.option("-q", "--quiet", is_flag=True, help="Interactive chat: no timings line after each answer.")
-@click.option("--json-schema", "json_schema_file", type=click.File("r", encoding="utf-8"), default=None,
-              help="Answers are JSON that validates against the JSON Schema in this file.")
+@click.option("-j", "--json-schema", default=None, metavar="SCHEMA",
+              help="Answers are JSON that validates against this JSON Schema (given as JSON, as llama.cpp's is).")
+@click.option("-jf", "--json-schema-file", type=click.File("r", encoding="utf-8"), default=None,
+              help="The same, with the schema in this file.")
+@click.option("--grammar", default=None, metavar="GBNF", help="Answers follow this grammar (llama.cpp's GBNF).")
 @click.option("--grammar-file", type=click.File("r", encoding="utf-8"), default=None,
-              help="Answers follow the grammar in this file (GBNF, llama.cpp's grammar format).")
+              help="Answers follow the grammar in this file (GBNF).")
 @click.option("--prompt-cache", type=click.Path(dir_okay=False), default=None, callback=checked_path,
               help="Keep the KV state in this file: a later run reuses the prompt (or continues the chat) it holds.")
 @speculative_options
 @cache_type_options
-def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, threads, ctx_size,
-        system, raw, verbose, quiet, json_schema_file, grammar_file, prompt_cache, speculative, cache_type_k,
-        cache_type_v):
+def run(model, prompt, prompt_file, escape, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed,
+        threads, ctx_size, system, raw, verbose, quiet, json_schema, json_schema_file, grammar, grammar_file,
+        prompt_cache, speculative, cache_type_k, cache_type_v):
     """Chat with MODEL (a catalog name or a .gguf path; default: the catalog default).
 
-    Interactive in a terminal (/bye exits, /clear starts over, Ctrl-C stops an answer).
-    With -p, or with text piped on stdin, answers once and exits."""
+    Interactive in a terminal (/bye exits, /clear starts over, /? lists the commands, Ctrl-C stops an
+    answer). With -p or -f, or with text piped on stdin, answers once and exits. llama.cpp's
+    -m, -f, -e, -ngl, --n-predict, -sys and -no-cnv mean what they mean there."""
     set_threads(threads)
     from .chat_loop import answer, interactive
 
     if verbose and quiet:
         raise click.UsageError("--verbose and --quiet ask for opposite things: give one")
+    if prompt is not None and prompt_file is not None:
+        raise click.UsageError("give the prompt once: -p TEXT or -f FILE")
+    if prompt_file is not None:
+        prompt = prompt_file.read()
+    if prompt is not None and escape:
+        prompt = process_escapes(prompt)
+    constraints = [name for name, v in (("--json-schema", json_schema), ("--json-schema-file", json_schema_file),
+                                        ("--grammar", grammar), ("--grammar-file", grammar_file)) if v is not None]
+    if len(constraints) > 1:
+        raise click.UsageError(f"give one of {' and '.join(constraints)}: each constrains every answer")
     if max_tokens < -1:  # before the model loads: -1 is "no limit" (llama.cpp's), another negative a mistake
         raise click.ClickException(f"-n/--max-tokens must be -1 (until the context is full) or >= 0, "
                                    f"got {max_tokens}")
@@ -87,8 +108,8 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
         raise click.ClickException(str(e))
     options = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k,
                    top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed)
-    if json_schema_file or grammar_file:
-        options["grammar"] = _constraint(llm, json_schema_file, grammar_file)
+    if constraints:
+        options["grammar"] = _constraint(llm, json_schema, json_schema_file, grammar, grammar_file)
     if prompt is None and not sys.stdin.isatty():
         prompt = sys.stdin.read().strip()  # the newline that ends piped text is not part of the message
     try:
@@ -102,17 +123,22 @@ def run(model, prompt, max_tokens, temperature, top_k, top_p, min_p, repeat_pena
         raise click.ClickException(str(e))
 
 
-def _constraint(llm, json_schema_file, grammar_file):
-    """The --json-schema / --grammar-file constraint, compiled once for every answer of the run."""
+def _constraint(llm, json_schema, json_schema_file, grammar, grammar_file):
+    """The one constraint given (run has checked), compiled once for every answer of the run."""
     from localinfer.constrain import GrammarError, compile_grammar
-    if json_schema_file and grammar_file:
-        raise click.UsageError("give --json-schema or --grammar-file, not both")
+    if json_schema is not None:
+        try:
+            json.loads(json_schema)
+        except json.JSONDecodeError as e:
+            hint = (f"; {json_schema} is a file: use --json-schema-file" if os.path.isfile(json_schema) else "")
+            raise click.UsageError(f"--json-schema takes the schema itself, as JSON ({e}){hint}") from None
+    name, kind, text = (("--json-schema", "json_schema", json_schema) if json_schema is not None else
+                        (json_schema_file.name, "json_schema", json_schema_file.read()) if json_schema_file else
+                        ("--grammar", "gbnf", grammar) if grammar is not None else
+                        (grammar_file.name, "gbnf", grammar_file.read()))
     try:
-        if json_schema_file:
-            return compile_grammar(llm.tokenizer, json_schema=json_schema_file.read())
-        return compile_grammar(llm.tokenizer, gbnf=grammar_file.read())
+        return compile_grammar(llm.tokenizer, **{kind: text})
     except GrammarError as e:
-        name = json_schema_file.name if json_schema_file else grammar_file.name
         raise click.ClickException(f"{name}: {e}")
 
 

@@ -12,7 +12,7 @@ import click
 from localinfer.batching.config import EngineConfig
 from localinfer.serve.config import ServerConfig
 
-from .common import cache_type_options, load_model, set_threads, speculative_options
+from .common import cache_type_options, load_model, model_file_options, set_threads, speculative_options
 from .config_options import config_options
 from .serve_models import build_pool, duration, model_list, size
 from .serve_ray import ray_options, serve_ray
@@ -20,6 +20,7 @@ from .serve_ray import ray_options, serve_ray
 
 @click.command()
 @click.argument("model", required=False)
+@model_file_options
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (127.0.0.1: this machine only; 0.0.0.0 exposes it to the network).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)

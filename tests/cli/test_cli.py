@@ -38,6 +38,29 @@ def test_raw_completion(smollm2_model):
     assert r.stdout == want + "\n"
 
 
+def test_a_llama_cpp_command_line(smollm2_model, smollm2_path, tmp_path):
+    """llama-cli's habits: -m FILE, -f FILE, escapes in the prompt, -ngl, --n-predict, -no-cnv, -sys."""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("The capital of France is")
+    want = smollm2_model.generate("The capital of France is", max_tokens=6, temperature=0).text
+    r = _run(["run", "-m", str(smollm2_path), "-f", str(prompt), "-no-cnv", "--n-predict", "6", "--temp", "0",
+              "-ngl", "99"])
+    assert r.returncode == 0 and r.stdout == want + "\n", r.stderr
+    assert "-ngl 99 ignored" in r.stderr
+    lines = "Line one.\nLine two."
+    want = smollm2_model.generate(lines, max_tokens=4, temperature=0).text
+    r = _run(["run", str(smollm2_path), "-p", "Line one.\\nLine two.", "-no-cnv", "-n", "4", "--temp", "0"])
+    assert r.returncode == 0 and r.stdout == want + "\n", r.stderr   # -e is on by default, as in llama.cpp
+    want = smollm2_model.chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+                              max_tokens=6, temperature=0).text
+    r = _run(["run", str(smollm2_path), "-sys", "Be brief.", "-p", "Hi", "-n", "6", "--temp", "0"])
+    assert r.returncode == 0 and r.stdout.strip() == want.strip(), r.stderr
+    for args, says in ((["run", "smollm2", "-m", str(smollm2_path), "-p", "x"], "give the model once"),
+                       (["run", "smollm2", "-p", "x", "-f", str(prompt)], "give the prompt once")):
+        r = _run(args)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
 def test_errors_are_messages_not_tracebacks(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a model at all")
