@@ -222,3 +222,42 @@ def test_openai_answers_carry_llama_servers_timings(server):
     status, _, long = raw(server.url, "POST", "/v1/completions", {"prompt": "x " * 400})
     assert status == 400 and long["error"]["code"] == "context_length_exceeded"
     assert long["error"]["n_ctx"] == N_CTX and long["error"]["n_prompt_tokens"] > N_CTX
+
+
+# -- llama-server's /props, /slots and metrics -------------------------------------------------------
+
+
+def test_props_are_llama_servers_without_the_model_path(server, model, smollm2_path):
+    status, _, props = raw(server.url, "GET", "/props")
+    assert status == 200 and props["total_slots"] == 2 and props["model_alias"] == "smollm2"
+    assert props["default_generation_settings"]["n_ctx"] == N_CTX
+    assert props["default_generation_settings"]["params"]["temperature"] == 0.8
+    assert props["chat_template"] == model.chat_template.source and props["eos_token"] == "<|im_end|>"
+    assert props["modalities"] == {"vision": False, "audio": False}
+    assert str(smollm2_path) not in json.dumps(props) and "model_path" not in props
+
+
+def test_slots_show_what_each_slot_holds(server):
+    status, _, slots = raw(server.url, "GET", "/slots")
+    assert status == 200 and [s["id"] for s in slots] == [0, 1]
+    assert all(s["n_ctx"] == N_CTX and s["is_processing"] is False and s["id_task"] == -1 for s in slots)
+
+
+def test_llamacpp_metrics_beside_localinfers(server):
+    from serve_helpers import metric
+    before = raw(server.url, "GET", "/metrics")[2]
+    answer = _post(server, {"prompt": "One two three four five", "n_predict": 5, "temperature": 0,
+                            "cache_prompt": False})
+    after = raw(server.url, "GET", "/metrics")[2]
+
+    def grew(name):
+        return metric(after, name, model="smollm2") - metric(before, name, model="smollm2")
+
+    assert grew("llamacpp:tokens_predicted_total") == 5 == grew("localinfer_generated_tokens_total")
+    assert grew("llamacpp:prompt_tokens_total") == answer["timings"]["prompt_n"]
+    assert grew("llamacpp:prompt_seconds_total") == pytest.approx(answer["timings"]["prompt_ms"] / 1e3)
+    assert grew("llamacpp:tokens_predicted_seconds_total") == pytest.approx(answer["timings"]["predicted_ms"] / 1e3)
+    assert grew("llamacpp:n_decode_total") >= 5
+    assert metric(after, "llamacpp:requests_processing", model="smollm2") == 0
+    assert metric(after, "llamacpp:predicted_tokens_seconds", model="smollm2") > 0
+    assert "# TYPE llamacpp:prompt_tokens_seconds gauge" in after

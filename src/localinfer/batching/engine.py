@@ -124,6 +124,7 @@ class Engine:
         self._wake = threading.Condition()
         self._closed = False
         self.steps = 0
+        self.n_tokens_max = 0  # the longest sequence finished (prompt and answer), for llama-server's metric
         self._thread = threading.Thread(target=self._run, name="localinfer-engine", daemon=True)
         self._thread.start()
 
@@ -218,7 +219,23 @@ class Engine:
                     "prefix_cache_bytes": self.prefix_cache.nbytes if self.prefix_cache else 0,
                     "prefix_cache_blocks": len(self.prefix_cache) if self.prefix_cache else 0,
                     **self._disk_state(),
-                    "steps": self.steps}
+                    "steps": self.steps, "n_tokens_max": self.n_tokens_max}
+
+    def slot_states(self) -> list[dict]:
+        """Each slot as llama-server's GET /slots shows it: its request (id_task), tokens in its cache,
+        and how many the request has generated and may still."""
+        with self._wake:
+            out = []
+            for s in self.slots:
+                r = s.request
+                n_decoded = len(s.gen.out.tokens) if s.gen is not None else 0
+                remain = -1 if r is None or r.max_tokens is None else r.max_tokens - n_decoded
+                out.append({"id": s.index, "id_task": r.id if r is not None else -1, "n_ctx": self.n_ctx,
+                            "speculative": s.proposer is not None, "is_processing": r is not None,
+                            "n_tokens": len(s.tokens), "n_prompt_tokens": len(r.prompt) if r is not None else 0,
+                            "next_token": {"has_next_token": r is not None, "n_remain": remain,
+                                           "n_decoded": n_decoded}})
+            return out
 
     def _disk_state(self) -> dict:
         disk = self.prefix_cache.disk if self.prefix_cache is not None else None
@@ -371,6 +388,7 @@ class Engine:
                     continue  # more of the prompt next step
                 slot.request.timings.prefill_s = time.perf_counter() - slot.prefill_start
                 self.metrics.count("prefills")
+                self.metrics.count("prompt_seconds", slot.request.timings.prefill_s)
                 if slot.scores is not None:
                     slot.request.prompt_scores = slot.scores  # before the first chunk: a reader takes it then
                     if slot.request.max_tokens == 0:  # scoring only
@@ -468,6 +486,8 @@ class Engine:
             t = r.timings
             if t.generated_tokens > 1 and t.decode_s > 0:
                 self.metrics.observe("decode_tokens_per_second", t.decode_tps)
+            self.metrics.count("decode_seconds", t.decode_s)
+            self.n_tokens_max = max(self.n_tokens_max, len(slot.tokens))
             self.metrics.count("completed")
             if self.completion_cache is not None:
                 self.completion_cache.put(r, slot.chunks)

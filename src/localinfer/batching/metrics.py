@@ -4,6 +4,7 @@
     localinfer_prompt_tokens_total, localinfer_prompt_tokens_cached_total, localinfer_generated_tokens_total
     localinfer_prefills_total, localinfer_prompt_tokens_shared_total   prompts evaluated; n>1 choices' copied K/V
     localinfer_draft_tokens_total, localinfer_draft_tokens_accepted_total   speculative decoding
+    localinfer_prompt_seconds_total, localinfer_decode_seconds_total   time computing prompts, generating
     localinfer_ttft_seconds                   histogram: submit -> first token (queueing included)
     localinfer_decode_tokens_per_second       histogram: per request, after its first token
     localinfer_batch_size                     histogram: sequences per forward pass
@@ -28,6 +29,8 @@ COUNTERS = {  # name -> (metric, label or None, help)
     "completion_cache_hits": ("completion_cache_hits_total", None, "Deterministic requests answered from memory."),
     "draft_tokens": ("draft_tokens_total", None, "Tokens drafted by speculative decoding (draft model or lookup)."),
     "draft_tokens_accepted": ("draft_tokens_accepted_total", None, "Drafted tokens the model kept."),
+    "prompt_seconds": ("prompt_seconds_total", None, "Seconds spent computing prompts (their uncached tokens)."),
+    "decode_seconds": ("decode_seconds_total", None, "Seconds spent generating, after each request's first token."),
 }
 HISTOGRAMS = {
     "ttft_seconds": ((0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), "Time to first token, queueing included."),
@@ -67,7 +70,7 @@ class Metrics:
         self.counters = {k: 0 for k in COUNTERS}
         self.histograms = {k: Histogram(b) for k, (b, _) in HISTOGRAMS.items()}
 
-    def count(self, name: str, n: int = 1) -> None:
+    def count(self, name: str, n: float = 1) -> None:
         with self._lock:
             self.counters[name] += n
 

@@ -147,7 +147,8 @@ def _card(entry, created: int) -> dict:
 
 async def props(request: Request) -> Response:
     async with request.app.state.registry.lease(None) as served:
-        return JSONResponse(webui.props(served.name, served.engine.n_ctx, len(served.engine.slots)))
+        return JSONResponse(llamacpp_routes.props_json(served.name, served.model, served.engine.n_ctx,
+                                                       len(served.engine.slots)))
 
 
 def page(path: str):
@@ -176,6 +177,7 @@ def _routes() -> list[Route]:
         ("/completion", llamacpp_completion.completion), ("/completions", llamacpp_completion.completion),
         ("/tokenize", llamacpp_routes.tokenize), ("/detokenize", llamacpp_routes.detokenize),
         ("/apply-template", llamacpp_routes.apply_template))]
+    routes.append(Route("/slots", endpoint(llamacpp_routes.slots), methods=["GET"]))
     # the page asks for the key itself, through the API
     routes += [Route(path or "/", endpoint(page(path), public=True), methods=["GET"]) for path in webui.PAGE_FILES]
     return routes

@@ -6,6 +6,10 @@ written against it:
     POST /detokenize      {"tokens": [id ...]}            -> {"content": str}
     POST /apply-template  {"messages": [...]}             -> {"prompt": the rendered chat, as /v1/chat/completions
                                                               would prefill it}
+    GET  /props           {"default_generation_settings", "total_slots", "model_alias", "modalities",
+                           "chat_template", "bos_token", "eos_token", "build_info"}, and the page's
+                           "model" and "n_ctx"; no "model_path" (a client needs no server's file names)
+    GET  /slots           [{"id", "id_task", "n_ctx", "is_processing", "n_tokens", "next_token": {...}}, ...]
 
 A piece that is not valid UTF-8 on its own (a byte token) comes as its byte values, as llama-server
 sends it. Errors are OpenAI-shaped 400s naming the field, as on the other routes.
@@ -91,3 +95,29 @@ def _route(work):
 
 
 tokenize, detokenize, apply_template = _route(_tokens), _route(_content), _route(_prompt)
+
+
+def props_json(name: str, model, n_ctx: int, n_slots: int) -> dict:
+    """llama-server's /props for one served model."""
+    from dataclasses import asdict
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ..sampling.params import SamplingParams
+    from .webui import props
+    try:
+        build = f"localinfer {version('localinfer')}"
+    except PackageNotFoundError:
+        build = "localinfer"
+    t = model.tokenizer
+    defaults = {k: v for k, v in asdict(SamplingParams()).items() if isinstance(v, (int, float, type(None)))}
+    return {**props(name, n_ctx, n_slots),
+            "default_generation_settings": {"n_ctx": n_ctx, "params": {**defaults, "n_predict": -1}},
+            "model_alias": name, "modalities": {"vision": False, "audio": False},
+            "chat_template": model.chat_template.source or "",
+            "bos_token": t.token_text(t.bos_id) if t.bos_id is not None else "",
+            "eos_token": t.token_text(t.eos_id) if t.eos_id is not None else "", "build_info": build}
+
+
+async def slots(request: Request) -> Response:
+    async with request.app.state.registry.lease(request.query_params.get("model")) as served:
+        return JSONResponse(served.engine.slot_states())
