@@ -24,18 +24,21 @@ def load_model(model_name, ctx_size=None, threads=None, speculative=None, cache_
 
 def model_file_options(command):
     """llama.cpp's way to name the model and its GPU layers, beside the MODEL argument:
-    -m/--model FILE (the same as MODEL; giving both is an error), and -ngl/--n-gpu-layers N,
+    -m/--model FILE or -hf USER/REPO[:QUANT] (the same as MODEL; giving two is an error), and -ngl N,
     accepted so that a llama.cpp command line runs, with a note that every layer runs on the CPU."""
     @functools.wraps(command)
-    def wrapper(*args, model, model_file, n_gpu_layers, **kwargs):
-        if model and model_file:
-            raise click.UsageError(f"give the model once: as MODEL ({model}) or with -m ({model_file})")
+    def wrapper(*args, model, model_file, hf_repo, n_gpu_layers, **kwargs):
+        given = [m for m in (model, model_file, hf_repo and f"hf.co/{hf_repo}") if m]
+        if len(given) > 1:
+            raise click.UsageError(f"give the model once, as MODEL, -m FILE or -hf REPO (got {', '.join(given)})")
         if n_gpu_layers:
             click.echo(f"Note: -ngl {n_gpu_layers} ignored: this build runs every layer on the CPU.", err=True)
-        return command(*args, model=model or model_file, **kwargs)
+        return command(*args, model=given[0] if given else None, **kwargs)
 
     wrapper = click.option("-ngl", "--n-gpu-layers", "--gpu-layers", "n_gpu_layers", type=int, default=None,
                            metavar="N", help="llama.cpp's GPU layers: accepted, and ignored on the CPU.")(wrapper)
+    wrapper = click.option("-hf", "--hf-repo", default=None, metavar="USER/REPO[:QUANT]",
+                           help="A model from Hugging Face (the same as MODEL hf.co/USER/REPO[:QUANT]).")(wrapper)
     return click.option("-m", "--model", "model_file", default=None, metavar="FILE",
                         help="The model, as llama.cpp names it (the same as MODEL).")(wrapper)
 

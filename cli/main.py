@@ -146,7 +146,8 @@ def _constraint(llm, json_schema, json_schema_file, grammar, grammar_file):
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Fetch again even if cached.")
 def pull(name, force):
-    """Fetch catalog model NAME into the cache (checksum verified)."""
+    """Fetch model NAME into the cache (checksum verified): a catalog name, or a Hugging Face
+    hf.co/USER/REPO[:QUANT] (into huggingface_hub's cache; the `hf` extra)."""
     from localinfer.files.fetch import FetchError, ModelNotFoundError, pull as do_pull
     try:
         path = do_pull(name, progress=ByteProgress(f"pulling {name}"), force=force)

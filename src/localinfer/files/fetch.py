@@ -30,21 +30,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from .regular_file import atomic_write, open_regular
+from .cache import (CHUNK, FetchError, ModelNotFoundError, cache_dir, read_stamp, remove_stamp, sha256_file,  # noqa: F401
+                    stamp_key, stamp_path, write_stamp)
 
-CHUNK = 1 << 20
-STAMP_SUFFIX = ".verified"
-MAX_STAMP_BYTES = 4096  # a stamp is one small JSON object: more is damage, read no further
 
 log = logging.getLogger(__name__)
-
-
-class ModelNotFoundError(LookupError):
-    pass
-
-
-class FetchError(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -55,14 +45,6 @@ class CatalogEntry:
     size: int
     sha256: str
     wheels: tuple[dict, ...]
-
-
-def cache_dir() -> Path:
-    """$LOCALINFER_CACHE, else $XDG_CACHE_HOME/localinfer, else ~/.cache/localinfer."""
-    if os.environ.get("LOCALINFER_CACHE"):
-        return Path(os.environ["LOCALINFER_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "localinfer"
 
 
 def load_catalog() -> tuple[str, dict[str, CatalogEntry]]:
@@ -90,53 +72,6 @@ class CacheStatus:
     detail: str = ""
 
 
-def stamp_path(path: Path) -> Path:
-    return path.with_name(path.name + STAMP_SUFFIX)
-
-
-def _stamp_key(st: os.stat_result, sha256: str) -> dict:
-    # Any write moves mtime; a file put in place by rename (cp -p, rsync) has a new inode.
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "sha256": sha256}
-
-
-def _read_stamp(path: Path) -> dict | None:
-    """The stamp's contents, or None for a missing or damaged one (or a FIFO or device in its
-    place, which a plain open would block on or read forever)."""
-    try:
-        with open_regular(stamp_path(path)) as f:
-            data = json.loads(f.read(MAX_STAMP_BYTES))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_stamp(path: Path, key: dict) -> None:
-    """Atomically (a reader sees the old stamp or the new one); a cache we cannot write to only
-    means the next check hashes again."""
-    stamp = stamp_path(path)
-    try:
-        # 0644: mkstemp's 0600 would hide it from other users of a shared cache
-        with atomic_write(stamp, durable=False, mode=0o644) as f:
-            f.write(json.dumps(key).encode())
-    except OSError as e:
-        log.debug("could not write %s: %s", stamp, e)
-
-
-def _remove_stamp(path: Path) -> None:
-    try:
-        stamp_path(path).unlink(missing_ok=True)
-    except OSError as e:  # harmless: a stamp only matches the file it was written for
-        log.debug("could not remove %s: %s", stamp_path(path), e)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cache_status(entry: CatalogEntry) -> CacheStatus:
     """Checks the cached file against the catalog's size and SHA-256; the hash is skipped when
     the stamp shows the file unchanged since it last matched."""
@@ -149,15 +84,15 @@ def cache_status(entry: CatalogEntry) -> CacheStatus:
         return CacheStatus(path, "corrupt", "not a regular file")
     if st.st_size != entry.size:
         return CacheStatus(path, "corrupt", f"{st.st_size} bytes, expected {entry.size}")
-    key = _stamp_key(st, entry.sha256)
-    if _read_stamp(path) == key:
+    key = stamp_key(st, entry.sha256)
+    if read_stamp(stamp_path(path)) == key:
         return CacheStatus(path, "ok")
     # The key is taken before hashing: a write during the hash moves mtime, so the stamp will not match.
     actual = sha256_file(path)
     if actual != entry.sha256:
-        _remove_stamp(path)
+        remove_stamp(path)
         return CacheStatus(path, "corrupt", f"sha256 {actual}, expected {entry.sha256}")
-    _write_stamp(path, key)
+    write_stamp(stamp_path(path), key)
     return CacheStatus(path, "ok")
 
 
@@ -175,18 +110,22 @@ def is_cached(entry: CatalogEntry) -> bool:
 
 def resolve_model(model: str | os.PathLike | None, *, download: bool = True,
                   progress: Callable[[int, int], None] | None = None) -> Path:
-    """A path to an existing file is used as is; a catalog name is fetched if needed;
-    None means the default model."""
+    """A path to an existing file is used as is; a catalog name is fetched if needed, and so is a
+    Hugging Face name (hf.co/USER/REPO[:QUANT], files/hf.py); None means the default model."""
     if model is None:
         model = default_model_name()
     path = Path(model).expanduser()
     if path.is_file():
         return path
+    from . import hf
+    if hf.is_hf_name(str(model)):
+        return hf.fetch(str(model), download=download, progress=progress)
     default, entries = load_catalog()
     entry = entries.get(str(model))
     if entry is None:
         known = ", ".join(sorted(entries))
-        raise ModelNotFoundError(f"{model!s} is neither a file nor a known model name (known: {known})")
+        raise ModelNotFoundError(f"{model!s} is neither a file nor a known model name (known: {known}; "
+                                 f"or a Hugging Face name: hf.co/USER/REPO[:QUANT])")
     status = cache_status(entry)
     if status.state == "ok":
         return status.path
@@ -198,6 +137,9 @@ def resolve_model(model: str | os.PathLike | None, *, download: bool = True,
 
 
 def pull(name: str, *, progress: Callable[[int, int], None] | None = None, force: bool = False) -> Path:
+    from . import hf
+    if hf.is_hf_name(name):
+        return hf.fetch(name, force=force, progress=progress)
     _, entries = load_catalog()
     if name not in entries:
         raise ModelNotFoundError(f"unknown model {name!r} (known: {', '.join(sorted(entries))})")
@@ -272,7 +214,7 @@ def _download(entry: CatalogEntry, progress: Callable[[int, int], None] | None) 
                              f"expected {entry.size} bytes with sha256 {entry.sha256}")
         os.replace(partial, target)
         # Just hashed while streaming: the stamp saves hashing it again on first use.
-        _write_stamp(target, _stamp_key(target.stat(), entry.sha256))
+        write_stamp(stamp_path(target), stamp_key(target.stat(), entry.sha256))
     finally:
         if partial.exists():
             partial.unlink()

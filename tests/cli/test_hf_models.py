@@ -1,0 +1,69 @@
+"""Models by their Hugging Face name (files/hf.py): `pull hf.co/USER/REPO:QUANT` and `run -hf USER/REPO:QUANT`,
+against a fake Hub on loopback (tests/fake_hub.py) through the real huggingface_hub."""
+import os
+import subprocess
+
+import pytest
+
+from fake_hub import FakeHub
+from terminal import CMD
+
+pytest.importorskip("huggingface_hub", reason="the hf extra (huggingface_hub) is not installed")
+
+REPO = "someone/SmolLM2-135M-Instruct-GGUF"
+
+
+@pytest.fixture(scope="module")
+def hub(smollm2_path):
+    data = smollm2_path.read_bytes()
+    files = {"SmolLM2-135M-Instruct.Q4_1.gguf": data, "SmolLM2-135M-Instruct.Q4_K_M.gguf": data,
+             "mmproj-SmolLM2-f16.gguf": b"GGUF not a model", "README.md": b"# a model card"}
+    with FakeHub({REPO: files, "someone/split-GGUF": {"big-Q4_0-00001-of-00002.gguf": data[:100],
+                                                      "big-Q4_0-00002-of-00002.gguf": data[100:200]}}) as h:
+        yield h
+
+
+def _run(args, hub, home, timeout=180):
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(home / "hf"), "LOCALINFER_CACHE": str(home / "li"),
+           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    env.pop("HF_HUB_OFFLINE", None)
+    env.pop("HF_TOKEN", None)
+    return subprocess.run(CMD + args, capture_output=True, text=True, timeout=timeout, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_pull_by_quant_then_run_from_the_cache(hub, tmp_path, smollm2_path, smollm2_model):
+    r = _run(["pull", f"hf.co/{REPO}:Q4_1"], hub, tmp_path)
+    assert r.returncode == 0, r.stderr
+    path = r.stdout.strip()
+    assert open(path, "rb").read() == smollm2_path.read_bytes()
+    assert hub.downloads == [f"{REPO}/SmolLM2-135M-Instruct.Q4_1.gguf"]
+    want = smollm2_model.chat([{"role": "user", "content": "Hi"}], max_tokens=5, temperature=0).text
+    r = _run(["run", "-hf", f"{REPO}:q4_1", "-p", "Hi", "-n", "5", "--temp", "0"], hub, tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == want.strip(), r.stderr
+    assert len(hub.downloads) == 1   # the tag in another case names the same file: from the cache
+
+
+def test_without_a_tag_q4_k_m_is_taken_and_the_projector_never(hub, tmp_path):
+    r = _run(["pull", f"huggingface.co/{REPO}"], hub, tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().endswith("SmolLM2-135M-Instruct.Q4_K_M.gguf"), r.stderr
+
+
+@pytest.mark.parametrize("name, says", [
+    (f"hf.co/{REPO}:Q9_9", "has no .gguf file for 'Q9_9'"),
+    ("hf.co/nobody/nothing", "no such repository"),
+    ("hf.co/someone/split-GGUF:Q4_0", "split in parts"),
+    ("hf.co/../etc", "not a Hugging Face model name"),
+])
+def test_names_that_cannot_be_fetched_are_one_line_errors(hub, tmp_path, name, says):
+    r = _run(["pull", name], hub, tmp_path)
+    assert r.returncode == 1 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_download_that_does_not_match_the_hubs_checksum_is_refused(hub, tmp_path):
+    hub.corrupt.add(f"{REPO}/SmolLM2-135M-Instruct.Q4_1.gguf")
+    try:
+        r = _run(["pull", f"hf.co/{REPO}:Q4_1"], hub, tmp_path)
+    finally:
+        hub.corrupt.clear()
+    assert r.returncode == 1 and "does not match the Hub's checksum" in r.stderr, r.stderr
