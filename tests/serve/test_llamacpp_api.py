@@ -261,3 +261,46 @@ def test_llamacpp_metrics_beside_localinfers(server):
     assert metric(after, "llamacpp:requests_processing", model="smollm2") == 0
     assert metric(after, "llamacpp:predicted_tokens_seconds", model="smollm2") > 0
     assert "# TYPE llamacpp:prompt_tokens_seconds gauge" in after
+
+
+# -- /infill -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fim_server(tmp_path_factory):
+    """A random-weight llama whose byte-level vocabulary has StarCoder's FIM tokens."""
+    import synthetic_gguf
+    from localinfer.tokenizer.bpe import BYTE_TO_UNICODE
+    fim = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>"]
+    tokens = list(BYTE_TO_UNICODE) + fim + [f"t{i}" for i in range(synthetic_gguf.N_VOCAB - 256 - len(fim))]
+    path = tmp_path_factory.mktemp("fim") / "fim.gguf"
+    synthetic_gguf.write(path, tokens=tokens, merges=("t 1",))   # "t1" is a token: one merge, never used here
+    # a context beyond llama-server's 2048-token batch, the room its infill gives other files (and past the
+    # synthetic file's trained length, which load warns about)
+    with pytest.warns(UserWarning, match="trained on"):
+        m = localinfer.load(str(path), n_ctx=4096)
+    with m, BackgroundServer(m, "fim", port=0, n_slots=1, n_ctx=4096) as s:
+        yield s
+
+
+def test_infill_is_llama_servers_fim_prompt(fim_server):
+    body = {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n", "prompt": "ret",
+            "n_predict": 4, "temperature": 0}
+    answer = _post(fim_server, body, "/infill")
+    assert answer["prompt"] == ("<fim_prefix>def add(a, b):\n    ret<fim_suffix>\n\nprint(add(1, 2))\n"
+                                "<fim_middle>")
+    assert answer["tokens_predicted"] == 4 and answer["stop"] is True
+    # other files as context: before the prefix, behind llama-server's snippet separator (no file tokens here)
+    extra = _post(fim_server, {**body, "input_extra": [{"filename": "util.py", "text": "X = 1"}]}, "/infill")
+    assert extra["prompt"].startswith("\n\n--- snippet ---\n\nX = 1<fim_prefix>def add")
+    streamed = _events(fim_server, body, "/infill")
+    assert "".join(e["content"] for e in streamed[:-1]) == answer["content"]
+
+
+def test_infill_needs_fim_tokens_and_its_fields(server, fim_server):
+    status, _, answer = raw(server.url, "POST", "/infill", {"input_prefix": "a", "input_suffix": "b"})
+    assert status == 501 and "infill is not supported by this model" in answer["error"]["message"]
+    for body, param in (({"input_suffix": "b"}, "input_prefix"), ({"input_prefix": "a", "input_suffix": 3}, "input_suffix"),
+                        ({"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": 1}]}, "input_extra")):
+        status, _, answer = raw(fim_server.url, "POST", "/infill", body)
+        assert status == 400 and answer["error"]["param"] == param, answer

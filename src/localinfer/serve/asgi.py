@@ -175,6 +175,7 @@ def _routes() -> list[Route]:
     # llama-server's own routes, un-prefixed as it serves them
     routes += [Route(path, endpoint(handler), methods=["POST"]) for path, handler in (
         ("/completion", llamacpp_completion.completion), ("/completions", llamacpp_completion.completion),
+        ("/infill", llamacpp_completion.infill),
         ("/tokenize", llamacpp_routes.tokenize), ("/detokenize", llamacpp_routes.detokenize),
         ("/apply-template", llamacpp_routes.apply_template))]
     routes.append(Route("/slots", endpoint(llamacpp_routes.slots), methods=["GET"]))

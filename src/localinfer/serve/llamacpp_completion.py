@@ -1,6 +1,8 @@
 """llama-server's native completion route, POST /completion (and /completions, its un-prefixed name
 for the same route; /v1/completions is OpenAI's), for the clients written against it (Continue's
-llama.cpp provider, SillyTavern, llama.cpp's own scripts).
+llama.cpp provider, SillyTavern, llama.cpp's own scripts), and its fill-in-the-middle POST /infill
+(`input_prefix`, `input_suffix`, `input_extra`, `prompt`: the text already typed at the cursor), which
+answers as /completion does; a model without FIM tokens is a 501 that says so.
 
 The request is read as llama-server reads it and rewritten as the /v1/completions body api.py
 already checks, so both routes share every check, the engine and the stop handling:
@@ -258,11 +260,81 @@ async def _events(job: api.Job, shaper: NativeShaper):
         yield _event(api.ApiError(500, f"generation failed: {e}", "server_error").body())
 
 
+# -- fill-in-the-middle ---------------------------------------------------------------------------
+
+N_BATCH = 2048  # llama-server's default batch, which its infill prompt is cut to fit (or the context, if smaller)
+
+
+def _fim_ids(model) -> dict:
+    special = model.tokenizer.vocab.special
+    missing = [name for name in ("fim_pre", "fim_suf", "fim_mid") if special.get(name) is None]
+    if missing:
+        raise api.ApiError(501, f"infill is not supported by this model: its vocabulary has no {', '.join(missing)} "
+                                f"token (a fill-in-the-middle model has <|fim_prefix|>, <|fim_suffix|> and "
+                                f"<|fim_middle|> or their kin)", "not_supported_error")
+    return special
+
+
+def infill_tokens(model, body: dict, n_ctx: int) -> list[int]:
+    """llama-server's format_prompt_infill: [extra chunks][BOS][FIM_PRE]prefix prompt[FIM_SUF]suffix[FIM_MID],
+    the prefix cut to its last 3/4 of a batch and the suffix to what is left of the batch's quarter,
+    the extra chunks (other files, as repository context) to what the context has beyond a batch and
+    twice n_predict."""
+    special = _fim_ids(model)
+    for name in ("input_prefix", "input_suffix"):
+        if not isinstance(body.get(name), str):
+            raise api.bad(f"'{name}' is required, as a string", name)
+    prompt = body.get("prompt", "")
+    if not isinstance(prompt, str):
+        raise api.bad("'prompt' must be a string", "prompt")
+    extra = body.get("input_extra", [])
+    if not isinstance(extra, list) or not all(isinstance(c, dict) and isinstance(c.get("text"), str)
+                                              and isinstance(c.get("filename", ""), str) for c in extra):
+        raise api.bad("'input_extra' must be a list of {\"filename\": string, \"text\": string}", "input_extra")
+
+    def tok(text: str) -> list[int]:
+        return model.tokenize(text, add_special=False, parse_special=False, max_tokens=4 * n_ctx)
+
+    extra_tokens: list[int] = []
+    if special.get("fim_rep") is not None:
+        extra_tokens += [special["fim_rep"], *tok("myproject\n")]
+    for chunk in extra:
+        if special.get("fim_sep") is not None:
+            extra_tokens += [special["fim_sep"], *tok(chunk.get("filename", "tmp") + "\n")]
+        else:
+            extra_tokens += tok("\n\n--- snippet ---\n\n")
+        extra_tokens += tok(chunk["text"])
+    if special.get("fim_sep") is not None:
+        extra_tokens += [special["fim_sep"], *tok("filename\n")]
+    prefix, suffix, middle = tok(body["input_prefix"]), tok(body["input_suffix"]), tok(prompt)
+    n_predict = body.get("n_predict", -1)
+    n_predict = n_predict if isinstance(n_predict, int) and not isinstance(n_predict, bool) and n_predict > 0 else 0
+    batch = min(N_BATCH, n_ctx)  # a context smaller than the batch: the prefix and suffix still fit
+    prefix = prefix[len(prefix) - min(len(prefix), 3 * (batch // 4)):]
+    suffix = suffix[:min(len(suffix), max(0, batch // 4 - (2 + len(middle))))]
+    n_extra = min(max(0, n_ctx - batch - 2 * n_predict), len(extra_tokens))
+    head = [model.tokenizer.bos_id] if model.tokenizer.vocab.add_bos and model.tokenizer.bos_id is not None else []
+    return (extra_tokens[len(extra_tokens) - n_extra:] + head + [special["fim_pre"], *prefix, *middle]
+            + [special["fim_suf"], *suffix] + [special["fim_mid"]])
+
+
+def parse_infill(body: dict, model, model_name: str, n_ctx: int) -> api.Job:
+    return parse_native({**body, "prompt": infill_tokens(model, body, n_ctx)}, model, model_name, n_ctx)
+
+
+async def infill(request: Request) -> Response:
+    return await _respond(request, parse_infill)
+
+
 async def completion(request: Request) -> Response:
+    return await _respond(request, parse_native)
+
+
+async def _respond(request: Request, parse) -> Response:
     body = await read_json(request)
 
     async def prepare(served) -> jobs.Prepared:
-        job = await run_in_threadpool(parse_native, body, served.model, served.name, served.engine.n_ctx)
+        job = await run_in_threadpool(parse, body, served.model, served.name, served.engine.n_ctx)
         shaper = NativeShaper(job, served.model, body)
         return jobs.Prepared(job, job.stream, lambda j: _events(j, shaper), lambda j: _whole(j, shaper))
 
