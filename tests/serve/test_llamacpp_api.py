@@ -304,3 +304,42 @@ def test_infill_needs_fim_tokens_and_its_fields(server, fim_server):
                         ({"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": 1}]}, "input_extra")):
         status, _, answer = raw(fim_server.url, "POST", "/infill", body)
         assert status == 400 and answer["error"]["param"] == param, answer
+
+
+# -- slot files ---------------------------------------------------------------------------------------
+
+LONG = "The history of the city begins with a small settlement on the river, " * 4
+
+
+def test_a_saved_slot_restored_in_a_new_server_is_reused(model, tmp_path):
+    body = {"prompt": LONG, "n_predict": 4, "temperature": 0}
+    with BackgroundServer(model, "smollm2", port=0, n_slots=1, n_ctx=N_CTX, slot_save_path=str(tmp_path)) as s:
+        first = _post(s, body)
+        saved = raw(s.url, "POST", "/slots/0?action=save", {"filename": "chat.slot"})[2]
+        assert saved["id_slot"] == 0 and saved["filename"] == "chat.slot" and saved["n_written"] > 0
+        assert first["tokens_evaluated"] <= saved["n_saved"] <= first["tokens_evaluated"] + 4
+        assert "save_ms" in saved["timings"]
+        erased = raw(s.url, "POST", "/slots/0?action=erase")[2]
+        assert erased == {"id_slot": 0, "n_erased": saved["n_saved"]}
+    with BackgroundServer(model, "smollm2", port=0, n_slots=1, n_ctx=N_CTX, slot_save_path=str(tmp_path)) as s:
+        restored = raw(s.url, "POST", "/slots/0?action=restore", {"filename": "chat.slot"})[2]
+        assert restored["n_restored"] == saved["n_saved"] and restored["n_read"] == saved["n_written"]
+        again = _post(s, body)
+        assert again["timings"]["cache_n"] >= 32 and again["content"] == first["content"]
+
+
+def test_slot_actions_refuse_what_they_cannot_do(model, server, tmp_path):
+    status, _, answer = raw(server.url, "POST", "/slots/0?action=save", {"filename": "x.slot"})
+    assert status == 501 and "--slot-save-path" in answer["error"]["message"]   # a server without the folder
+    (tmp_path / "junk.slot").write_bytes(b"not a state file")
+    with BackgroundServer(model, "smollm2", port=0, n_slots=1, n_ctx=N_CTX, slot_save_path=str(tmp_path)) as s:
+        for path, body, status_, param in (
+                ("/slots/0?action=save", {"filename": "../escape"}, 400, "filename"),
+                ("/slots/0?action=save", {"filename": ".hidden"}, 400, "filename"),
+                ("/slots/0?action=explode", {"filename": "a"}, 400, "action"),
+                ("/slots/7?action=save", {"filename": "a"}, 400, "id_slot"),
+                ("/slots/0?action=restore", {"filename": "missing.slot"}, 404, "filename"),
+                ("/slots/0?action=restore", {"filename": "junk.slot"}, 400, "filename")):
+            got, _, answer = raw(s.url, "POST", path, body)
+            assert got == status_ and answer["error"]["param"] == param, (path, body, answer)
+        assert not (tmp_path.parent / "escape").exists()

@@ -388,12 +388,15 @@ asyncio.run(main())
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_rss_drops_after_keep_alive_unloads(smollm2_path):
     """In a fresh process (no other test's heap), as tests/model/test_memory.py: a model leased once
-    with a 0.5 s keep-alive is unloaded by its timer and VmRSS returns within 10% of before it."""
+    with a 0.5 s keep-alive is unloaded by its timer, and what stays of VmRSS is at most a tenth of
+    what the load added (bounded in the model's terms, as test_memory's close test: allocator
+    retention is 1-6 MiB either way, which 10% of the ~55 MiB before, the bound it had, did not always
+    hold; a leaked set of weights, ~94 MiB, or KV caches still fails)."""
     run = subprocess.run([sys.executable, "-c", _RSS_AFTER_KEEP_ALIVE, str(smollm2_path)], capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     m = json.loads(run.stdout.splitlines()[-1])
     print(m, file=sys.stderr)
     assert m["loaded"] > m["before"] + (32 << 20)  # the weights and caches were resident
-    assert m["after"] <= m["before"] * 1.10
+    assert m["after"] - m["before"] <= (m["loaded"] - m["before"]) / 10
     assert m["waited"] >= 0.4  # unloaded by the keep-alive, not at once

@@ -27,7 +27,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
@@ -81,14 +83,17 @@ class Slot:
     leader: "Slot | None" = None  # a choice of n waiting for this slot's prefill (batching/fork.py)
     followers: list = field(default_factory=list)  # the leader's waiting choices
     scores: list | None = None  # the prompt's TokenLogprobs so far, when the request scores its prompt
+    held: list[int] = field(default_factory=list)  # idle: the tokens whose K/V the cache still holds (slot_files.py)
 
     @property
     def busy(self) -> bool:
         return self.request is not None
 
     def release(self) -> None:
-        """Idle again: every per-request field as a new slot has it; the cache and proposer kept."""
-        self.__dict__.update(Slot(self.index, self.cache, self.proposer).__dict__)
+        """Idle again: every per-request field as a new slot has it; the cache and proposer kept, and
+        what the cache holds (`held`) until the next request resets it."""
+        n = self.cache.offset if self.cache is not None else 0
+        self.__dict__.update(Slot(self.index, self.cache, self.proposer, held=self.tokens[:n]).__dict__)
 
 
 class Engine:
@@ -124,6 +129,7 @@ class Engine:
         self._wake = threading.Condition()
         self._closed = False
         self.steps = 0
+        self._chores: list[tuple[Callable[[], Any], Future]] = []  # call(): run on this thread between steps
         self.n_tokens_max = 0  # the longest sequence finished (prompt and answer), for llama-server's metric
         self._thread = threading.Thread(target=self._run, name="localinfer-engine", daemon=True)
         self._thread.start()
@@ -259,6 +265,17 @@ class Engine:
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
 
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """fn() run on the scheduler thread between steps, where no forward pass uses any slot's cache
+        and no request is admitted; returns its result or raises its exception (slot_files.py)."""
+        done: Future = Future()
+        with self._wake:
+            if self._closed:
+                raise EngineClosedError("the engine is closed")
+            self._chores.append((fn, done))
+            self._wake.notify()
+        return done.result()
+
     def _notify(self) -> None:
         with self._wake:
             self._wake.notify()
@@ -267,12 +284,18 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._closed and not self._queue and not any(s.busy for s in self.slots):
+                while not self._closed and not self._queue and not self._chores and not any(s.busy for s in self.slots):
                     self._wake.wait()
                 if self._closed:
                     break
+                chores, self._chores = self._chores, []
                 self._drop_cancelled()
                 admitted = self._admit()
+            for fn, done in chores:
+                try:
+                    done.set_result(fn())
+                except BaseException as e:  # the caller's to raise
+                    done.set_exception(e)
             try:
                 for slot in admitted:
                     self._start(slot)
@@ -289,6 +312,10 @@ class Engine:
             for r in [request, *self._followers.pop(request.id, [])]:
                 r.put(EngineClosedError("the server is shutting down"))
         self._queue.clear()
+        with self._wake:
+            chores, self._chores = self._chores, []
+        for _, done in chores:
+            done.set_exception(EngineClosedError("the server is shutting down"))
 
     def _drop_cancelled(self) -> None:
         for r in [r for r in self._queue if any(x.cancelled for x in [r, *self._followers.get(r.id, [])])]:

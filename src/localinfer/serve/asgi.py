@@ -179,6 +179,7 @@ def _routes() -> list[Route]:
         ("/tokenize", llamacpp_routes.tokenize), ("/detokenize", llamacpp_routes.detokenize),
         ("/apply-template", llamacpp_routes.apply_template))]
     routes.append(Route("/slots", endpoint(llamacpp_routes.slots), methods=["GET"]))
+    routes.append(Route("/slots/{id_slot}", endpoint(llamacpp_routes.slot_action), methods=["POST"]))
     # the page asks for the key itself, through the API
     routes += [Route(path or "/", endpoint(page(path), public=True), methods=["GET"]) for path in webui.PAGE_FILES]
     return routes

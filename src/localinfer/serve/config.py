@@ -25,6 +25,8 @@ class ServerConfig:
     pooling: str | None = flag(None, "--pooling", type="choice", choices=("mean", "last", "cls"),
                                help="How /v1/embeddings pools the final hidden states (default: the file's "
                                     "pooling_type, else mean).")
+    slot_save_path: str | None = flag(None, "--slot-save-path", type="path",
+                                      help="Folder of llama-server's slot files (POST /slots/ID?action=save|restore).")
     created: int = field(default_factory=lambda: int(time.time()))
     # who may talk to a keyless server (origins.py): the address it listens on (None: unknown, e.g. mounted
     # in another app: loopback names only), more Host names ("*": any) and web origins ("*": any)

@@ -10,11 +10,16 @@ written against it:
                            "chat_template", "bos_token", "eos_token", "build_info"}, and the page's
                            "model" and "n_ctx"; no "model_path" (a client needs no server's file names)
     GET  /slots           [{"id", "id_task", "n_ctx", "is_processing", "n_tokens", "next_token": {...}}, ...]
+    POST /slots/ID?action=save|restore  {"filename": NAME}   a slot's K/V to and from --slot-save-path/NAME
+    POST /slots/ID?action=erase                              (batching/slot_files.py)
 
 A piece that is not valid UTF-8 on its own (a byte token) comes as its byte values, as llama-server
 sends it. Errors are OpenAI-shaped 400s naming the field, as on the other routes.
 """
 from __future__ import annotations
+
+import os
+import re
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -121,3 +126,56 @@ def props_json(name: str, model, n_ctx: int, n_slots: int) -> dict:
 async def slots(request: Request) -> Response:
     async with request.app.state.registry.lease(request.query_params.get("model")) as served:
         return JSONResponse(served.engine.slot_states())
+
+
+_FILENAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,254}")
+
+
+async def slot_action(request: Request) -> Response:
+    """llama-server's slot save / restore / erase, in its answer shapes."""
+    from ..batching import slot_files
+    from ..batching.engine import EngineClosedError
+    from ..kv.session_state import model_identity
+    folder = request.app.state.config.slot_save_path
+    action = request.query_params.get("action")
+    if action not in ("save", "restore", "erase"):
+        raise api.bad("'action' must be save, restore or erase", "action")
+    if folder is None and action != "erase":
+        raise api.ApiError(501, "this server keeps no slot files: start it with --slot-save-path DIR",
+                           "not_supported_error")
+    try:
+        index = int(request.path_params["id_slot"])
+    except ValueError:
+        raise api.bad("the slot id must be a number", "id_slot") from None
+    body = await read_json(request) if action != "erase" else {}
+    filename = body.get("filename")
+    if action != "erase" and (not isinstance(filename, str) or not _FILENAME.fullmatch(filename) or ".." in filename):
+        raise api.bad("'filename' must be a plain file name (letters, digits, '.', '_' and '-')", "filename")
+    async with request.app.state.registry.lease(request.query_params.get("model")) as served:
+        engine = served.engine
+
+        def run() -> dict:
+            if action == "erase":
+                return {"id_slot": index, **slot_files.erase(engine, index)}
+            path = os.path.join(folder, filename)
+            identity = model_identity(served.model.gguf)
+            if action == "save":
+                done = slot_files.save(engine, index, path, identity)
+                return {"id_slot": index, "filename": filename, "n_saved": done["n_saved"],
+                        "n_written": done["n_written"], "timings": {"save_ms": done["ms"]}}
+            if not os.path.isfile(path):
+                raise api.ApiError(404, f"no slot file {filename!r} in the --slot-save-path folder", param="filename")
+            done = slot_files.restore(engine, index, path, identity)
+            return {"id_slot": index, "filename": filename, "n_restored": done["n_restored"],
+                    "n_read": done["n_read"], "timings": {"restore_ms": done["ms"]}}
+
+        try:
+            return JSONResponse(await run_in_threadpool(run))
+        except IndexError as e:
+            raise api.bad(str(e), "id_slot") from None
+        except slot_files.SlotBusyError as e:
+            raise api.ApiError(503, str(e), "unavailable_error", headers={"Retry-After": "1"}) from None
+        except (slot_files.NoPrefixCacheError, ValueError) as e:  # a file for another model, or damaged
+            raise api.bad(str(e), "filename") from None
+        except EngineClosedError as e:
+            raise api.ApiError(503, str(e), "unavailable_error") from None
