@@ -73,6 +73,10 @@ def test_a_stream_is_the_same_text_then_the_final_object(server):
     assert [e["tokens_predicted"] for e in parts] == sorted(e["tokens_predicted"] for e in parts)
     assert last["stop"] is True and last["content"] == "" and last["tokens_predicted"] == whole["tokens_predicted"]
     _check_timings(last)
+    assert all("timings" not in e for e in parts)
+    timed = _events(server, {**body, "timings_per_token": True})
+    assert [e["timings"]["predicted_n"] for e in timed[:-1]] == [e["tokens_predicted"] for e in timed[:-1]]
+    assert all(e["timings"]["prompt_n"] + e["timings"]["cache_n"] == e["tokens_evaluated"] for e in timed)
 
 
 def test_stop_types_word_eos_and_ignore_eos(server, model):

@@ -14,6 +14,7 @@ already checks, so both routes share every check, the engine and the stop handli
     logit_bias      {"id": bias}, or [[id | text, bias | false], ...]; false bans (-100)
     ignore_eos      the end-of-generation tokens banned
     return_tokens   the ids in `tokens`; response_fields: only those ("a/b" reaches into objects)
+    timings_per_token  each stream event carries the timings so far
     temperature, top_k, top_p, min_p, seed, stop, repeat_penalty, repeat_last_n, presence_penalty,
     frequency_penalty, grammar, json_schema, stream: as on /v1/completions
     cache_prompt, id_slot, n_keep, ...: accepted; the engine reuses cached prefixes by itself
@@ -27,7 +28,9 @@ The answer is llama-server's: {"content", "tokens", "id_slot", "stop": true, "mo
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -124,7 +127,7 @@ def parse_native(body: dict, model, model_name: str, n_ctx: int) -> api.Job:
         if body.get(name, off) not in (off, None):
             raise api.bad(f"'{name}' is not supported by this server (only {off!r}, which leaves it off)", name,
                           "unsupported_parameter")
-    for name in ("return_tokens", "stream"):
+    for name in ("return_tokens", "stream", "timings_per_token"):
         if not isinstance(body.get(name, False), bool):
             raise api.bad(f"'{name}' must be true or false", name)
     fields = body.get("response_fields")
@@ -170,6 +173,11 @@ class NativeShaper:
     def partial(self, text: str, tokens: list[int], n_generated: int, logprobs) -> dict:
         out = {"index": 0, "content": text, "tokens": tokens if self.return_tokens else [], "stop": False,
                **self._counts(n_generated)}
+        if self.body.get("timings_per_token"):  # the figures so far: the answer's time is since its first token
+            t = self.job.request.timings
+            so_far = dataclasses.replace(t, generated_tokens=n_generated, decode_s=max(
+                0.0, time.perf_counter() - self.job.request.created - t.ttft_s))
+            out["timings"] = timings_json(so_far)
         if self.n_probs and logprobs:
             out["completion_probabilities"] = _pieces(self.model, logprobs)
         return out
