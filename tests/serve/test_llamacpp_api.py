@@ -347,3 +347,13 @@ def test_slot_actions_refuse_what_they_cannot_do(model, server, tmp_path):
             got, _, answer = raw(s.url, "POST", path, body)
             assert got == status_ and answer["error"]["param"] == param, (path, body, answer)
         assert not (tmp_path.parent / "escape").exists()
+
+
+def test_input_tokens_counts_a_chat_as_the_model_reads_it(server, model):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello " * 300}]
+    for path in ("/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"):
+        status, _, answer = raw(server.url, "POST", path, {"messages": messages})
+        assert status == 200 and answer == {"input_tokens": len(model.chat_tokens(messages)),
+                                            "object": "response.input_tokens"}   # longer than the context: counted
+    status, _, answer = raw(server.url, "POST", "/chat/completions/input_tokens", {"messages": []})
+    assert status == 400 and answer["error"]["param"] == "messages"

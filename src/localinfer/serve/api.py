@@ -212,6 +212,26 @@ def _too_long(n_tokens: int, n_ctx: int, param: str, exact: bool = False) -> Api
 
 
 def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
+    tokens, grammar, setup = chat_prompt(body, model, n_ctx)
+    if grammar is not None and body.get("response_format") not in (None, {"type": "text"}):
+        raise bad("'response_format' cannot be combined with 'tools' (both constrain the answer)",
+                  "response_format", "unsupported_parameter")
+    for name in ("grammar", "json_schema"):
+        if grammar is not None and body.get(name) is not None:
+            raise bad(f"'{name}' cannot be combined with 'tools' (both constrain the answer)",
+                      name, "unsupported_parameter")
+    if setup.parsed and body.get("logprobs"):
+        raise bad("'logprobs' cannot be combined with 'tools' (tool-call deltas carry no logprobs yet)",
+                  "logprobs", "unsupported_parameter")
+    job = _common(body, "chat", model_name, tokens, n_ctx, None, model, grammar)
+    if setup.parsed:
+        job.tools = setup
+    return job
+
+
+def chat_prompt(body, model, n_ctx: int):
+    """A chat request's prompt tokens as the model will read them (template, tools, their history),
+    the grammar its tools impose (or None) and the tools' setup."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad("'messages' must be a non-empty list of {'role': ..., 'content': ...} objects", "messages")
@@ -240,17 +260,7 @@ def parse_chat(body, model, model_name: str, n_ctx: int) -> Job:
         raise bad(str(e), "messages") from None
     except ChatContentError as e:  # control-token text in content the template rewrites
         raise bad(str(e), f"messages[{e.index}].content") from None
-    for name in ("response_format", "grammar", "json_schema"):
-        if grammar is not None and body.get(name) not in (None, {"type": "text"}):
-            raise bad(f"'{name}' cannot be combined with 'tools' (both constrain the answer)",
-                      name, "unsupported_parameter")
-    if setup.parsed and body.get("logprobs"):
-        raise bad("'logprobs' cannot be combined with 'tools' (tool-call deltas carry no logprobs yet)",
-                  "logprobs", "unsupported_parameter")
-    job = _common(body, "chat", model_name, tokens, n_ctx, None, model, grammar)
-    if setup.parsed:
-        job.tools = setup
-    return job
+    return tokens, grammar, setup
 
 
 def parse_completion(body, model, model_name: str, n_ctx: int, max_logprobs: int | None = None) -> Job:

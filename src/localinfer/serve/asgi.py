@@ -166,6 +166,7 @@ def _routes() -> list[Route]:
                   ("/models", models, ["GET"], False), ("/models/{name:path}", model, ["GET"], False),
                   ("/props", props, ["GET"], False),
                   ("/chat/completions", openai_routes.chat, ["POST"], False),
+                  ("/chat/completions/input_tokens", llamacpp_routes.input_tokens, ["POST"], False),
 
                   ("/embeddings", openai_routes.embeddings, ["POST"], False)]
     routes = [Route(prefix + path, endpoint(handler, public), methods=methods)

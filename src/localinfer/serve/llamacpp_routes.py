@@ -6,6 +6,7 @@ written against it:
     POST /detokenize      {"tokens": [id ...]}            -> {"content": str}
     POST /apply-template  {"messages": [...]}             -> {"prompt": the rendered chat, as /v1/chat/completions
                                                               would prefill it}
+    POST /chat/completions/input_tokens  a chat request -> {"input_tokens": its prompt's tokens, "object"}
     GET  /props           {"default_generation_settings", "total_slots", "model_alias", "modalities",
                            "chat_template", "bos_token", "eos_token", "build_info"}, and the page's
                            "model" and "n_ctx"; no "model_path" (a client needs no server's file names)
@@ -79,6 +80,17 @@ def _content(model, body: dict) -> dict:
     # llama-server's tokens_to_str: the pieces as they are, specials rendered, no leading space removed
     data = b"".join(model.tokenizer.token_to_bytes(t) for t in ids)
     return {"content": data.decode("utf-8", errors="replace")}
+
+
+def _count(model, body: dict) -> dict:
+    tokens = api.chat_prompt(body, model, 1 << 31)[0]   # counted whatever the context (the body's size bounds it)
+    return {"input_tokens": len(tokens), "object": "response.input_tokens"}
+
+
+async def input_tokens(request: Request) -> Response:
+    body = await read_json(request)
+    async with request.app.state.registry.lease(requested_model(body)) as served:
+        return JSONResponse(await run_in_threadpool(_count, served.model, body))
 
 
 def _prompt(model, body: dict) -> dict:
