@@ -62,6 +62,9 @@ class GenerationChunk:
     finish_reason: str | None = None  # "stop" | "length" | "context_full" on the last chunk
     timings: Timings | None = None
     logprobs: list | None = None  # a logprobs.TokenLogprob per token, when asked for
+    # a prompt's progress before the first token, when the request asks for it (the engine's
+    # Request.progress): {"total", "cache", "processed", "time_ms"}, llama-server's prompt_progress
+    progress: dict | None = None
 
 
 @dataclass

@@ -77,6 +77,10 @@ def test_a_stream_is_the_same_text_then_the_final_object(server):
     timed = _events(server, {**body, "timings_per_token": True})
     assert [e["timings"]["predicted_n"] for e in timed[:-1]] == [e["tokens_predicted"] for e in timed[:-1]]
     assert all(e["timings"]["prompt_n"] + e["timings"]["cache_n"] == e["tokens_evaluated"] for e in timed)
+    progress = _events(server, {**body, "prompt": LONG, "return_progress": True})
+    first = progress[0]["prompt_progress"]
+    assert first["total"] == progress[0]["tokens_evaluated"] == first["processed"] and first["time_ms"] >= 0
+    assert all("prompt_progress" not in e for e in progress[1:]) and progress[0]["content"] == ""
 
 
 def test_stop_types_word_eos_and_ignore_eos(server, model):

@@ -408,6 +408,11 @@ class Engine:
                 if slot.scores is not None:
                     self._score(slot, tokens, row)
                 del slot.todo[:len(tokens)]
+                r = slot.request
+                if r.progress:
+                    r.put(GenerationChunk("", [], progress={
+                        "total": len(r.prompt), "cache": r.timings.prompt_cached, "processed": len(slot.tokens),
+                        "time_ms": (time.perf_counter() - slot.prefill_start) * 1e3}))
                 if slot.todo:
                     if self.prefix_cache is not None and len(slot.tokens) > self.prefix_cache.block_size:
                         # now, while a sliding-window ring still holds this chunk (prefix_cache.py)

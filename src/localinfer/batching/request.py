@@ -37,6 +37,7 @@ class Request:
     # None: the prompt is not scored; n: the engine also scores the prompt while prefilling it (every
     # row's logits, in its slot), into prompt_scores before the first chunk: TokenLogprobs with n alternatives
     prompt_logprobs: int | None = None
+    progress: bool = False  # chunks without text saying how far the prompt's computation is (GenerationChunk.progress)
 
     def __post_init__(self):
         self.prompt = [int(t) for t in self.prompt]

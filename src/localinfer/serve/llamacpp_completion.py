@@ -15,6 +15,8 @@ already checks, so both routes share every check, the engine and the stop handli
     ignore_eos      the end-of-generation tokens banned
     return_tokens   the ids in `tokens`; response_fields: only those ("a/b" reaches into objects)
     timings_per_token  each stream event carries the timings so far
+    return_progress    a stream first has events with `prompt_progress` {total, cache, processed, time_ms},
+                       one per chunk of the prompt computed
     temperature, top_k, top_p, min_p, seed, stop, repeat_penalty, repeat_last_n, presence_penalty,
     frequency_penalty, grammar, json_schema, stream: as on /v1/completions
     cache_prompt, id_slot, n_keep, ...: accepted; the engine reuses cached prefixes by itself
@@ -127,7 +129,7 @@ def parse_native(body: dict, model, model_name: str, n_ctx: int) -> api.Job:
         if body.get(name, off) not in (off, None):
             raise api.bad(f"'{name}' is not supported by this server (only {off!r}, which leaves it off)", name,
                           "unsupported_parameter")
-    for name in ("return_tokens", "stream", "timings_per_token"):
+    for name in ("return_tokens", "stream", "timings_per_token", "return_progress"):
         if not isinstance(body.get(name, False), bool):
             raise api.bad(f"'{name}' must be true or false", name)
     fields = body.get("response_fields")
@@ -143,6 +145,7 @@ def parse_native(body: dict, model, model_name: str, n_ctx: int) -> api.Job:
         if e.code == "context_length_exceeded":
             e.type = "exceed_context_size_error"
         raise
+    job.request.progress = bool(body.get("return_progress")) and job.stream  # events only a stream carries
     return job
 
 
@@ -257,6 +260,9 @@ async def _events(job: api.Job, shaper: NativeShaper):
     tokens: list[int] = []
     try:
         async for _, chunk in jobs.choice_events(job.choices):
+            if chunk.progress is not None:
+                yield _event({**shaper.partial("", [], 0, None), "prompt_progress": chunk.progress})
+                continue
             tokens += chunk.tokens
             if chunk.text or (chunk.logprobs and shaper.n_probs):
                 yield _event(shaper.partial(chunk.text, chunk.tokens, len(tokens), chunk.logprobs))
