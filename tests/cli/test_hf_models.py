@@ -14,12 +14,14 @@ REPO = "someone/SmolLM2-135M-Instruct-GGUF"
 
 
 @pytest.fixture(scope="module")
-def hub(smollm2_path):
+def hub(smollm2_path, tmp_path_factory):
     data = smollm2_path.read_bytes()
     files = {"SmolLM2-135M-Instruct.Q4_1.gguf": data, "SmolLM2-135M-Instruct.Q4_K_M.gguf": data,
              "mmproj-SmolLM2-f16.gguf": b"GGUF not a model", "README.md": b"# a model card"}
-    with FakeHub({REPO: files, "someone/split-GGUF": {"big-Q4_0-00001-of-00002.gguf": data[:100],
-                                                      "big-Q4_0-00002-of-00002.gguf": data[100:200]}}) as h:
+    from split_gguf import split
+    parts = split(smollm2_path, tmp_path_factory.mktemp("parts"), 3, "SmolLM2-135M-Instruct-Q4_1")
+    with FakeHub({REPO: files, "someone/split-GGUF": {p.name: p for p in parts},
+                  "someone/partial-GGUF": {parts[0].name: parts[0], parts[2].name: parts[2]}}) as h:
         yield h
 
 
@@ -52,7 +54,7 @@ def test_without_a_tag_q4_k_m_is_taken_and_the_projector_never(hub, tmp_path):
 @pytest.mark.parametrize("name, says", [
     (f"hf.co/{REPO}:Q9_9", "has no .gguf file for 'Q9_9'"),
     ("hf.co/nobody/nothing", "no such repository"),
-    ("hf.co/someone/split-GGUF:Q4_0", "split in parts"),
+    ("hf.co/someone/partial-GGUF:Q4_1", "does not hold all of them"),
     ("hf.co/../etc", "not a Hugging Face model name"),
 ])
 def test_names_that_cannot_be_fetched_are_one_line_errors(hub, tmp_path, name, says):
@@ -67,3 +69,14 @@ def test_a_download_that_does_not_match_the_hubs_checksum_is_refused(hub, tmp_pa
     finally:
         hub.corrupt.clear()
     assert r.returncode == 1 and "does not match the Hub's checksum" in r.stderr, r.stderr
+
+
+def test_a_split_model_is_fetched_whole_and_runs(hub, tmp_path, smollm2_model):
+    r = _run(["pull", "hf.co/someone/split-GGUF:Q4_1"], hub, tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().endswith("-00001-of-00003.gguf"), r.stderr
+    assert sorted(d for d in hub.downloads if "split" in d) == [
+        f"someone/split-GGUF/SmolLM2-135M-Instruct-Q4_1-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    want = smollm2_model.generate("The capital of France is", max_tokens=6, temperature=0).text
+    r = _run(["run", "-hf", "someone/split-GGUF", "--raw", "-p", "The capital of France is", "-n", "6", "--temp", "0"],
+             hub, tmp_path)
+    assert r.returncode == 0 and r.stdout == want + "\n", r.stderr

@@ -233,3 +233,34 @@ def test_a_large_numeric_array_is_a_view_not_a_list(tmp_path):
     assert hp["attention.head_count_kv"] == [1, 2, 3]
     assert hp["attention.head_count"] == f"array of {n} uint8 (min 1, max 7)"
     json.dumps(hp)
+
+
+def test_a_split_model_reads_as_one(smollm2_path, tmp_path):
+    """A model in three files (llama.cpp's gguf-split layout, tests/split_gguf.py) opens by its first
+    part: the same metadata and tensors, each tensor's bytes read from its own part."""
+    from split_gguf import split
+    first, second, third = split(smollm2_path, tmp_path, 3, "smol")
+    with GGUFFile(smollm2_path) as whole, GGUFFile(first) as parts:
+        assert [p.path for p in parts.parts] == [str(first), str(second), str(third)]
+        assert {k: v for k, v in parts.metadata.items() if not k.startswith("split.")}.keys() == whole.metadata.keys()
+        assert list(parts.tensors) == list(whole.tensors)
+        for name in whole.tensors:
+            np.testing.assert_array_equal(parts.tensor_data(name), whole.tensor_data(name))
+        last = list(whole.tensors)[-1]
+        assert parts.part_of(last).path == str(third)
+
+
+def test_a_split_model_names_what_is_wrong(smollm2_path, tmp_path):
+    from split_gguf import split
+    first, second, third = split(smollm2_path, tmp_path, 3, "smol")
+    with pytest.raises(GGUFError, match="give its first part"):
+        GGUFFile(second)
+    third.unlink()
+    with pytest.raises(GGUFError, match="part 3 of 3 is missing"):
+        GGUFFile(first)
+    split(smollm2_path, tmp_path, 3, "smol")
+    (tmp_path / "smol-00002-of-00003.gguf").replace(tmp_path / "smol-00003-of-00003.gguf")
+    split(smollm2_path, tmp_path / ".." / tmp_path.name, 2, "other")
+    (tmp_path / "other-00002-of-00002.gguf").replace(tmp_path / "smol-00002-of-00003.gguf")
+    with pytest.raises(GGUFError, match="not part 2 of 3"):
+        GGUFFile(first)

@@ -15,11 +15,15 @@ raises `GGUFError` naming what is wrong, never crashes, hangs or allocates unbou
 The tensors' data must tile the data section in the order of their infos, as llama.cpp requires,
 so no two tensors share bytes and a tensor given another type or shape does not go unnoticed.
 The constants (value and tensor types, block sizes) are those of `formats/ggml.py`.
+
+A model split by llama.cpp's gguf-split is opened by its first file (NAME-00001-of-0000N.gguf): the
+others are found beside it, checked the same way, and their tensors read from them (`parts`).
 """
 from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 import weakref
 from dataclasses import dataclass
@@ -36,6 +40,8 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_STRING_BYTES = 1 << 30  # no real key, token or template comes near this
+SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS = "split.no", "split.count", "split.tensors.count"  # llama.cpp's gguf-split
+_SPLIT_NAME = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
 _SCALARS = {  # value type -> (struct format, python converter)
     GGUFValueType.UINT8: ("<B", int), GGUFValueType.INT8: ("<b", int),
@@ -173,10 +179,13 @@ class GGUFFile:
     a small copy); `tensors` maps names to `TensorInfo`; `tensor_data(name)` is a read-only
     zero-copy view into the mmap."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, split_part: bool = False):
+        """split_part: this file is one of the later parts of a split model (read by its first part)."""
         self.path = str(path)
         self.released: set[str] = set()  # tensors whose bytes were copied out and their pages dropped
         self.on_tensor_read = None  # called with a tensor's name as tensor_data hands it out (files/load_progress.py)
+        self.parts: list[GGUFFile] = [self]  # a split model's files, this first (_open_parts)
+        self._part_of: dict[str, GGUFFile] = {}  # a tensor of a later part -> that part
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"GGUF file not found: {self.path}")
@@ -187,6 +196,8 @@ class GGUFFile:
             self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             self._parse()
+            if not split_part:
+                self._open_parts()
         except BaseException:
             self.close()
             raise
@@ -246,6 +257,41 @@ class GGUFFile:
         for name, dims, raw_type, offset in infos:
             self.tensors[name] = self._tensor_info(name, dims, raw_type, offset)
         self._check_data_layout()
+
+    def _open_parts(self) -> None:
+        """A model split by llama.cpp's gguf-split (NAME-00001-of-00003.gguf ...): this first file holds
+        the metadata and some tensors, the others the rest; their tensors join this file's, each read
+        from its own part."""
+        count = self.metadata.get(SPLIT_COUNT, 0)
+        if count in (0, 1):
+            return
+        no = self.metadata.get(SPLIT_NO)
+        match = _SPLIT_NAME.search(os.path.basename(self.path))
+        if not isinstance(count, int) or not 1 < count <= 9999 or no != 0 or match is None or int(match[2]) != count:
+            raise GGUFError(f"{self.path}: part {no!r} of a model split in {count!r} files; give its first part, "
+                            f"named ...-00001-of-{count:05d}.gguf" if isinstance(count, int) else
+                            f"{self.path}: split.count {count!r} is not a number of files")
+        for i in range(2, count + 1):
+            name = f"{self.path[:len(self.path) - len(match[0])]}-{i:05d}-of-{count:05d}.gguf"
+            if not os.path.isfile(name):
+                raise GGUFError(f"{self.path}: part {i} of {count} is missing: {name}")
+            part = GGUFFile(name, split_part=True)
+            self.parts.append(part)
+            if part.metadata.get(SPLIT_NO) != i - 1 or part.metadata.get(SPLIT_COUNT) != count:
+                raise GGUFError(f"{name}: its split.no/split.count say it is not part {i} of {count}")
+            for tensor, info in part.tensors.items():
+                if tensor in self.tensors:
+                    raise GGUFError(f"{name}: tensor {tensor!r} is in two parts of the model")
+                self.tensors[tensor] = info
+                self._part_of[tensor] = part
+        expected = self.metadata.get(SPLIT_TENSORS)
+        if expected is not None and expected != len(self.tensors):
+            raise GGUFError(f"{self.path}: the parts hold {len(self.tensors)} tensors, split.tensors.count says "
+                            f"{expected}")
+
+    def part_of(self, name: str) -> "GGUFFile":
+        """The file that holds tensor `name`: this one, or a later part of a split model."""
+        return self._part_of.get(name, self)
 
     def _value_type(self, raw: int, key: str) -> GGUFValueType:
         try:
@@ -335,6 +381,8 @@ class GGUFFile:
             raise KeyError(f"{self.path}: no tensor named {name!r}")
         if self.on_tensor_read is not None:
             self.on_tensor_read(name)
+        if name in self._part_of:
+            return self._part_of[name].tensor_data(name)
         if info.ggml_type == GGMLType.F32:
             return np.frombuffer(self._mmap, np.float32, info.n_elements, info.offset).reshape(info.shape)
         if info.ggml_type == GGMLType.F16:
@@ -353,6 +401,8 @@ class GGUFFile:
     def release_bytes(self, name: str, lo: int, hi: int) -> None:
         """release() for bytes [lo, hi) of the tensor only: a copy made piece by piece (a repacked
         matrix) gives each piece's pages back as it goes, so the weights are never held twice."""
+        if name in self._part_of:
+            return self._part_of[name].release_bytes(name, lo, hi)
         info = self.tensors[name]
         advice = getattr(mmap, "MADV_DONTNEED", None)
         if advice is None or self._mmap is None:
@@ -365,6 +415,8 @@ class GGUFFile:
 
     def row_reader(self, name: str) -> "RowReader":
         """Reads rows of a tensor (n, row_bytes) from the file itself, not through the mapping."""
+        if name in self._part_of:
+            return self._part_of[name].row_reader(name)
         info = self.tensors[name]
         n_rows = int(np.prod(info.shape[:-1], dtype=np.int64)) if len(info.shape) > 1 else 1
         return RowReader(self.path, info.offset, n_rows, info.nbytes // max(1, n_rows))
@@ -386,6 +438,8 @@ class GGUFFile:
         return default
 
     def close(self) -> None:
+        for part in getattr(self, "parts", [])[1:]:
+            part.close()
         mm = getattr(self, "_mmap", None)
         if mm is not None:
             try:

@@ -7,9 +7,9 @@ token (HF_TOKEN or `hf auth login`), its resumed downloads and HF_ENDPOINT.
 The repository's .gguf files are listed with their sizes and LFS SHA-256s. QUANT picks the file whose
 name holds it as a word (`:Q4_K_M` -> `model.Q4_K_M.gguf` or `model-q4_k_m.gguf`); without one, Q4_K_M
 is taken where the repository has it (llama.cpp's and the Hub's default), else Q4_0, else the only
-file. Multimodal projectors (mmproj) are never the model. A file split in parts (-00001-of-00003) is
-refused with a message: the loader reads one file. The downloaded file's SHA-256 is checked against
-the Hub's before first use, and a stamp (files/fetch.py) spares the hash afterwards.
+file. Multimodal projectors (mmproj) are never the model. A model split in parts (-00001-of-00003)
+is fetched whole, and opens by its first part. Each downloaded file's SHA-256 is checked against the
+Hub's before first use, and a stamp (files/cache.py) spares the hash afterwards.
 """
 from __future__ import annotations
 
@@ -50,25 +50,33 @@ def _word(tag: str, filename: str) -> bool:
     return re.search(rf"(^|[-._]){re.escape(tag)}($|[-._])", stem, re.IGNORECASE) is not None
 
 
-def choose(files: dict[str, tuple[int, str | None]], repo: str, tag: str | None) -> str:
-    """The .gguf file of `files` ({name: (size, sha256)}) that `tag` names, as the module says."""
+def choose(files: dict[str, tuple[int, str | None]], repo: str, tag: str | None) -> list[str]:
+    """The .gguf file of `files` ({name: (size, sha256)}) that `tag` names, as the module says: one
+    name, or a split model's parts in order."""
     models = sorted(f for f in files if f.lower().endswith(".gguf") and "mmproj" not in Path(f).name.lower())
     if not models:
         raise ModelNotFoundError(f"hf.co/{repo} has no .gguf model file")
     wanted = [tag] if tag else [q for q in DEFAULT_QUANTS if any(_word(q, f) for f in models)]
-    if not tag and not wanted and len(models) > 1:
+    if not tag and not wanted and len({_SPLIT.sub("", f) for f in models}) > 1:   # a split model is one
         raise ModelNotFoundError(f"hf.co/{repo} has several .gguf files; name one with :QUANT "
                                  f"(files: {', '.join(Path(f).name for f in models)})")
     picked = [f for f in models if _word(wanted[0], f)] if wanted else models
     if not picked:
         raise ModelNotFoundError(f"hf.co/{repo} has no .gguf file for {tag!r} "
                                  f"(files: {', '.join(Path(f).name for f in models)})")
-    if any(_SPLIT.search(f) for f in picked):
-        raise FetchError(f"hf.co/{repo}: {Path(picked[0]).name} is split in parts, which localinfer cannot "
-                         f"load yet; merge them with llama.cpp's llama-gguf-split --merge")
-    if len(picked) > 1:
-        raise ModelNotFoundError(f"hf.co/{repo}:{wanted[0]} names several files: {', '.join(picked)}")
-    return picked[0]
+    models_named = {_SPLIT.sub("", f) for f in picked}   # a split model's parts are one model
+    if len(models_named) > 1:
+        raise ModelNotFoundError(f"hf.co/{repo}:{wanted[0] if wanted else ''} names several models: "
+                                 f"{', '.join(picked)}")
+    split = [(_SPLIT.search(f), f) for f in picked]
+    if not split[0][0]:
+        return picked
+    count = int(split[0][0][2])
+    parts = sorted(f for m, f in split if m and int(m[2]) == count)
+    if [int(_SPLIT.search(f)[1]) for f in parts] != list(range(1, count + 1)):
+        raise FetchError(f"hf.co/{repo}: {Path(parts[0]).name} is a model in {count} parts, and the repository "
+                         f"does not hold all of them")
+    return parts
 
 
 def _hub():
@@ -99,21 +107,23 @@ def fetch(name: str, *, download: bool = True, force: bool = False,
     repo, tag = parse(name)
     hub = _hub()
     files, commit = _listing(hub, repo)
-    filename = choose(files, repo, tag)
-    size, sha = files[filename]
-    try:
-        path = Path(hub.hf_hub_download(repo, filename, revision=commit, force_download=force,
-                                        local_files_only=not download))
-    except hub.errors.LocalEntryNotFoundError:
-        raise ModelNotFoundError(f"hf.co/{repo}/{filename} is not in the cache; run `localinfer pull {name}`") \
-            from None
-    except (hub.errors.HfHubHTTPError, OSError) as e:
-        raise FetchError(f"hf.co/{repo}/{filename}: download failed: {e}") from None
-    if sha:
-        _check(path, size, sha, f"hf.co/{repo}/{filename}")
-    if progress:
-        progress(size, size)
-    return path
+    paths = []
+    for filename in choose(files, repo, tag):
+        size, sha = files[filename]
+        try:
+            path = Path(hub.hf_hub_download(repo, filename, revision=commit, force_download=force,
+                                            local_files_only=not download))
+        except hub.errors.LocalEntryNotFoundError:
+            raise ModelNotFoundError(f"hf.co/{repo}/{filename} is not in the cache; run `localinfer pull {name}`") \
+                from None
+        except (hub.errors.HfHubHTTPError, OSError) as e:
+            raise FetchError(f"hf.co/{repo}/{filename}: download failed: {e}") from None
+        if sha:
+            _check(path, size, sha, f"hf.co/{repo}/{filename}")
+        if progress:
+            progress(size, size)
+        paths.append(path)
+    return paths[0]  # a split model opens by its first part; the others lie beside it (files/gguf_file.py)
 
 
 def _check(path: Path, size: int, sha: str, what: str) -> None:

@@ -31,13 +31,15 @@ def model_identity(gguf) -> str:
     """A hex digest naming the model file's contents (see the module docstring)."""
     h = hashlib.blake2b(digest_size=20)
     # read from the file, not the mapping: the weights' pages (released stacked tensors among them)
-    # stay out of the process, and the file's own bytes are what names it
-    with open(gguf.path, "rb") as f:
-        fd = f.fileno()
-        h.update(str(os.fstat(fd).st_size).encode())
-        h.update(os.pread(fd, gguf.data_offset, 0))
-        for info in gguf.tensors.values():
-            h.update(os.pread(fd, min(info.nbytes, _HASHED_TENSOR_BYTES), info.offset))
+    # stay out of the process, and the file's own bytes are what names it (each part's, when split)
+    for part in getattr(gguf, "parts", [gguf]):
+        with open(part.path, "rb") as f:
+            fd = f.fileno()
+            h.update(str(os.fstat(fd).st_size).encode())
+            h.update(os.pread(fd, part.data_offset, 0))
+            for name, info in gguf.tensors.items():
+                if gguf.part_of(name) is part:
+                    h.update(os.pread(fd, min(info.nbytes, _HASHED_TENSOR_BYTES), info.offset))
     return h.hexdigest()
 
 
