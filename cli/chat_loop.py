@@ -99,14 +99,17 @@ def _turn(chat: _Chat) -> bool:
     return True
 
 
-def interactive(llm, system: str | None, verbose: bool, prompt_cache: str | None = None, **options) -> None:
+def interactive(llm, system: str | None, verbose: bool, prompt_cache: str | None = None, given=None,
+                **options) -> None:
+    """given: the names of `options` set on the command line; with --prompt-cache the others are the
+    saved conversation's, where it has them."""
     try:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
         pass
     if prompt_cache is not None:
         from .prompt_cache import session_for
-        session = session_for(llm, prompt_cache, system, **options)
+        session = session_for(llm, prompt_cache, system, options, set(options) if given is None else given)
     else:
         session = llm.chat_session(system=system, **options)
     click.echo(f"localinfer: {llm.architecture} model {llm.path} loaded, context {llm.n_ctx} tokens. {HELP}",

@@ -8,6 +8,7 @@ import sys
 import warnings
 
 import click
+from click.core import ParameterSource
 
 from localinfer.sampling.params import SamplingParams as D   # the sampling defaults
 
@@ -118,7 +119,10 @@ def run(model, prompt, prompt_file, escape, max_tokens, temperature, top_k, top_
                 raise click.ClickException("the prompt is empty")
             answer(llm, prompt, system=system, raw=raw, verbose=verbose, prompt_cache=prompt_cache, **options)
         else:
-            interactive(llm, system=system, verbose=verbose or not quiet, prompt_cache=prompt_cache, **options)
+            source = click.get_current_context().get_parameter_source
+            given = {name for name in options if name == "grammar" or source(name) == ParameterSource.COMMANDLINE}
+            interactive(llm, system=system, verbose=verbose or not quiet, prompt_cache=prompt_cache, given=given,
+                        **options)
     except ValueError as e:  # ContextFullError, ChatTemplateError, NonFiniteLogitsError ...: one line each
         raise click.ClickException(str(e))
 

@@ -3,7 +3,8 @@
 One-shot (-p or piped): the file's context is loaded when it exists, so the part of the new
 prompt it already holds (a long system prompt, a document) is not computed again; after the
 answer the context (prompt and answer) is written back. Interactive: the saved conversation
-is continued, and written after every turn. A file for another model, cache or context size,
+is continued with its own sampling settings and grammar (unless this command line gives others),
+and written after every turn. A file for another model, cache or context size,
 or a damaged one, is reported and ignored (then overwritten), never used. A path that is not a
 regular file (a FIFO, a device such as /dev/null, a directory) is refused before the model loads:
 the file is replaced on every save, and what is there must be a file to replace.
@@ -45,13 +46,17 @@ def context_for(llm, path: str):
     return ctx
 
 
-def session_for(llm, path: str, system: str | None, **options):
-    """A ChatSession continuing the conversation saved in `path`, or a new one."""
-    session = llm.chat_session(system=system, **options)
+def session_for(llm, path: str, system: str | None, options: dict, given: set):
+    """A ChatSession continuing the conversation saved in `path`, or a new one. Its generation options:
+    those `given` on this command line, else the saved conversation's (so a resumed chat answers as it
+    would have), else the command's defaults."""
+    session = llm.chat_session(system=system, **{k: v for k, v in options.items() if k in given})
     if _load(session, path, "the saved conversation"):
         turns = sum(m.get("role") == "user" for m in session.messages)
         click.echo(f"(continuing the conversation saved in {path}: {turns} messages, "
                    f"{len(session.context.tokens)} tokens cached)", err=True)
+    for name, value in options.items():
+        session.defaults.setdefault(name, value)
     return session
 
 

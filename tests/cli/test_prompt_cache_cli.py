@@ -64,6 +64,43 @@ def test_interactive_chat_continues_after_a_restart(tmp_path):
     assert term.wait() == 0
 
 
+def test_a_resumed_chat_keeps_its_saved_settings(tmp_path, smollm2_model):
+    """The second run gives no --temp, -n or --grammar: the saved conversation's greedy decoding, answer
+    length and grammar continue it, as the same session would have answered; a flag given again wins."""
+    cache = str(tmp_path / "chat.state")
+    grammar = 'root ::= ("Yes" | "No") ", " [a-z ]{1,30} "."'
+    term = Terminal(["run", "smollm2", "--temp", "0", "-n", "16", "--quiet", "--prompt-cache", cache,
+                     "--grammar", grammar])
+    term.expect(">>> ")
+    term.send("Is the sky blue?\r")
+    term.expect(">>> ", timeout=120)
+    term.send("/bye\r")
+    assert term.wait() == 0
+    from localinfer import compile_grammar
+    session = smollm2_model.chat_session(temperature=0, max_tokens=16,
+                                         grammar=compile_grammar(smollm2_model.tokenizer, gbnf=grammar))
+    session.send("Is the sky blue?")
+    want = session.send("Is grass green?").text
+    term = Terminal(["run", "smollm2", "--quiet", "--prompt-cache", cache])
+    term.expect(">>> ")
+    term.out = b""
+    term.send("Is grass green?\r")
+    screen = term.expect(">>> ", timeout=120)
+    assert want in screen.replace("\r\n", "\n"), (want, screen)
+    term.out = b""
+    term.send("/show parameters\r")
+    assert "temperature         0.0" in term.expect(">>> ")
+    term.send("/bye\r")
+    assert term.wait() == 0
+    term = Terminal(["run", "smollm2", "--quiet", "--temp", "0.7", "--prompt-cache", cache])
+    term.expect(">>> ")
+    term.out = b""
+    term.send("/show parameters\r")
+    assert "temperature         0.7" in term.expect(">>> ")
+    term.send("/bye\r")
+    assert term.wait() == 0
+
+
 def test_a_path_that_is_not_a_file_is_refused_before_anything_runs(tmp_path):
     """A FIFO would block the run in open(); a device (`--prompt-cache /dev/null`, here a link to
     it in a temporary folder) would be replaced by a regular file as root. Both are a usage error
