@@ -163,3 +163,31 @@ def test_a_stop_inside_a_character_leaves_the_character_out(smollm2_model, throu
             break
         assert r.finish_reason == "length" and len(r.tokens) == n
     assert seen[-1] == text and len(set(seen)) < len(seen)  # some cuts fell inside a character
+
+
+@pytest.mark.parametrize("text", ["\U0001F31C\U0001F31B\U0001F31D", "\u65e5\u672c\u8a9e\u3067\u3059"], ids=["emoji", "cjk"])
+@pytest.mark.parametrize("through", ["engine", "context"])
+def test_a_stop_string_after_a_character_in_pieces_leaves_it_whole(smollm2_model, through, text):
+    """Each character of the text as the stop string, the answer forced to the text by a grammar: the
+    answer is what comes before it, whole characters only, streamed or not."""
+    grammar = f'root ::= "{text}"'
+    for i in range(1, len(text)):
+        context = (lambda: smollm2_model.new_context(64)) if through == "context" else (lambda: None)
+        r = smollm2_model.generate("Say it:", max_tokens=32, temperature=0, grammar=grammar, stop=[text[i]],
+                                   context=context())
+        assert r.text == text[:i] and r.finish_reason == "stop", (i, r.text)
+        streamed = "".join(c.text for c in smollm2_model.stream("Say it:", max_tokens=32, temperature=0,
+                                                                grammar=grammar, stop=[text[i]], context=context()))
+        assert streamed == text[:i], (i, streamed)
+
+
+@pytest.mark.parametrize("text", ["\U0001F31C\U0001F31B\U0001F31D", "\u65e5\u672c\u8a9e\u3067\u3059"], ids=["emoji", "cjk"])
+def test_a_stream_closed_at_any_chunk_never_held_half_a_character(smollm2_model, text):
+    """Cancelling is closing the stream: whatever chunks came before are whole characters."""
+    grammar = f'root ::= "{text}"'
+    n = len(list(smollm2_model.stream("Say it:", max_tokens=32, temperature=0, grammar=grammar)))
+    for k in range(1, n + 1):
+        stream = smollm2_model.stream("Say it:", max_tokens=32, temperature=0, grammar=grammar)
+        got = "".join(next(stream).text for _ in range(k))
+        stream.close()
+        assert "\ufffd" not in got and text.startswith(got), (k, got)
