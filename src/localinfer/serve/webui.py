@@ -14,7 +14,8 @@ from importlib import resources
 
 # URL path ("": the page itself, served at "/") -> file in the package's webui/ folder. The page names
 # the others by relative URLs, so it works wherever the app is mounted.
-PAGE_FILES = {"": "index.html", "/webui/app.js": "app.js", "/webui/style.css": "style.css"}
+PAGE_FILES = {"": "index.html", "/webui/app.js": "app.js", "/webui/markdown.js": "markdown.js",
+              "/webui/style.css": "style.css"}
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8"}
 

@@ -1,13 +1,34 @@
-// The chat page of `localinfer serve`: talks to the server's OpenAI-compatible API only
-// (/v1/chat/completions streamed as Server-Sent Events, /props for the model's name and context).
-// Model text is only ever set as textContent: it is data, never markup.
+// The chat page of `localinfer serve`: talks to the server's public API only (/v1/models,
+// /v1/chat/completions streamed as Server-Sent Events, /props). Conversations live in this browser
+// (localStorage): a list to switch, rename and delete; an answer can be regenerated and a question
+// edited and sent again. Answers are rendered by markdown.js, which never parses model text as HTML.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const SETTINGS = ["system-prompt", "temperature", "max-tokens", "api-key"];  // kept in localStorage
-const history = [];   // {role, content} of the conversation so far, as the API takes it
-let running = null;   // the AbortController of the answer being streamed, if any
-let conversation = 0; // counts New chat: an answer stopped by it must not land in the next one
+// kept in localStorage; the sampling fields go into every request when set
+const SETTINGS = ["system-prompt", "temperature", "top-p", "top-k", "min-p", "repeat-penalty", "seed", "max-tokens",
+                  "api-key"];
+const SAMPLING = { "temperature": "temperature", "top-p": "top_p", "top-k": "top_k", "min-p": "min_p",
+                   "repeat-penalty": "repeat_penalty", "seed": "seed", "max-tokens": "max_tokens" };
+const STORE = "localinfer.chats";
+
+let chats = [];         // {id, title, model, messages: [{role, content, meta, finish}], updated}
+let current = null;     // the chat on screen
+let running = null;     // {controller, chat} of the answer being streamed
+let defaultModel = "";
+
+function save() {
+  try { localStorage.setItem(STORE, JSON.stringify(chats)); } catch (_) { /* full or private mode */ }
+  localStorage.setItem(STORE + ".current", current ? current.id : "");
+}
+
+function load() {
+  try { chats = JSON.parse(localStorage.getItem(STORE) || "[]"); } catch (_) { chats = []; }
+  if (!Array.isArray(chats)) chats = [];
+  chats = chats.filter((c) => c && typeof c.id === "string" && Array.isArray(c.messages));
+  const id = localStorage.getItem(STORE + ".current");
+  current = chats.find((c) => c.id === id) || null;
+}
 
 function requestHeaders() {
   const h = { "Content-Type": "application/json" };
@@ -27,13 +48,22 @@ async function errorText(response) {
   }
 }
 
-async function loadProps() {
+async function loadServer() {
   try {
     const r = await fetch("props", { headers: requestHeaders() });
     if (!r.ok) throw new Error(await errorText(r));
     const p = await r.json();
+    defaultModel = p.model;
     $("model-name").textContent = p.model;
     $("model-ctx").textContent = p.n_ctx + " tokens context";
+    const m = await fetch("v1/models", { headers: requestHeaders() });
+    const names = m.ok ? (await m.json()).data.map((x) => x.id) : [p.model];
+    const pick = $("model");
+    const keep = pick.value;
+    pick.replaceChildren(...names.map((n) => { const o = document.createElement("option"); o.value = o.textContent = n; return o; }));
+    pick.value = (current && names.includes(current.model)) ? current.model : names.includes(keep) ? keep : p.model;
+    pick.hidden = names.length < 2;
+    $("model-name").hidden = names.length >= 2;
     setStatus("");
   } catch (e) {
     $("model-name").textContent = "?";
@@ -41,22 +71,136 @@ async function loadProps() {
   }
 }
 
-function addMessage(role, text) {
+// -- the conversation list ---------------------------------------------------------------------------
+
+function newChat() {
+  if (running) running.controller.abort();
+  current = null;
+  save();
+  render();
+  $("input").focus();
+}
+
+function startChat(firstText) {
+  const chat = { id: Date.now().toString(36) + Math.random().toString(36).slice(2, 8),
+                 title: firstText.slice(0, 48), model: $("model").value || defaultModel, messages: [], updated: Date.now() };
+  chats.unshift(chat);
+  current = chat;
+  return chat;
+}
+
+function renderList() {
+  const list = $("chats");
+  list.replaceChildren();
+  for (const chat of chats) {
+    const item = document.createElement("li");
+    item.className = "chat" + (chat === current ? " current" : "");
+    item.dataset.id = chat.id;
+    const open = document.createElement("button");
+    open.type = "button";
+    open.className = "open";
+    open.textContent = chat.title || "(untitled)";
+    open.title = chat.title;
+    open.addEventListener("click", () => { if (running) running.controller.abort(); current = chat; save(); render(); closeMenu(); });
+    const rename = document.createElement("button");
+    rename.type = "button";
+    rename.className = "rename";
+    rename.textContent = "✎";
+    rename.title = "Rename";
+    rename.setAttribute("aria-label", "Rename");
+    rename.addEventListener("click", () => {
+      const title = window.prompt("Name of this conversation", chat.title);
+      if (title !== null && title.trim()) { chat.title = title.trim().slice(0, 80); save(); renderList(); }
+    });
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "delete";
+    remove.textContent = "✕";
+    remove.title = "Delete";
+    remove.setAttribute("aria-label", "Delete");
+    remove.addEventListener("click", () => {
+      if (!window.confirm(`Delete “${chat.title}”?`)) return;
+      if (running && running.chat === chat) running.controller.abort();
+      chats = chats.filter((c) => c !== chat);
+      if (current === chat) current = null;
+      save();
+      render();
+    });
+    item.append(open, rename, remove);
+    list.append(item);
+  }
+}
+
+// -- messages ------------------------------------------------------------------------------------------
+
+function messageBox(message, index) {
   const box = document.createElement("div");
-  box.className = "msg " + role;
+  box.className = "msg " + message.role;
+  box.dataset.index = index;
+  if (message.finish) box.dataset.finish = message.finish;
+  if (message.finish === "error") box.classList.add("error");
   const who = document.createElement("div");
   who.className = "role";
-  who.textContent = role === "user" ? "You" : "Assistant";
+  who.textContent = message.role === "user" ? "You" : "Assistant";
   const body = document.createElement("div");
   body.className = "text";
-  body.textContent = text;
+  fill(body, message);
   const meta = document.createElement("div");
   meta.className = "meta";
-  box.append(who, body, meta);
-  $("messages").append(box);
-  box.scrollIntoView({ block: "end" });
-  return { box, body, meta };
+  meta.textContent = message.meta || "";
+  const actions = document.createElement("div");
+  actions.className = "actions";
+  const action = (label, handler) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = label.toLowerCase();
+    b.textContent = label;
+    b.addEventListener("click", handler);
+    actions.append(b);
+  };
+  if (message.role === "user") action("Edit", () => edit(index));
+  else {
+    action("Copy", () => navigator.clipboard?.writeText(message.content));
+    action("Regenerate", () => regenerate(index));
+  }
+  box.append(who, body, meta, actions);
+  return box;
 }
+
+function fill(body, message) {
+  if (message.role === "assistant") body.replaceChildren(window.renderMarkdown(message.content));
+  else body.textContent = message.content;
+}
+
+function render() {
+  renderList();
+  const box = $("messages");
+  box.replaceChildren(...(current ? current.messages.map(messageBox) : []));
+  box.lastElementChild?.scrollIntoView({ block: "end" });
+  if (current && $("model").querySelector(`option[value="${CSS.escape(current.model)}"]`)) $("model").value = current.model;
+  document.title = current ? current.title + " · localinfer" : "localinfer chat";
+}
+
+function edit(index) {
+  if (running || !current) return;
+  const message = current.messages[index];
+  current.messages.length = index;  // the question and all after it: sent again once edited
+  current.updated = Date.now();
+  save();
+  render();
+  $("input").value = message.content;
+  $("input").focus();
+}
+
+function regenerate(index) {
+  if (running || !current) return;
+  current.messages.length = index;   // the answer and all after it
+  save();
+  render();
+  answer(current);
+}
+
+// -- sending ---------------------------------------------------------------------------------------------
 
 // Yields the parsed JSON of each `data:` event of an SSE response body, until [DONE].
 async function* sseEvents(response) {
@@ -81,90 +225,113 @@ async function* sseEvents(response) {
   }
 }
 
-// A number field's value as a number; anything else as typed, for the server to refuse by name.
+// A field's value as a number when it is one; anything else as typed, for the server to refuse by name.
 function numberField(id) {
   const v = $(id).value.trim();
   return v !== "" && Number.isFinite(Number(v)) ? Number(v) : v;
 }
 
-function speed(tokens, first, last) {
-  // decode speed: the tokens after the first one over the time they took
-  if (tokens < 2 || last <= first) return "";
-  return " · " + ((tokens - 1) / ((last - first) / 1000)).toFixed(1) + " tok/s";
+function stats(timings, usage, chunks, first, started, finish) {
+  const parts = [];
+  const n = timings ? timings.predicted_n : usage ? usage.completion_tokens : chunks;
+  parts.push(n + " tokens");
+  if (timings && timings.predicted_per_second) parts.push(timings.predicted_per_second.toFixed(1) + " tok/s");
+  if (timings) parts.push(`prompt ${timings.prompt_n + timings.cache_n} tokens (${timings.cache_n} cached` +
+                          (timings.prompt_per_second ? `, ${timings.prompt_per_second.toFixed(0)} tok/s)` : ")"));
+  parts.push("first token " + ((first || performance.now()) - started).toFixed(0) + " ms");
+  if (finish === "length") parts.push("stopped at max tokens");
+  return parts.join(" · ");
 }
 
-async function send(text) {
+function send(text) {
+  const chat = current || startChat(text);
+  chat.messages.push({ role: "user", content: text });
+  chat.updated = Date.now();
+  save();
+  render();
+  answer(chat);
+}
+
+async function answer(chat) {
   const system = $("system-prompt").value.trim();
-  history.push({ role: "user", content: text });
-  addMessage("user", text);
-  const answer = addMessage("assistant", "");
-  answer.box.classList.add("streaming");
-  const messages = (system ? [{ role: "system", content: system }] : []).concat(history);
-  const body = {
-    messages, stream: true, stream_options: { include_usage: true },
-    temperature: numberField("temperature"), max_tokens: numberField("max-tokens"),
-  };
-  running = new AbortController();
-  const mine = conversation;
+  const history = [];   // what the model reads: a failed turn (its question too) is not sent again
+  for (const m of chat.messages) {
+    if (m.finish === "error") history.pop();
+    else history.push({ role: m.role, content: m.content });
+  }
+  const message = { role: "assistant", content: "", meta: "" };
+  chat.messages.push(message);
+  const index = chat.messages.length - 1;
+  let box = null;
+  const shown = () => chat === current;
+  if (shown()) {
+    box = messageBox(message, index);
+    box.classList.add("streaming");
+    $("messages").append(box);
+    box.scrollIntoView({ block: "end" });
+  }
+  const body = { model: chat.model || $("model").value || undefined, stream: true,
+                 stream_options: { include_usage: true },
+                 messages: (system ? [{ role: "system", content: system }] : []).concat(history) };
+  for (const [id, field] of Object.entries(SAMPLING)) if ($(id).value.trim() !== "") body[field] = numberField(id);
+  running = { controller: new AbortController(), chat };
   $("stop").disabled = false;
   $("send").disabled = true;
   const started = performance.now();
-  let first = 0, last = 0, chunks = 0, usage = null, finish = null, content = "";
+  let first = 0, chunks = 0, usage = null, timings = null, finish = null, drawn = 0;
+  const draw = () => {  // at most once a frame: a long answer re-rendered per token would lag
+    drawn = 0;
+    if (box && shown()) { fill(box.querySelector(".text"), message); box.scrollIntoView({ block: "end" }); }
+  };
   try {
     const r = await fetch("v1/chat/completions", {
-      method: "POST", headers: requestHeaders(), body: JSON.stringify(body), signal: running.signal,
+      method: "POST", headers: requestHeaders(), body: JSON.stringify(body), signal: running.controller.signal,
     });
     if (!r.ok) throw new Error(await errorText(r));
     for await (const event of sseEvents(r)) {
       if (event.error) throw new Error(event.error.message);
       if (event.usage) usage = event.usage;
+      if (event.timings) timings = event.timings;
       const choice = event.choices && event.choices[0];
       if (!choice) continue;
       if (choice.finish_reason) finish = choice.finish_reason;
       const piece = choice.delta && choice.delta.content;
       if (piece) {
-        last = performance.now();
-        if (!first) first = last;
+        if (!first) first = performance.now();
         chunks += 1;
-        content += piece;
-        answer.body.textContent = content;
-        answer.box.scrollIntoView({ block: "end" });
+        message.content += piece;
+        if (!drawn) drawn = requestAnimationFrame(draw);
       }
     }
-    const tokens = usage ? usage.completion_tokens : chunks;
-    answer.meta.textContent = tokens + " tokens" + speed(tokens, first, last) +
-      " · first token " + ((first || performance.now()) - started).toFixed(0) + " ms" +
-      (finish === "length" ? " · stopped at max tokens" : "");
-    answer.box.dataset.finish = finish || "";
+    message.meta = stats(timings, usage, chunks, first, started, finish);
+    message.finish = finish || "stop";
   } catch (e) {
     if (e.name === "AbortError") {
-      answer.meta.textContent = "stopped · " + chunks + " chunks" + speed(chunks, first, last);
-      answer.box.dataset.finish = "stopped";
+      message.meta = "stopped · " + chunks + " chunks";
+      message.finish = "stopped";
     } else {
-      answer.box.classList.add("error");
-      answer.meta.textContent = "error: " + e.message;
-      answer.box.dataset.finish = "error";
+      message.meta = "error: " + e.message;
+      message.finish = "error";
     }
   } finally {
-    answer.box.classList.remove("streaming");
-    answer.box.scrollIntoView({ block: "end" });  // its last line (the meta) is new
-    if (mine === conversation) {
-      if (content) history.push({ role: "assistant", content });
-      else if (answer.box.dataset.finish === "error") history.pop();  // a failed turn is not resent
-    }
+    if (drawn) cancelAnimationFrame(drawn);
+    chat.updated = Date.now();
     running = null;
+    save();
+    if (box && shown()) {  // the same element, finished: a reader holding it sees the end
+      fill(box.querySelector(".text"), message);
+      box.querySelector(".meta").textContent = message.meta;
+      box.classList.remove("streaming");
+      box.classList.toggle("error", message.finish === "error");
+      box.dataset.finish = message.finish;
+    }
+    $("messages").lastElementChild?.scrollIntoView({ block: "end" });
     $("stop").disabled = true;
     $("send").disabled = false;
   }
 }
 
-function newChat() {
-  if (running) running.abort();
-  conversation += 1;
-  history.length = 0;
-  $("messages").replaceChildren();
-  $("input").focus();
-}
+function closeMenu() { document.body.classList.remove("menu-open"); }
 
 function init() {
   for (const id of SETTINGS) {
@@ -172,7 +339,14 @@ function init() {
     if (saved !== null) $(id).value = saved;
     $(id).addEventListener("change", () => localStorage.setItem("localinfer." + id, $(id).value));
   }
-  $("api-key").addEventListener("change", loadProps);
+  load();
+  $("api-key").addEventListener("change", loadServer);
+  $("model").addEventListener("change", () => {
+    if (current && !current.messages.length) current.model = $("model").value;
+    if (current && current.model !== $("model").value) current = null;  // another model: a new conversation
+    save();
+    render();
+  });
   $("composer").addEventListener("submit", (e) => {
     e.preventDefault();
     const text = $("input").value.trim();
@@ -181,14 +355,20 @@ function init() {
     send(text);
   });
   $("input").addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey) {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
       $("composer").requestSubmit();
     }
   });
-  $("stop").addEventListener("click", () => { if (running) running.abort(); });
-  $("new-chat").addEventListener("click", newChat);
-  loadProps();
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && running) running.controller.abort();
+  });
+  $("stop").addEventListener("click", () => { if (running) running.controller.abort(); });
+  $("new-chat").addEventListener("click", () => { newChat(); closeMenu(); });
+  $("menu").addEventListener("click", () => document.body.classList.toggle("menu-open"));
+  document.querySelector("main").addEventListener("click", closeMenu);
+  render();
+  loadServer();
 }
 
 init();
