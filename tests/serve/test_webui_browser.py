@@ -207,6 +207,7 @@ def test_answers_render_as_markdown_and_model_html_stays_text(browser, server, t
     code = text.find_element("css selector", "pre code")
     assert code.text == "print('<b>hi</b>')" and "language-python" in code.get_attribute("class")
     assert text.find_element("css selector", ".code-bar .copy").text == "Copy"
+    assert [e.text for e in code.find_elements("css selector", ".tok-string")] == ["'<b>hi</b>'"]   # coloured
     assert text.find_element("css selector", "li strong").text == "bold"
     assert text.find_element("css selector", "li em").text == "italic"
     links = text.find_elements("css selector", "a")

@@ -1,7 +1,7 @@
 // Markdown -> DOM for the chat page, built only with createElement and text nodes: a model's text is
 // data, and no string of it is ever parsed as HTML, so `<img onerror=...>` or `<script>` in an answer
 // shows as those characters. Links keep only http:, https: and mailto: targets; anything else
-// (javascript:, data:) stays text. Covers what chat answers use: fenced code (with a Copy button),
+// (javascript:, data:) stays text. Covers what chat answers use: fenced code (coloured, with a Copy button),
 // inline code, headings, bold, italics, lists, block quotes, rules and paragraphs.
 "use strict";
 
@@ -43,6 +43,34 @@ function link(parent, label, href) {
   parent.append(a);
 }
 
+// Syntax colours for code blocks, by a small lexer over comments, strings, numbers and the keywords of
+// the languages answers use most; each token becomes a <span> holding its characters as text.
+const KEYWORDS = new Set(("and as assert async await break case catch class const continue def default del do elif " +
+  "else enum except export extends false finally fn for from func function go if impl import in interface is " +
+  "lambda let loop match mod mut new nil none not null or package pass pub raise return self static struct " +
+  "super switch this throw true try type typeof use var void while with yield int float char bool string " +
+  "echo then fi done esac local").split(" "));
+const HASH_COMMENTS = new Set(["python", "py", "sh", "bash", "shell", "zsh", "ruby", "rb", "yaml", "yml", "toml",
+                               "r", "perl", "dockerfile", "makefile", "ini", "conf"]);
+const LEXER = /(\/\/[^\n]*|\/\*[\s\S]*?\*\/)|(#[^\n]*)|("(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|`(?:\\.|[^`\\])*`)|(\b0x[0-9a-f]+\b|\b\d[\d_]*(?:\.\d+)?(?:e[+-]?\d+)?\b)|([A-Za-z_]\w*)/gi;
+
+function highlight(code, lang, text) {
+  const hash = HASH_COMMENTS.has(lang.toLowerCase());
+  let at = 0, m;
+  const span = (cls, t) => code.append(el("span", "tok-" + cls, t));
+  while ((m = LEXER.exec(text)) !== null) {
+    if (m.index > at) code.append(document.createTextNode(text.slice(at, m.index)));
+    if (m[1] !== undefined && !hash) span("comment", m[1]);
+    else if (m[2] !== undefined && hash) span("comment", m[2]);
+    else if (m[3] !== undefined) span("string", m[3]);
+    else if (m[4] !== undefined) span("number", m[4]);
+    else if (m[5] !== undefined && KEYWORDS.has(m[5])) span("keyword", m[5]);
+    else code.append(document.createTextNode(m[0]));
+    at = LEXER.lastIndex;
+  }
+  if (at < text.length) code.append(document.createTextNode(text.slice(at)));
+}
+
 function codeBlock(lang, lines) {
   const wrap = el("div", "code");
   const bar = el("div", "code-bar");
@@ -56,7 +84,8 @@ function codeBlock(lang, lines) {
   });
   bar.append(copy);
   const pre = el("pre");
-  const code = el("code", lang ? "language-" + lang.replace(/[^\w+-]/g, "") : null, text);
+  const code = el("code", lang ? "language-" + lang.replace(/[^\w+-]/g, "") : null);
+  highlight(code, lang || "", text);
   pre.append(code);
   wrap.append(bar, pre);
   return wrap;
