@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,10 @@ GEMMA3_REF = "gemma-3-270m-q4_k_m"
 # checkout at the same path (CI's) finds them; numba keys them by the source's path and content.
 # Set here, before anything imports numba (its config is read once, at import).
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
+# The CUDA path's kernels (backend/cuda/, tests/cuda/) run in numba.cuda's simulator on a machine
+# without an NVIDIA driver; with one, on the device. Also read once, at numba's import.
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,7 @@
+"""The optional CUDA path, written with numba.cuda (the `cuda` extra: numba-cuda), whose simulator
+(NUMBA_ENABLE_CUDASIM=1) runs the same kernel code on the CPU, so every kernel is tested in CI
+without a GPU. Nothing here is imported unless a CUDA device is asked for.
+
+    kernels.py   the device kernels and their host wrappers (bounds checked before a launch)
+    weights.py   a GGUF matrix uploaded once in the layout its GEMV reads coalesced
+"""
