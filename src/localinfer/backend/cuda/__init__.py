@@ -4,4 +4,6 @@ without a GPU. Nothing here is imported unless a CUDA device is asked for.
 
     kernels.py   the device kernels and their host wrappers (bounds checked before a launch)
     weights.py   a GGUF matrix uploaded once in the layout its GEMV reads coalesced
+    llama.py     a llama-family model's forward pass on them, one token at a time
+    device.py    where numba.cuda comes from, and the errors when it cannot run
 """

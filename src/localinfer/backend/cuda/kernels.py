@@ -2,10 +2,12 @@
 SwiGLU / GeGLU and attention of one query row over an F16 KV cache.
 
 Each kernel is a direct translation of its numpy reference in backend/ops_reference.py, which the
-tests compare it with under the simulator. Launch shapes: a GEMV block of THREADS threads per output
-row (the row's elements strided over the threads, coalesced, then a shared-memory tree sum); the
-vector ops one thread per element; attention one block per query head. The host wrappers check
-shapes and dtypes before anything is launched, as the C kernels' Python wrappers do.
+tests compare it with under the simulator. Launch shapes: a GEMV block of THREADS threads for ROWS
+output rows (each row's elements strided over the threads, coalesced, then summed in shared memory);
+the vector ops one thread per element; attention one block per query head. The host wrappers check
+shapes and dtypes before anything is launched, as the C kernels' Python wrappers do. The sums are
+plain shared-memory ones for now; warp shuffles, fused per-layer kernels and a CUDA graph are for
+when a device can time them.
 """
 from __future__ import annotations
 
@@ -16,74 +18,79 @@ import numpy as np
 from . import device
 
 cuda = device.cuda_module()
-THREADS = 128   # a GEMV block's threads; a power of two (the tree sum halves it)
+# a block's threads; a power of two (the tree sum halves it). The simulator runs each thread as a Python
+# thread: 8 there keeps a tiny model's forward pass to seconds, and tests the same reductions
+THREADS = 8 if device.simulated() else 128
+# output rows per GEMV block: one on a device (blocks are cheap there); in the simulator, whose cost is
+# per block and per barrier, several
+ROWS = 16 if device.simulated() else 1
 MAX_CTX = 1 << 20
 
 
 @cuda.jit(device=True)
 def _block_sum(shared, value):
-    """The sum of `value` over the block's THREADS threads (every thread gets it)."""
+    """The sum of `value` over the block's THREADS threads, for every thread (`shared`: THREADS + 1)."""
     t = cuda.threadIdx.x
     shared[t] = value
     cuda.syncthreads()
-    step = THREADS // 2
-    while step > 0:
-        if t < step:
-            shared[t] += shared[t + step]
-        cuda.syncthreads()
-        step //= 2
-    total = shared[0]
+    if t == 0:
+        total = np.float32(0.0)
+        for j in range(THREADS):
+            total += shared[j]
+        shared[THREADS] = total
     cuda.syncthreads()
+    total = shared[THREADS]
+    cuda.syncthreads()   # before the next use of `shared`
     return total
 
 
 @cuda.jit
 def _gemv_q8_0(scales, qs, x, y):
     """y[r] = sum_b scales[r, b] * sum_e qs[r, 32 b + e] * x[32 b + e]"""
-    r = cuda.blockIdx.x
-    shared = cuda.shared.array(THREADS, np.float32)
-    acc = np.float32(0.0)
-    for i in range(cuda.threadIdx.x, x.shape[0], THREADS):
-        acc += scales[r, i // 32] * np.float32(qs[r, i]) * x[i]
-    total = _block_sum(shared, acc)
-    if cuda.threadIdx.x == 0:
-        y[r] = total
+    shared = cuda.shared.array(THREADS + 1, np.float32)
+    for r in range(cuda.blockIdx.x * ROWS, min(y.shape[0], (cuda.blockIdx.x + 1) * ROWS)):
+        acc = np.float32(0.0)
+        for i in range(cuda.threadIdx.x, x.shape[0], THREADS):
+            acc += scales[r, i // 32] * np.float32(qs[r, i]) * x[i]
+        total = _block_sum(shared, acc)
+        if cuda.threadIdx.x == 0:
+            y[r] = total
 
 
 @cuda.jit
 def _gemv_q4_0(scales, qs, x, y):
     """Q4_0: byte j of a block's 16 holds element j (low nibble) and j + 16 (high), each minus 8."""
-    r = cuda.blockIdx.x
-    shared = cuda.shared.array(THREADS, np.float32)
-    acc = np.float32(0.0)
-    for i in range(cuda.threadIdx.x, x.shape[0] // 2, THREADS):
-        b, j = i // 16, i % 16
-        byte = qs[r, i]
-        lo = np.float32(np.int32(byte & 0x0F) - 8)
-        hi = np.float32(np.int32(byte >> 4) - 8)
-        acc += scales[r, b] * (lo * x[32 * b + j] + hi * x[32 * b + j + 16])
-    total = _block_sum(shared, acc)
-    if cuda.threadIdx.x == 0:
-        y[r] = total
+    shared = cuda.shared.array(THREADS + 1, np.float32)
+    for r in range(cuda.blockIdx.x * ROWS, min(y.shape[0], (cuda.blockIdx.x + 1) * ROWS)):
+        acc = np.float32(0.0)
+        for i in range(cuda.threadIdx.x, x.shape[0] // 2, THREADS):
+            b, j = i // 16, i % 16
+            byte = qs[r, i]
+            lo = np.float32(np.int32(byte & 0x0F) - 8)
+            hi = np.float32(np.int32(byte >> 4) - 8)
+            acc += scales[r, b] * (lo * x[32 * b + j] + hi * x[32 * b + j + 16])
+        total = _block_sum(shared, acc)
+        if cuda.threadIdx.x == 0:
+            y[r] = total
 
 
 @cuda.jit
 def _gemv_f16(w, x, y):
-    r = cuda.blockIdx.x
-    shared = cuda.shared.array(THREADS, np.float32)
-    acc = np.float32(0.0)
-    for i in range(cuda.threadIdx.x, x.shape[0], THREADS):
-        acc += np.float32(w[r, i]) * x[i]
-    total = _block_sum(shared, acc)
-    if cuda.threadIdx.x == 0:
-        y[r] = total
+    shared = cuda.shared.array(THREADS + 1, np.float32)
+    for r in range(cuda.blockIdx.x * ROWS, min(y.shape[0], (cuda.blockIdx.x + 1) * ROWS)):
+        acc = np.float32(0.0)
+        for i in range(cuda.threadIdx.x, x.shape[0], THREADS):
+            acc += np.float32(w[r, i]) * x[i]
+        total = _block_sum(shared, acc)
+        if cuda.threadIdx.x == 0:
+            y[r] = total
 
 
 @cuda.jit
 def _rms_norm(x, weight, eps, out):
     """One block per row of x (n, dim)."""
     row = cuda.blockIdx.x
-    shared = cuda.shared.array(THREADS, np.float32)
+    shared = cuda.shared.array(THREADS + 1, np.float32)
     acc = np.float32(0.0)
     for i in range(cuda.threadIdx.x, x.shape[1], THREADS):
         acc += x[row, i] * x[row, i]
@@ -128,7 +135,7 @@ def _attention(q, k, v, n_past, scale, scores, out):
     k, v (n_ctx, n_kv_head, hd) f16; scores (n_head, n_ctx) f32 scratch; out (n_head, hd)."""
     h = cuda.blockIdx.x
     kv = h // (q.shape[0] // k.shape[1])   # grouped-query attention: n_head / n_kv_head heads per KV head
-    shared = cuda.shared.array(THREADS, np.float32)
+    shared = cuda.shared.array(THREADS + 1, np.float32)
     t = cuda.threadIdx.x
     best = np.float32(-np.inf)
     for p in range(t, n_past, THREADS):
@@ -176,12 +183,13 @@ def gemv(weight, x):
     if x.shape[0] != weight.k:
         raise ValueError(f"x has {x.shape[0]} elements, the matrix {weight.k} columns")
     y = cuda.device_array(weight.n_out, np.float32)
+    blocks = (weight.n_out + ROWS - 1) // ROWS
     if weight.kind == "q8_0":
-        _gemv_q8_0[weight.n_out, THREADS](weight.scales, weight.qs, x, y)
+        _gemv_q8_0[blocks, THREADS](weight.scales, weight.qs, x, y)
     elif weight.kind == "q4_0":
-        _gemv_q4_0[weight.n_out, THREADS](weight.scales, weight.qs, x, y)
+        _gemv_q4_0[blocks, THREADS](weight.scales, weight.qs, x, y)
     else:
-        _gemv_f16[weight.n_out, THREADS](weight.w, x, y)
+        _gemv_f16[blocks, THREADS](weight.w, x, y)
     return y
 
 
@@ -234,3 +242,41 @@ def attention(q, k, v, n_past: int, scale: float):
     out = cuda.device_array(q.shape, np.float32)
     _attention[q.shape[0], THREADS](q, k, v, n_past, np.float32(scale), scores, out)
     return out
+
+
+@cuda.jit
+def _add(a, b, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = a[i] + b[i]
+
+
+@cuda.jit
+def _store_kv(k, v, k_cache, v_cache, pos):
+    """k, v (n_kv_head, hd) f32 -> row `pos` of the f16 caches."""
+    i = cuda.grid(1)
+    if i < k.shape[0] * k.shape[1]:
+        h, d = i // k.shape[1], i % k.shape[1]
+        k_cache[pos, h, d] = k[h, d]
+        v_cache[pos, h, d] = v[h, d]
+
+
+def add(a, b):
+    _need(a, "a", np.float32, 1)
+    _need(b, "b", np.float32, 1)
+    if a.shape != b.shape:
+        raise ValueError(f"add: {a.shape} and {b.shape} differ")
+    out = cuda.device_array(a.shape, np.float32)
+    _add[(a.shape[0] + THREADS - 1) // THREADS, THREADS](a, b, out)
+    return out
+
+
+def store_kv(k, v, k_cache, v_cache, pos: int) -> None:
+    _need(k, "k", np.float32, 2)
+    _need(v, "v", np.float32, 2)
+    if k.shape != v.shape or k_cache.shape[1:] != k.shape or v_cache.shape != k_cache.shape:
+        raise ValueError(f"store_kv: k {k.shape}, v {v.shape}, caches {k_cache.shape} {v_cache.shape}")
+    if not 0 <= pos < k_cache.shape[0]:
+        raise ValueError(f"position {pos} outside the cache's {k_cache.shape[0]}")
+    n = k.shape[0] * k.shape[1]
+    _store_kv[(n + THREADS - 1) // THREADS, THREADS](k, v, k_cache, v_cache, pos)
