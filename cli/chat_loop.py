@@ -60,7 +60,7 @@ def _read_line(prompt: str = ">>> ") -> str | None:
 class _Chat:
     """The interactive loop's state: the session, and whether timings are shown (/set verbose)."""
 
-    def __init__(self, session, verbose: bool, prompt_cache: str | None):
+    def __init__(self, session, verbose: bool, prompt_cache: str | None = None):
         self.session, self.verbose, self.prompt_cache = session, verbose, prompt_cache
 
 

@@ -396,7 +396,7 @@ def test_cli_prints_error_not_traceback(folding_path, hostile_path):
 def test_interactive_chat_reports_template_errors_and_goes_on(folding_path, monkeypatch, capsys):
     session = localinfer.load(str(folding_path), n_ctx=64).chat_session()
     monkeypatch.setattr("builtins.input", lambda prompt: "hi")
-    assert chat_loop._turn(session, verbose=False) is True
+    assert chat_loop._turn(chat_loop._Chat(session, verbose=False)) is True
     assert capsys.readouterr().err.startswith("Error: chat template exceeded its limits")
     assert session.messages == []  # the turn was dropped
 

@@ -147,7 +147,7 @@ def test_the_interactive_chat_reports_non_finite_logits_and_goes_on(models, monk
     with localinfer.load(str(models["nan"]), n_ctx=64) as m:
         session = m.chat_session(temperature=0.8)
         monkeypatch.setattr("builtins.input", lambda prompt: "hi")
-        assert chat_loop._turn(chat_loop._Chat(session, verbose=False, prompt_cache=None)) is True
+        assert chat_loop._turn(chat_loop._Chat(session, verbose=False)) is True
         assert capsys.readouterr().err.startswith("Error: the model produced non-finite logits")
 
 

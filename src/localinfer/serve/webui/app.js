@@ -73,6 +73,17 @@ async function loadServer() {
 
 // -- the conversation list ---------------------------------------------------------------------------
 
+function button(className, text, label, onClick) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = className;
+  b.textContent = text;
+  b.title = label;
+  if (label !== text) b.setAttribute("aria-label", label);
+  b.addEventListener("click", onClick);
+  return b;
+}
+
 function newChat() {
   if (running) running.controller.abort();
   current = null;
@@ -96,29 +107,18 @@ function renderList() {
     const item = document.createElement("li");
     item.className = "chat" + (chat === current ? " current" : "");
     item.dataset.id = chat.id;
-    const open = document.createElement("button");
-    open.type = "button";
-    open.className = "open";
-    open.textContent = chat.title || "(untitled)";
-    open.title = chat.title;
-    open.addEventListener("click", () => { if (running) running.controller.abort(); current = chat; save(); render(); closeMenu(); });
-    const rename = document.createElement("button");
-    rename.type = "button";
-    rename.className = "rename";
-    rename.textContent = "✎";
-    rename.title = "Rename";
-    rename.setAttribute("aria-label", "Rename");
-    rename.addEventListener("click", () => {
+    const open = button("open", chat.title || "(untitled)", chat.title, () => {
+      if (running) running.controller.abort();
+      current = chat;
+      save();
+      render();
+      closeMenu();
+    });
+    const rename = button("rename", "✎", "Rename", () => {
       const title = window.prompt("Name of this conversation", chat.title);
       if (title !== null && title.trim()) { chat.title = title.trim().slice(0, 80); save(); renderList(); }
     });
-    const remove = document.createElement("button");
-    remove.type = "button";
-    remove.className = "delete";
-    remove.textContent = "✕";
-    remove.title = "Delete";
-    remove.setAttribute("aria-label", "Delete");
-    remove.addEventListener("click", () => {
+    const remove = button("delete", "✕", "Delete", () => {
       if (!window.confirm(`Delete “${chat.title}”?`)) return;
       if (running && running.chat === chat) running.controller.abort();
       chats = chats.filter((c) => c !== chat);
@@ -150,14 +150,7 @@ function messageBox(message, index) {
   meta.textContent = message.meta || "";
   const actions = document.createElement("div");
   actions.className = "actions";
-  const action = (label, handler) => {
-    const b = document.createElement("button");
-    b.type = "button";
-    b.className = label.toLowerCase();
-    b.textContent = label;
-    b.addEventListener("click", handler);
-    actions.append(b);
-  };
+  const action = (label, handler) => actions.append(button(label.toLowerCase(), label, label, handler));
   if (message.role === "user") action("Edit", () => edit(index));
   else {
     action("Copy", () => navigator.clipboard?.writeText(message.content));
