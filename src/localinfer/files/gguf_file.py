@@ -184,7 +184,7 @@ class GGUFFile:
         self.path = str(path)
         self.released: set[str] = set()  # tensors whose bytes were copied out and their pages dropped
         self.on_tensor_read = None  # called with a tensor's name as tensor_data hands it out (files/load_progress.py)
-        self.parts: list[GGUFFile] = [self]  # a split model's files, this first (_open_parts)
+        self._later_parts: list[GGUFFile] = []  # a split model's files after this one (_open_parts)
         self._part_of: dict[str, GGUFFile] = {}  # a tensor of a later part -> that part
         p = Path(path)
         if not p.is_file():
@@ -276,7 +276,7 @@ class GGUFFile:
             if not os.path.isfile(name):
                 raise GGUFError(f"{self.path}: part {i} of {count} is missing: {name}")
             part = GGUFFile(name, split_part=True)
-            self.parts.append(part)
+            self._later_parts.append(part)
             if part.metadata.get(SPLIT_NO) != i - 1 or part.metadata.get(SPLIT_COUNT) != count:
                 raise GGUFError(f"{name}: its split.no/split.count say it is not part {i} of {count}")
             for tensor, info in part.tensors.items():
@@ -288,6 +288,12 @@ class GGUFFile:
         if expected is not None and expected != len(self.tensors):
             raise GGUFError(f"{self.path}: the parts hold {len(self.tensors)} tensors, split.tensors.count says "
                             f"{expected}")
+
+    @property
+    def parts(self) -> list["GGUFFile"]:
+        """A split model's files, this first; [self] for a whole one. (Not kept as a list holding self:
+        that cycle left every closed file's metadata, a vocabulary of ~10 MB, to the cycle collector.)"""
+        return [self, *self._later_parts]
 
     def part_of(self, name: str) -> "GGUFFile":
         """The file that holds tensor `name`: this one, or a later part of a split model."""
@@ -438,7 +444,7 @@ class GGUFFile:
         return default
 
     def close(self) -> None:
-        for part in getattr(self, "parts", [])[1:]:
+        for part in getattr(self, "_later_parts", []):
             part.close()
         mm = getattr(self, "_mmap", None)
         if mm is not None:
