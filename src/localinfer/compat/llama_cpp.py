@@ -134,12 +134,8 @@ class Llama:
                 "model": self.model_path}
         if stream:
             return self._completion_chunks(head, chunks)
-        text, n, finish = [], 0, "stop"
-        for chunk in chunks:
-            text.append(chunk.text)
-            n += len(chunk.tokens)
-            finish = chunk.finish_reason or finish
-        return {**head, "choices": [{"text": "".join(text), "index": 0, "logprobs": None,
+        text, n, finish = _collect(chunks)
+        return {**head, "choices": [{"text": text, "index": 0, "logprobs": None,
                                      "finish_reason": _finish(finish)}],
                 "usage": {"prompt_tokens": len(tokens), "completion_tokens": n, "total_tokens": len(tokens) + n}}
 
@@ -175,13 +171,9 @@ class Llama:
         head = {"id": "chatcmpl-" + uuid.uuid4().hex, "created": int(time.time()), "model": self.model_path}
         if stream:
             return self._chat_chunks(head, chunks)
-        text, n, finish = [], 0, "stop"
-        for chunk in chunks:
-            text.append(chunk.text)
-            n += len(chunk.tokens)
-            finish = chunk.finish_reason or finish
+        text, n, finish = _collect(chunks)
         return {**head, "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text)},
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                              "logprobs": None, "finish_reason": _finish(finish)}],
                 "usage": {"prompt_tokens": len(tokens), "completion_tokens": n, "total_tokens": len(tokens) + n}}
 
@@ -213,6 +205,16 @@ class Llama:
         return {"object": "list", "model": model or self.model_path,
                 "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
                 "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+
+def _collect(chunks) -> tuple[str, int, str]:
+    """A whole answer's text, its token count and its finish reason, from its chunks."""
+    text, n, finish = [], 0, "stop"
+    for chunk in chunks:
+        text.append(chunk.text)
+        n += len(chunk.tokens)
+        finish = chunk.finish_reason or finish
+    return "".join(text), n, finish
 
 
 def _finish(reason: str | None) -> str:
