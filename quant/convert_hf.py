@@ -19,6 +19,8 @@ Per architecture (config.json "architectures"):
   into llama.cpp's 3-D ffn_{gate,up,down}_exps (n_expert, rows, cols), the router is ffn_gate_inp,
   and the expert_* keys say how many experts there are and how many each token uses; qwen2moe's
   shared expert becomes ffn_{gate,up,down}_shexp and its gate the (n_embd,) ffn_gate_inp_shexp.
+- encoders (convert_encoder.py): BertModel / BertForSequenceClassification ("bert"),
+  NomicBertModel ("nomic-bert"), JinaBertModel ("jina-bert-v2"), with their heads and pooling.
 Norms, biases and rope factors stay float32; matrices take `outtype` (q8_0 falls back to f16
 for rows whose length is not a multiple of 32, as llama.cpp does).
 """
@@ -35,6 +37,7 @@ from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
 from gguf.quants import quantize
 
 from .hf_tokenizer import add_vocab, convert_tokenizer
+from .convert_encoder import ENCODER_ARCHS, add_encoder_vocab, encoder_hparams, encoder_tensors, is_classifier, keeps_f32
 from .convert_gptoss import FUSED_EXPERT_RE, fused_experts, gpt_oss_hparams, yarn_hparams
 from .hf_config import Config, ConversionError, Encoded
 from .safetensors_file import Checkpoint
@@ -285,10 +288,12 @@ def convert_hf(folder: str | Path, out_path: str | Path, outtype: str = "f16", p
         raise ConversionError(f"{folder}: not a folder")
     c = Config(folder / "config.json")
     archs = c.get("architectures", [])
-    hf_arch = next((a for a in archs if a in RECIPES), None)
+    hf_arch = next((a for a in archs if a in RECIPES or a in ENCODER_ARCHS), None)
     if hf_arch is None:
         raise ConversionError(f"{c.path}: architecture {archs or '(none)'} is not supported "
-                              f"(supported: {', '.join(RECIPES)})")
+                              f"(supported: {', '.join([*RECIPES, *ENCODER_ARCHS])})")
+    if hf_arch in ENCODER_ARCHS:
+        return _convert_encoder(folder, out_path, c, hf_arch, outtype, log)
     recipe = RECIPES[hf_arch]
     vocab = convert_tokenizer(folder, c.get("vocab_size"), pre)
     ckpt = Checkpoint(folder)
@@ -305,9 +310,34 @@ def convert_hf(folder: str | Path, out_path: str | Path, outtype: str = "f16", p
     if recipe.gguf_arch == "phi3" and c.rope().get("rope_type") in ("longrope", "su"):
         for name, factors in longrope_factors(c, n_rot).items():
             w.add_tensor(name, factors)
-    for name, load in _tensors(ckpt, c, recipe, n_head, n_head_kv):
+    _write(w, _tensors(ckpt, c, recipe, n_head, n_head_kv), qtype, log)
+    return out_path
+
+
+def _convert_encoder(folder: Path, out_path: Path, c: Config, hf_arch: str, outtype: str,
+                     log: Callable[[str], None]) -> Path:
+    """An encoder (convert_encoder.py): its own keys, names and head; the same tensor encoding."""
+    qtype, ftype = OUTTYPES[outtype]
+    arch, classifier = ENCODER_ARCHS[hf_arch], is_classifier(hf_arch)
+    ckpt = Checkpoint(folder)
+    w = GGUFWriter(str(out_path), arch)
+    w.add_name(folder.name)
+    w.add_file_type(ftype)
+    w.add_quantization_version(2)
+    n_vocab = encoder_hparams(w, c, folder, arch, classifier)
+    add_encoder_vocab(w, folder, n_vocab, log)
+    _write(w, encoder_tensors(ckpt, arch, classifier), qtype, log,
+           lambda name: GGMLQuantizationType.F32 if keeps_f32(name) else qtype)
+    return out_path
+
+
+def _write(w: GGUFWriter, tensors, qtype: GGMLQuantizationType, log: Callable[[str], None],
+           type_of: Callable[[str], GGMLQuantizationType] | None = None) -> None:
+    """Encodes each (name, loader) of `tensors` (in `qtype`, or `type_of(name)`), then writes the file."""
+    for name, load in tensors:
         tensor = load()
-        data, t = (tensor.data, tensor.qtype) if isinstance(tensor, Encoded) else _encode(tensor, qtype, name)
+        t_want = type_of(name) if type_of is not None else qtype
+        data, t = (tensor.data, tensor.qtype) if isinstance(tensor, Encoded) else _encode(tensor, t_want, name)
         log(f"{name:<32} {t.name:<5} {_logical_shape(data, t)}")
         # f32/f16 arrays carry their type; bf16/q8_0 are bytes whose type must be named
         raw = t not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16)
@@ -316,7 +346,6 @@ def convert_hf(folder: str | Path, out_path: str | Path, outtype: str = "f16", p
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return out_path
 
 
 def _logical_shape(data: np.ndarray, t: GGMLQuantizationType) -> tuple[int, ...]:

@@ -1,13 +1,17 @@
 """The model architectures, one module each (llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gpt-oss, phi3, gemma3) over shared transformer
-blocks, the DecoderModel wrapper and the fused C layer call; this registry maps `general.architecture`
+blocks, the DecoderModel wrapper and the fused C layer call; the encoders (bert, nomic-bert,
+jina-bert-v2) over arch/encoder.py; this registry maps `general.architecture`
 to the model class, with an alias table. Adding one: docs/architectures.md.
 """
 from __future__ import annotations
 
 from ..files.gguf_file import GGUFFile
+from .bert import BertModel
 from .gemma3 import Gemma3Model
 from .gptoss import GptOssModel
+from .jina_bert import JinaBertModel
 from .llama import LlamaModel
+from .nomic_bert import NomicBertModel
 from .olmoe import OlmoeModel
 from .phi3 import Phi3Model
 from .qwen2 import Qwen2Model
@@ -25,6 +29,9 @@ ARCHITECTURES = {
     "olmoe": OlmoeModel,
     "gpt-oss": GptOssModel,
     "phi3": Phi3Model,
+    "bert": BertModel,  # encoders (arch/encoder.py): embed / rerank / classify, no generation
+    "nomic-bert": NomicBertModel,
+    "jina-bert-v2": JinaBertModel,
 }
 ALIASES = {
     "mistral": "llama",

@@ -131,3 +131,17 @@ def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
 
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return _glu(gate, up, None, "swiglu")
+
+
+# Encoders (arch/encoder.py). The C core has no kernel for these yet; LayerNorm and the attention
+# are the numpy reference (the attention's two products are BLAS calls, and an encoder's time is
+# in its matmuls), GELU the same table as geglu's, looked up with numpy: the same bits as the reference.
+layer_norm = reference.layer_norm
+encoder_attention = reference.encoder_attention
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    x = _f32(x)
+    table_in = np.clip(x, -10, 10).astype(np.float16).view(np.uint16)
+    act = GELU_F16_TABLE[table_in]
+    return np.where(x >= 10, x, np.where(x <= -10, np.float32(0), act))

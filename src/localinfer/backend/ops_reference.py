@@ -136,3 +136,45 @@ def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     act = gelu_tanh(table_in).astype(np.float16).astype(np.float32)
     act = np.where(gate >= 10, gate, np.where(gate <= -10, np.float32(0), act))
     return act * up
+
+
+# -- encoders (arch/encoder.py): BERT-style post-norm blocks, GELU, attention without a causal mask --
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float) -> np.ndarray:
+    """x: (n, dim) -> (x - mean) / sqrt(var + eps) * weight + bias, per row.
+    As ggml_norm (LLM_NORM): mean and variance summed in double, the squares and the scaling in float."""
+    mean = np.mean(x, axis=-1, keepdims=True, dtype=np.float64).astype(np.float32)
+    d = x - mean
+    var = np.mean(np.square(d), axis=-1, keepdims=True, dtype=np.float64)
+    y = d * (1.0 / np.sqrt(var + eps)).astype(np.float32)
+    y = y * weight
+    return y if bias is None else y + bias
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """ggml_gelu on the CPU: gelu_tanh read from a table indexed by the input rounded to f16 and
+    holding f16 results (GGML_GELU_FP16); the input itself above 10, 0 below -10 (as geglu's gate)."""
+    return geglu(x, np.float32(1.0))
+
+
+def encoder_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths: np.ndarray, scale: float,
+                      alibi_slopes: np.ndarray | None = None) -> np.ndarray:
+    """Bidirectional multi-head attention over a batch of padded texts (no causal mask, no cache).
+
+    q, k, v: (B, L, n_head, head_dim) float32; text b is its first lengths[b] rows, the rest padding,
+    which no query attends to. alibi_slopes (n_head,): ALiBi, the score of key j for query i is
+    lowered by slope * |i - j| (jina-bert-v2; ggml_soft_max_ext with a -|i-j| mask and max_bias).
+    Everything in float32, as llama.cpp computes an encoder's attention without a KV cache (no
+    f16 rounding of K, V or the probabilities). Returns (B, L, n_head, head_dim); padding rows
+    hold values that nothing reads."""
+    n_batch, n_len = q.shape[:2]
+    scores = np.matmul(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 3, 1)) * np.float32(scale)  # (B, H, L, L)
+    if alibi_slopes is not None:
+        pos = np.arange(n_len)
+        distance = np.abs(pos[:, None] - pos[None, :]).astype(np.float32)  # (L, L)
+        scores = scores - np.asarray(alibi_slopes, np.float32)[:, None, None] * distance
+    padding = np.arange(n_len)[None, :] >= np.asarray(lengths)[:, None]  # (B, L): keys past each text
+    scores = np.where(padding[:, None, None, :], np.float32(-np.inf), scores)
+    probs = softmax(scores)
+    out = np.matmul(probs, v.transpose(0, 2, 1, 3))  # (B, H, L, head_dim)
+    return np.ascontiguousarray(out.transpose(0, 2, 1, 3))
