@@ -60,6 +60,10 @@ class SerializedRuntime:
         with self.lock:
             return self._open().hidden_batch(*args, **kwargs)
 
+    def pooled(self, *args, **kwargs):  # an encoder's pass (arch/encoder.py)
+        with self.lock:
+            return self._open().pooled(*args, **kwargs)
+
     def __getattr__(self, name):  # config, new_cache, weights ...
         if name == "runtime":  # not set yet (or while unpickling): no recursion
             raise AttributeError(name)
@@ -132,6 +136,8 @@ class Model:
         if self.n_ctx <= 0:
             raise ValueError(f"n_ctx must be positive, got {n_ctx}")
         self.n_threads = n_threads
+        # an encoder (bert, nomic-bert, jina-bert-v2) embeds, re-ranks and classifies; it cannot generate
+        self.is_encoder = bool(getattr(self.runtime, "is_encoder", False))
         if kv_dtype not in ("f16", "f32"):
             raise ValueError(f"kv_dtype must be 'f16' or 'f32', got {kv_dtype!r}")
         self.kv_dtype = np.float16 if kv_dtype == "f16" else np.float32
@@ -146,7 +152,8 @@ class Model:
             self.kv_dtype = kv_types  # flows where the numpy dtype does: Context, Engine, new_cache
         # made and dropped (its pages are never touched): a context the memory cannot hold is a
         # ContextMemoryError now, at load, not an ENOMEM at the first request
-        self.runtime.new_cache(self.n_ctx, self.kv_dtype)
+        if not self.is_encoder:
+            self.runtime.new_cache(self.n_ctx, self.kv_dtype)
         if self.n_ctx > n_ctx_train:  # llama.cpp warns too: positions past training give poor text
             warnings.warn(f"n_ctx {self.n_ctx} is more than the {n_ctx_train} tokens {self.path} was trained on",
                           UserWarning, stacklevel=2)
@@ -195,8 +202,14 @@ class Model:
         if self.closed:
             raise ModelClosedError(f"the model {self.path} is closed; load it again to use it")
 
-    def new_context(self, n_ctx: int | None = None) -> Context:
+    def _check_generative(self) -> None:
         self._check_open()
+        if self.is_encoder:
+            from .arch.encoder import EncoderOnlyError
+            raise EncoderOnlyError(f"encoder model ({self.architecture}): use embed/rerank/classify; it cannot generate")
+
+    def new_context(self, n_ctx: int | None = None) -> Context:
+        self._check_generative()
         ctx = Context(self.serialized, n_ctx or self.n_ctx, self.kv_dtype)
         ctx.identity, ctx.n_vocab = self.identity, self.n_vocab
         self._contexts.add(ctx)
@@ -209,7 +222,7 @@ class Model:
         It holds a KV cache per slot that has run a request (n_ctx positions each, resident as far
         as they were used) and a prefix cache of at most 64 MiB."""
         with self._lock:
-            self._check_open()
+            self._check_generative()
             if self._engine is None:
                 from .batching.config import MIB, EngineConfig, start_engine
                 # the server's engine but for an unbounded queue (a library caller waits, never gets a
@@ -229,7 +242,7 @@ class Model:
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """(len(ids), n_vocab) float32: a fresh context just large enough, one batch, every position."""
         ids = self._check_ids(ids)
-        self._check_open()
+        self._check_generative()
         if not ids:
             return np.zeros((0, self.n_vocab), np.float32)
         ctx = self.new_context(len(ids))
@@ -242,17 +255,48 @@ class Model:
         LM head) pooled by "mean", "last" token or "cls" (first token), L2-normalized unless
         normalize=False -- as llama.cpp's llama-embedding --pooling. pooling=None: the file's
         pooling_type, else "mean". Texts share forward passes; safe from several threads.
-        A text longer than n_ctx raises ContextFullError (a ValueError)."""
+        A text longer than n_ctx raises ContextFullError (a ValueError).
+        An encoder (encoder_tasks.py) runs each text whole, up to its context_length, and pools also
+        by "none" (a list of (n_tokens, n_embd) arrays) and "rank" (its head's scores)."""
         self._check_open()
         from .embedding import check_embed_args, default_pooling, embed_tokens
+        token_lists = self._token_lists(texts)
+        if self.is_encoder:
+            from . import encoder_tasks
+            pooling = pooling or encoder_tasks.default_pooling(self.runtime.config)
+            return encoder_tasks.embed_tokens(self.serialized, token_lists, pooling, normalize)
         pooling = pooling or default_pooling(self.metadata, self.architecture)
+        check_embed_args(token_lists, pooling, self.n_ctx)
+        return embed_tokens(self.serialized, token_lists, pooling, normalize, kv_dtype=self.kv_dtype)
+
+    def _token_lists(self, texts) -> list[list[int]]:
         texts = [texts] if isinstance(texts, str) else list(texts)
         for t in texts:
             if not isinstance(t, (str, Sequence, np.ndarray)):
                 raise TypeError(f"each text must be a string or a list of token ids, got {type(t).__name__}")
-        token_lists = [self._prompt_tokens(t) for t in texts]
-        check_embed_args(token_lists, pooling, self.n_ctx)
-        return embed_tokens(self.serialized, token_lists, pooling, normalize, kv_dtype=self.kv_dtype)
+        return [self._prompt_tokens(t) for t in texts]
+
+    def rerank(self, query: str, documents: Sequence[str], top_n: int | None = None) -> list:
+        """The documents by relevance to the query, best first, the top_n best (all with None):
+        encoder_tasks.RerankResult(index, relevance_score, document), the score the raw output of the
+        model's head over "[CLS] query [SEP] document [SEP]". Needs a re-ranker (an encoder with a
+        classification head, e.g. a converted BertForSequenceClassification)."""
+        from . import encoder_tasks
+        return encoder_tasks.rerank(self._encoder(), self.tokenizer, query, documents, top_n)
+
+    def classify(self, texts: str | Sequence[str | Sequence[int]]) -> list:
+        """One encoder_tasks.Classification(label, score, labels, logits, probabilities) per text:
+        softmax over the classification head's outputs, labelled by classifier.output_labels."""
+        from . import encoder_tasks
+        runtime = self._encoder()
+        return encoder_tasks.classify_tokens(runtime, self._token_lists(texts))
+
+    def _encoder(self):
+        self._check_open()
+        if not self.is_encoder:
+            raise TypeError(f"rerank/classify need an encoder with a classification head (bert, nomic-bert, "
+                            f"jina-bert-v2); this model is {self.architecture!r}")
+        return self.serialized
 
     def stream(self, prompt: str | Sequence[int], max_tokens: int | None = 256, temperature: float = D.temperature,
                top_k: int = D.top_k, top_p: float = D.top_p, min_p: float = D.min_p,
@@ -274,7 +318,7 @@ class Model:
         llama.cpp's format, or a Grammar from constrain.compile_grammar), lark (llguidance's Lark),
         regex. The answer then follows it and ends ("stop") when it is complete; one that cannot
         be used raises GrammarError (a ValueError) here, before anything runs."""
-        self._check_open()
+        self._check_generative()
         tokens = self._prompt_tokens(prompt)
         if not tokens:
             raise ValueError("the prompt is empty (no tokens to start from)")
