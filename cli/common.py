@@ -11,32 +11,37 @@ from localinfer.backend.blas_threads import set_blas_threads as set_threads  # n
 from .progress import ByteProgress
 
 
-def load_model(model_name, ctx_size=None, threads=None, speculative=None, cache_type_k="f16", cache_type_v="f16"):
+def load_model(model_name, ctx_size=None, threads=None, speculative=None, cache_type_k="f16", cache_type_v="f16",
+               gpu=None):
     """A catalog name (fetched with a progress bar on first use), a .gguf path, or None for the default.
     speculative: load()'s draft/draft_max/draft_min/draft_p_min/lookup_ngram (speculative_options);
-    cache_type_k / cache_type_v: the KV cache's types (cache_type_options)."""
+    cache_type_k / cache_type_v: the KV cache's types (cache_type_options); gpu: load()'s
+    n_gpu_layers/device (model_file_options)."""
     from localinfer import load
     from localinfer.files.fetch import resolve_model
     path = resolve_model(model_name, progress=ByteProgress(f"pulling {model_name or 'default model'}"))
     return load(str(path), n_ctx=ctx_size, n_threads=threads, cache_type_k=cache_type_k,
-                cache_type_v=cache_type_v, **(speculative or {}))
+                cache_type_v=cache_type_v, **(speculative or {}), **(gpu or {}))
 
 
 def model_file_options(command):
     """llama.cpp's way to name the model and its GPU layers, beside the MODEL argument:
-    -m/--model FILE or -hf USER/REPO[:QUANT] (the same as MODEL; giving two is an error), and -ngl N,
-    accepted so that a llama.cpp command line runs, with a note that every layer runs on the CPU."""
+    -m/--model FILE or -hf USER/REPO[:QUANT] (the same as MODEL; giving two is an error), and -ngl N /
+    --device, handed to the command as one `gpu` dict of load()'s n_gpu_layers and device."""
     @functools.wraps(command)
-    def wrapper(*args, model, model_file, hf_repo, n_gpu_layers, **kwargs):
+    def wrapper(*args, model, model_file, hf_repo, n_gpu_layers, device, **kwargs):
         given = [m for m in (model, model_file, hf_repo and f"hf.co/{hf_repo}") if m]
         if len(given) > 1:
             raise click.UsageError(f"give the model once, as MODEL, -m FILE or -hf REPO (got {', '.join(given)})")
-        if n_gpu_layers:
-            click.echo(f"Note: -ngl {n_gpu_layers} ignored: this build runs every layer on the CPU.", err=True)
-        return command(*args, model=given[0] if given else None, **kwargs)
+        gpu = dict(n_gpu_layers=n_gpu_layers, device=device)
+        return command(*args, model=given[0] if given else None, gpu=gpu, **kwargs)
 
+    wrapper = click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+                           help="Where the layers run: cuda puts all of them on the GPU (default: cpu, or "
+                                "cuda for -ngl N).")(wrapper)
     wrapper = click.option("-ngl", "--n-gpu-layers", "--gpu-layers", "n_gpu_layers", type=int, default=None,
-                           metavar="N", help="llama.cpp's GPU layers: accepted, and ignored on the CPU.")(wrapper)
+                           metavar="N", help="llama.cpp's GPU layers: the first N on the CUDA device, the rest on "
+                                             "the CPU (-1: all). Needs localinfer[cuda].")(wrapper)
     wrapper = click.option("-hf", "--hf-repo", default=None, metavar="USER/REPO[:QUANT]",
                            help="A model from Hugging Face (the same as MODEL hf.co/USER/REPO[:QUANT]).")(wrapper)
     return click.option("-m", "--model", "model_file", default=None, metavar="FILE",

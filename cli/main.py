@@ -81,7 +81,7 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 @cache_type_options
 def run(model, prompt, prompt_file, escape, max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed,
         threads, ctx_size, system, raw, verbose, quiet, json_schema, json_schema_file, grammar, grammar_file,
-        prompt_cache, speculative, cache_type_k, cache_type_v):
+        prompt_cache, speculative, cache_type_k, cache_type_v, gpu):
     """Chat with MODEL (a catalog name or a .gguf path; default: the catalog default).
 
     Interactive in a terminal (/bye exits, /clear starts over, /? lists the commands, Ctrl-C stops an
@@ -106,7 +106,7 @@ def run(model, prompt, prompt_file, escape, max_tokens, temperature, top_k, top_
         raise click.ClickException(f"-n/--max-tokens must be -1 (until the context is full) or >= 0, "
                                    f"got {max_tokens}")
     try:
-        llm = load_model(model, ctx_size, threads, speculative, cache_type_k, cache_type_v)
+        llm = load_model(model, ctx_size, threads, speculative, cache_type_k, cache_type_v, gpu)
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     options = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k,

@@ -43,7 +43,7 @@ from .serve_ray import ray_options, serve_ray
 @speculative_options
 @cache_type_options
 def serve(model, host, port, engine, config, threads, alias, models, keep_alive, max_memory, speculative,
-          cache_type_k, cache_type_v, ray):
+          cache_type_k, cache_type_v, ray, gpu):
     """Serve MODEL (a catalog name or a .gguf path), or the --models, over the OpenAI API
     (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /health, /metrics) and
     Ollama's (/api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps)."""
@@ -51,6 +51,8 @@ def serve(model, host, port, engine, config, threads, alias, models, keep_alive,
     if not config.api_key and not is_loopback(host.strip("[]").lower()):
         click.echo(f"localinfer: warning: listening on {host} without --api-key: anyone who can reach this address "
                    f"may use the model", err=True)
+    if any(v is not None for v in gpu.values()) and (ray is not None or models is not None):
+        raise click.UsageError("-ngl / --device go with one MODEL served here (not --models or --ray)")
     if ray is not None:
         if models is not None:
             raise click.UsageError("--ray serves one MODEL in each replica, not --models")
@@ -86,7 +88,7 @@ def serve(model, host, port, engine, config, threads, alias, models, keep_alive,
         make = functools.partial(make_registry_server, pool)
     else:
         try:
-            llm = load_model(model, engine.n_ctx, threads, speculative, cache_type_k, cache_type_v)
+            llm = load_model(model, engine.n_ctx, threads, speculative, cache_type_k, cache_type_v, gpu)
         except (OSError, ValueError, LookupError, RuntimeError) as e:
             raise click.ClickException(str(e))
         name = alias or (model if model and not os.path.exists(model) else Path(llm.path).stem)

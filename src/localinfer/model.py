@@ -91,7 +91,8 @@ class Model:
                  prefix_cache_dir: str | os.PathLike | None = None, prefix_cache_dir_bytes: int = 4 << 30,
                  draft: "str | os.PathLike | Model | None" = None, draft_max: int = 8, draft_min: int = 0,
                  draft_p_min: float = 0.75, lookup_ngram: int = 0,
-                 cache_type_k: str = "f16", cache_type_v: str = "f16", progress=None, repack: bool | None = None):
+                 cache_type_k: str = "f16", cache_type_v: str = "f16", progress=None, repack: bool | None = None,
+                 n_gpu_layers: int | None = None, device: str | None = None):
         """backend: "c" (the C kernels), "reference" (numpy, the oracle) or "auto" (C when built).
         n_parallel: sequences generated together when several threads call generate/stream/chat.
         prefix_cache_dir: a folder where the engine keeps computed prompt prefixes (at most
@@ -106,7 +107,12 @@ class Model:
         1.0 "ready"), for a splash screen (files/load_progress.py).
         repack: copy the matrices the ISA has a faster decode layout for into it at load (llama.cpp's
         repack; the mapped pages are released, so memory stays about the file's size); None: on
-        unless the environment sets LOCALINFER_REPACK=0. False keeps every weight in the mapping."""
+        unless the environment sets LOCALINFER_REPACK=0. False keeps every weight in the mapping.
+        n_gpu_layers / device: llama.cpp's -ngl N: the first N layers run on the CUDA device
+        (backend/cuda/layers.py; -1 or more than the model has: all of them), the rest on the CPU;
+        device="cuda" alone puts every layer there, "cpu" none. Needs numba-cuda (the cuda extra)
+        and a device: without them, device="cuda" is a CudaUnavailable saying which is missing, and
+        n_gpu_layers alone a warning (as llama.cpp's -ngl on a machine without a GPU)."""
         from .files.load_progress import LoadProgress
         loading = LoadProgress(progress)
         loading.report(0.0, "mapping")
@@ -121,6 +127,7 @@ class Model:
             loading.watch_weights(self.gguf)
             self.repack = _choose_repack(repack) and self.backend == "c"
             self.runtime = build_model(self.gguf, self.backend, self.repack)
+            self.n_gpu_layers = _offload(self.runtime, self.gguf, n_gpu_layers, device)
         self._lock = threading.Lock()
         self.serialized = SerializedRuntime(self.runtime, self._lock, self.path)  # what contexts and the engine call
         self._contexts = weakref.WeakSet()  # live contexts, for memory()
@@ -554,6 +561,36 @@ def _choose_backend(backend: str, n_threads: int | None) -> str:
         if n_threads:
             kernels.set_threads(n_threads)
     return backend
+
+
+def _offload(runtime, f, n_gpu_layers: int | None, device: str | None) -> int:
+    """How many layers went to the CUDA device (llama.cpp's -ngl meaning), after putting them there."""
+    if device not in (None, "cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cpu" and n_gpu_layers:
+        raise ValueError(f"n_gpu_layers={n_gpu_layers} asks for the GPU and device='cpu' for none: give one")
+    if not n_gpu_layers and device != "cuda":
+        return 0
+    n_layer = len(runtime.weights.layers)
+    if n_gpu_layers is None:
+        n = n_layer if device == "cuda" else 0
+    else:
+        n = n_layer if n_gpu_layers < 0 else min(int(n_gpu_layers), n_layer)
+    if n == 0:
+        return 0
+    from .backend.cuda.device import CudaUnavailable, check_available   # numba-cuda only when asked for
+    try:
+        check_available()
+    except CudaUnavailable as e:
+        if device == "cuda":
+            raise
+        # llama.cpp's habit: -ngl on a machine without a usable GPU warns and runs on the CPU
+        warnings.warn(f"n_gpu_layers {n_gpu_layers} ignored, every layer runs on the CPU: {e}", UserWarning,
+                      stacklevel=3)
+        return 0
+    from .backend.cuda.layers import CudaLayers
+    runtime.gpu_layers = CudaLayers(runtime, f, n)
+    return n
 
 
 def _speculation(target: Model, draft, draft_max, draft_min, draft_p_min, lookup_ngram):

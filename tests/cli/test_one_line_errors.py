@@ -81,6 +81,7 @@ def test_the_good_model_answers(models):
     ("nan", ["--temp", "0"], "the model produced non-finite logits (NaN or infinity)"),
     ("good", ["-n", "-5"], "-n/--max-tokens must be -1 (until the context is full) or >= 0, got -5"),
     ("good", ["-c", "1000000000000"], "a context of 1000000000000 tokens needs 4096000000000000 bytes"),
+    ("good", ["-ngl", "2", "--device", "cpu"], "n_gpu_layers=2 asks for the GPU and device='cpu' for none"),
 ])
 def test_run_fails_in_one_line(models, name, args, says):
     assert says in _fails_in_one_line(["run", models[name], "-p", "hi", "-n", "2", *args])

@@ -33,6 +33,7 @@ class DecoderModel:
         self.config, self.weights = config, weights
         self.ops = ops  # ops_reference (numpy) or ops (C): the same functions, so the model never branches
         self.fuse, self._fused = True, None  # fuse = False keeps the Python loop (to compare the two)
+        self.gpu_layers = None  # backend/cuda/layers.py's CudaLayers: the first layers on the device (-ngl)
 
     # -- what an architecture writes ------------------------------------------------------------
     @classmethod
@@ -125,6 +126,12 @@ class DecoderModel:
     def _run_layers(self, batch: Batch) -> np.ndarray:
         """The batch's tokens through embed and every layer -> (n_rows, n_embd); caches advanced."""
         x = self.embed(batch.tokens)  # (n, n_embd)
+        if self.gpu_layers is not None:  # the first layers on the device, the rest here
+            params, first = self.layer_params(batch), self.gpu_layers.n_layers
+            x = self.gpu_layers.run(x, batch, params)
+            x = run_layers(self.ops, self.weights.layers[first:], x, batch, self.config, params, first)
+            batch.advance()
+            return x
         fused = self.fused_layers()
         # `layers` in one C call, bit for bit (arch/fused.py); not while a matmul observer watches
         if fused is not None and fused.applies(batch) and not observing():

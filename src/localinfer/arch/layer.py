@@ -78,10 +78,12 @@ class LayerParams:
     neox: bool = False  # NeoX rope pairs (x[i], x[i + n_rot/2]) instead of adjacent ones
 
 
-def run_layers(ops, layers: list[DecoderLayer], x: np.ndarray, batch: Batch, c, p: LayerParams) -> np.ndarray:
+def run_layers(ops, layers: list[DecoderLayer], x: np.ndarray, batch: Batch, c, p: LayerParams,
+               first: int = 0) -> np.ndarray:
     """x (n, n_embd) after the embedding -> x after every layer, written with `ops` (ops_reference or
-    ops): the readable path, and the oracle of the fused C call. c: the config (rms_eps, shapes)."""
-    for li, layer in enumerate(layers):
+    ops): the readable path, and the oracle of the fused C call. c: the config (rms_eps, shapes).
+    first: the model's index of layers[0] (the layers before it ran elsewhere: the CUDA device)."""
+    for li, layer in enumerate(layers, start=first):
         inv_freq = p.inv_freq if layer.inv_freq is None else layer.inv_freq
         attention = partial(ops.attention, scale=p.attn_scale, sliding_window=layer.window, sinks=layer.sinks)
         h = ops.rms_norm(x, layer.attn_norm, c.rms_eps)

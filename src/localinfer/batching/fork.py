@@ -102,6 +102,7 @@ def copy_cache(src, dst) -> None:
         dst.k[:, :n] = src.k[:, :n]
         dst.v[:, :n] = src.v[:, :n]
         dst.offset = n
+        dst.rewritten()
         return
     if isinstance(src, RotatingKVCache):  # the ring: its slots map positions the same way in both
         dst.k[...] = src.k

@@ -112,6 +112,9 @@ class KVCache(_Layers):
         self.k = zeros((n_layers, n_ctx, n_head_kv, kw), kt)  # (layer, pos, kv_head, head_dim or row bytes)
         self.v = zeros((n_layers, n_ctx, n_head_kv, vw), vt)  # (layer, pos, kv_head, head_dim or row bytes)
         self.offset = 0  # tokens stored; the next token goes to position `offset`
+        # bumped by whoever rewrites k/v from outside (a restored state, a fork: rewritten()), so that a
+        # copy of this cache elsewhere (the CUDA layers' device mirror) knows it is stale
+        self.generation = 0
 
     def update_and_fetch(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Stores k, v: (n, n_head_kv, head_dim) at [offset, offset+n) of `layer` and returns
@@ -141,6 +144,10 @@ class KVCache(_Layers):
 
     def reset(self) -> None:
         self.offset = 0
+
+    def rewritten(self) -> None:
+        """Called after k, v and offset were written other than through update_and_fetch/advance."""
+        self.generation += 1
 
 
 class RotatingKVCache(_Layers):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 _STATE_INTS = ("offset", "held_start")
+_BOOKKEEPING = ("generation",)  # neither shape nor state: KVCache.rewritten's count
 
 
 def _parts(cache, prefix: str = ""):
@@ -42,7 +43,7 @@ def layout(cache) -> dict:
     out = {"type": type(cache).__name__, "dtype": np.dtype(cache.dtype).name}
     for prefix, part in _parts(cache):
         shape = {k: v for k, v in sorted(vars(part).items())
-                 if isinstance(v, int) and not isinstance(v, bool) and k not in _STATE_INTS}
+                 if isinstance(v, int) and not isinstance(v, bool) and k not in _STATE_INTS + _BOOKKEEPING}
         shape["class"] = type(part).__name__
         shape["arrays"] = {name: [a.dtype.name, list(a.shape)] for name, a in _arrays(part)}
         out[prefix or "."] = shape
@@ -94,6 +95,14 @@ def load_snapshot(cache, state: dict, arrays: dict[str, np.ndarray]) -> None:
             a[...] = saved
         else:
             a[:, :saved.shape[1]] = saved
+    _rewritten(cache)
+
+
+def _rewritten(cache) -> None:
+    """Tells every part whose arrays were just written from outside (KVCache.rewritten)."""
+    for _, part in _parts(cache):
+        if hasattr(part, "rewritten"):
+            part.rewritten()
 
 
 # -- blocks of positions, for the prefix cache -------------------------------------------------
@@ -163,6 +172,7 @@ def write_blocks(cache, blocks: list[dict[str, np.ndarray]], block_size: int, ri
             for name, a in _arrays(part):
                 a[:, index] = block[f"{prefix}{name}"]
     cache.advance(n)
+    _rewritten(cache)
     for _, part in ring_parts(cache):
         part.held_start = max(part.held_start, ring_from * block_size)
     return n

@@ -177,12 +177,17 @@ def _need(a, name: str, dtype, ndim: int):
                          f"{getattr(a, 'dtype', type(a).__name__)} of shape {getattr(a, 'shape', '?')}")
 
 
-def gemv(weight, x):
-    """weight: a weights.DeviceMatrix; x (k,) f32 on the device -> y (n_out,) f32 on the device."""
+def gemv(weight, x, out=None):
+    """weight: a weights.DeviceMatrix; x (k,) f32 on the device -> y (n_out,) f32 on the device,
+    written into `out` when given (a (n_out,) f32 device array or a slice of a longer one)."""
     _need(x, "x", np.float32, 1)
     if x.shape[0] != weight.k:
         raise ValueError(f"x has {x.shape[0]} elements, the matrix {weight.k} columns")
-    y = cuda.device_array(weight.n_out, np.float32)
+    if out is not None:
+        _need(out, "out", np.float32, 1)
+        if out.shape[0] != weight.n_out:
+            raise ValueError(f"out has {out.shape[0]} elements, the matrix {weight.n_out} rows")
+    y = cuda.device_array(weight.n_out, np.float32) if out is None else out
     blocks = (weight.n_out + ROWS - 1) // ROWS
     if weight.kind == "q8_0":
         _gemv_q8_0[blocks, THREADS](weight.scales, weight.qs, x, y)
