@@ -135,13 +135,37 @@ def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
 
 # Encoders (arch/encoder.py). The C core has no kernel for these yet; LayerNorm and the attention
 # are the numpy reference (the attention's two products are BLAS calls, and an encoder's time is
-# in its matmuls), GELU the same table as geglu's, looked up with numpy: the same bits as the reference.
+# in its matmuls).
 layer_norm = reference.layer_norm
 encoder_attention = reference.encoder_attention
 
+_GELU_BLOCK = 1 << 20  # elements per C call, so that the `up` of ones below stays 4 MiB
+_ones_row = np.ones(0, np.float32)
+
+
+def _ones(n: int) -> np.ndarray:
+    """n float32 ones, from one buffer that grows to the largest block asked for (read-only use)."""
+    global _ones_row
+    ones = _ones_row
+    if ones.size < n:
+        ones = _ones_row = np.ones(n, np.float32)
+    return ones[:n]
+
 
 def gelu(x: np.ndarray) -> np.ndarray:
+    """ggml_gelu (BERT's FFN): li_glu's GELU-table path times an `up` of ones -- the C core has no
+    one-input GELU, and multiplying by 1.0 changes no bit, so this is the reference's result, ~10x
+    faster than looking the table up in numpy. A block of rows at a time."""
     x = _f32(x)
-    table_in = np.clip(x, -10, 10).astype(np.float16).view(np.uint16)
-    act = GELU_F16_TABLE[table_in]
-    return np.where(x >= 10, x, np.where(x <= -10, np.float32(0), act))
+    rows2d = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+    n_rows, n_cols = rows2d.shape
+    out = np.empty_like(rows2d)
+    if out.size == 0:
+        return out.reshape(x.shape)
+    block = max(1, _GELU_BLOCK // n_cols)
+    ones = _ones(min(block, n_rows) * n_cols)
+    for r in range(0, n_rows, block):
+        k = min(block, n_rows - r)
+        _check(_lib.li_glu(_ptr(rows2d[r:r + k]), n_cols, _ptr(ones), n_cols, _ptr(out[r:r + k]), k, n_cols,
+                           _ptr(GELU_F16_TABLE)), "gelu")
+    return out.reshape(x.shape)
