@@ -157,6 +157,9 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return geglu(x, np.float32(1.0))
 
 
+ENCODER_SCORES_BLOCK = 1 << 24  # attention scores held at once (64 MiB): a long text's queries go in blocks
+
+
 def encoder_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths: np.ndarray, scale: float,
                       alibi_slopes: np.ndarray | None = None) -> np.ndarray:
     """Bidirectional multi-head attention over a batch of padded texts (no causal mask, no cache).
@@ -166,15 +169,21 @@ def encoder_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths: np.n
     lowered by slope * |i - j| (jina-bert-v2; ggml_soft_max_ext with a -|i-j| mask and max_bias).
     Everything in float32, as llama.cpp computes an encoder's attention without a KV cache (no
     f16 rounding of K, V or the probabilities). Returns (B, L, n_head, head_dim); padding rows
-    hold values that nothing reads."""
-    n_batch, n_len = q.shape[:2]
-    scores = np.matmul(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 3, 1)) * np.float32(scale)  # (B, H, L, L)
-    if alibi_slopes is not None:
-        pos = np.arange(n_len)
-        distance = np.abs(pos[:, None] - pos[None, :]).astype(np.float32)  # (L, L)
-        scores = scores - np.asarray(alibi_slopes, np.float32)[:, None, None] * distance
-    padding = np.arange(n_len)[None, :] >= np.asarray(lengths)[:, None]  # (B, L): keys past each text
-    scores = np.where(padding[:, None, None, :], np.float32(-np.inf), scores)
-    probs = softmax(scores)
-    out = np.matmul(probs, v.transpose(0, 2, 1, 3))  # (B, H, L, head_dim)
+    hold values that nothing reads. The (B, n_head, queries, L) scores are made for a block of
+    queries at a time, at most ENCODER_SCORES_BLOCK floats (an 8192-token text has 12 x 8192^2)."""
+    n_batch, n_len, n_head = q.shape[:3]
+    kt = k.transpose(0, 2, 3, 1)  # (B, H, head_dim, L)
+    vt = v.transpose(0, 2, 1, 3)  # (B, H, L, head_dim)
+    pos = np.arange(n_len)
+    padding = pos[None, :] >= np.asarray(lengths)[:, None]  # (B, L): keys past each text
+    slopes = None if alibi_slopes is None else np.asarray(alibi_slopes, np.float32)[:, None, None]
+    out = np.empty((n_batch, n_head, n_len, q.shape[3]), np.float32)
+    block = max(1, ENCODER_SCORES_BLOCK // max(1, n_batch * n_head * n_len))
+    for i0 in range(0, n_len, block):
+        i1 = min(n_len, i0 + block)
+        scores = np.matmul(q[:, i0:i1].transpose(0, 2, 1, 3), kt) * np.float32(scale)  # (B, H, i1-i0, L)
+        if slopes is not None:
+            scores = scores - slopes * np.abs(pos[i0:i1, None] - pos[None, :]).astype(np.float32)
+        scores = np.where(padding[:, None, None, :], np.float32(-np.inf), scores)
+        out[:, :, i0:i1] = np.matmul(softmax(scores), vt)
     return np.ascontiguousarray(out.transpose(0, 2, 1, 3))
