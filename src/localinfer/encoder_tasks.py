@@ -14,8 +14,9 @@ Library (Model's methods):
         "[CLS] query [SEP] document [SEP]" (a logit for BERT cross-encoders; llama-server's /rerank
         reports it as it is); top_n keeps the best n.
     Model.classify(texts) -> list[Classification]
-        Classification(label, score, labels, logits, probabilities): softmax over the head's outputs,
-        labels from `{arch}.classifier.output_labels` (LABEL_<i> where the file names none).
+        Classification(label, score, labels, logits, probabilities): softmax over the head's outputs
+        (the sigmoid of a single output), labels from `{arch}.classifier.output_labels` (LABEL_<i>
+        where the file names none).
 
 Token level (runtime: a Model's `serialized`, whose `pooled(batch, pooling)` runs one pass under the
 model's lock; tokenizer: Model.tokenizer):
@@ -56,7 +57,7 @@ class Classification:
     score: float  # its probability
     labels: tuple[str, ...]  # every label, in the head's output order
     logits: np.ndarray  # (n_labels,) float32, the head's raw outputs
-    probabilities: np.ndarray  # (n_labels,) float32, softmax of the logits
+    probabilities: np.ndarray  # (n_labels,) float32, softmax of the logits (sigmoid of a single one)
 
 
 def default_pooling(config) -> str:
@@ -187,8 +188,11 @@ def classify_tokens(runtime, token_lists: Sequence[Sequence[int]], n_batch: int 
     labels = runtime.config.labels or tuple(f"LABEL_{i}" for i in range(logits.shape[1]))
     out = []
     for row in logits:
-        e = np.exp(row.astype(np.float64) - row.max())
-        p = (e / e.sum()).astype(np.float32)
+        if row.shape[0] == 1:  # one output (a relevance or binary head): its sigmoid
+            p = (1.0 / (1.0 + np.exp(-row.astype(np.float64)))).astype(np.float32)
+        else:
+            e = np.exp(row.astype(np.float64) - row.max())
+            p = (e / e.sum()).astype(np.float32)
         best = int(np.argmax(row))
         out.append(Classification(labels[best], float(p[best]), tuple(labels), row, p))
     return out

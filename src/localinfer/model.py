@@ -293,7 +293,8 @@ class Model:
 
     def classify(self, texts: str | Sequence[str | Sequence[int]]) -> list:
         """One encoder_tasks.Classification(label, score, labels, logits, probabilities) per text:
-        softmax over the classification head's outputs, labelled by classifier.output_labels."""
+        softmax over the classification head's outputs (sigmoid of a single one), labelled by
+        classifier.output_labels."""
         from . import encoder_tasks
         runtime = self._encoder()
         return encoder_tasks.classify_tokens(runtime, self._token_lists(texts))

@@ -188,6 +188,16 @@ def test_classify_matches_transformers_labels_and_probabilities(build):
         assert result.labels == tuple(CLASSIFY_LABELS.values())
 
 
+def test_classify_with_one_output_is_its_sigmoid(build):
+    """A single-output head (a re-ranker, a binary label): the probability is the sigmoid of the logit."""
+    _, model, _, path = build("bert_rerank")
+    ids = texts(11, 3)
+    for t, result in zip(ids, classify_tokens(_load(path), ids)):
+        logit = torch_scores(model, t, [0] * len(t))[0]
+        assert result.labels == ("LABEL_0",) and result.label == "LABEL_0"
+        assert abs(result.score - 1 / (1 + np.exp(-logit))) < 1e-3
+
+
 def test_a_long_text_runs_whole(embedder):
     """A text as long as the model's context (N_CTX positions) in one pass, alone."""
     family, model, _, path = embedder
