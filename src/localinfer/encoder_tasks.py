@@ -25,6 +25,7 @@ model's lock; tokenizer: Model.tokenizer):
     embed_tokens(runtime, token_lists, pooling, normalize, n_batch) -> as Model.embed
     pair_tokens(tokenizer, query, document) -> (ids, token types) of one re-ranking input
     score_tokens(runtime, token_lists, type_lists, n_batch) -> (n, n_cls_out) float32 head scores
+    score_passes(runtime, token_lists, type_lists, n_batch) -> yields [(index, scores), ...] per pass
 
 Batching: texts are sorted by length and cut into passes of at most `n_batch` padded tokens
 (a longer text runs alone), each padded to its longest text; so one pass runs many short texts and
@@ -140,6 +141,15 @@ def score_tokens(runtime, token_lists: Sequence[Sequence[int]], type_lists: Sequ
         for i, v in finished:
             out[i] = v
     return out
+
+
+def score_passes(runtime, token_lists: Sequence[Sequence[int]], type_lists: Sequence[Sequence[int]] | None = None,
+                 n_batch: int = DEFAULT_N_BATCH) -> Iterator[list[tuple[int, np.ndarray]]]:
+    """score_tokens a forward pass at a time: yields [(index, (n_cls_out,) float32), ...] after each
+    pass, for a caller that may stop between passes (the server's /v1/rerank). type_lists as
+    pair_tokens makes them (all 0 for a model with one token type)."""
+    types = None if type_lists is None else _token_types(runtime, type_lists)
+    yield from _passes(runtime, token_lists, "rank", types, n_batch)
 
 
 def pair_tokens(tokenizer, query: str, document: str) -> tuple[list[int], list[int]]:
