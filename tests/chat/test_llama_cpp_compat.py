@@ -1,7 +1,10 @@
-"""localinfer.compat.llama_cpp.Llama as llama-cpp-python's scripts use it, on the real SmolLM2: the call
-shapes of its README and of LangChain's LlamaCpp / LlamaIndex's LlamaCPP (written from their documented
-behaviour), with greedy texts compared to localinfer's own answers."""
+"""localinfer.compat.llama_cpp.Llama on the real SmolLM2: greedy texts compared to localinfer's own
+answers, and what only the shim does or refuses (test_llama_cpp_corpus.py runs the usage corpus
+against it and against llama-cpp-python)."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +83,128 @@ def test_what_llama_cpp_python_scripts_catch(llm, smollm2_path):
     # what LangChain's LlamaCpp passes with its defaults: accepted
     llm("Hi", suffix=None, max_tokens=2, temperature=0.8, top_p=0.95, logprobs=None, echo=False, stop=[],
         repeat_penalty=1.1, top_k=40)
+
+
+def test_refused_settings_name_themselves(smollm2_path):
+    from localinfer.compat.llama_cpp import LlamaDraftModel
+    path = str(smollm2_path)
+    with pytest.raises(ValueError, match="'vicuna-v9'"):
+        Llama(model_path=path, chat_format="vicuna-v9")
+    with pytest.raises(ValueError, match="rope_freq_base"):
+        Llama(model_path=path, rope_freq_base=1234.0)
+    with pytest.raises(ValueError, match="type_k"):
+        Llama(model_path=path, type_k=0)
+
+    class Mine(LlamaDraftModel):
+        def __call__(self, input_ids, **kwargs):
+            return input_ids[:0]
+    with pytest.raises(ValueError, match="Mine"):
+        Llama(model_path=path, draft_model=Mine())
+    with pytest.raises(ValueError, match="does not exist"):
+        Llama(model_path=path + ".missing")
+    Llama(model_path=path, n_ctx=64, rope_freq_base=100000.0, rope_freq_scale=1.0).close()  # the file's own values
+
+
+def test_fill_in_the_middle_uses_the_fim_tokens(llm, smollm2_model, monkeypatch):
+    with pytest.raises(ValueError, match="fim_pre, fim_suf, fim_mid"):  # SmolLM2's GGUF names no FIM tokens
+        llm("x", suffix="y", max_tokens=2)
+    vocab = llm._model.tokenizer.vocab  # a file that names three: control tokens of SmolLM2's as stand-ins
+    for name, text in (("fim_pre", "<filename>"), ("fim_suf", "<gh_stars>"), ("fim_mid", "<issue_start>")):
+        monkeypatch.setitem(vocab.special, name, vocab.token_to_id[text])
+    out = llm("def add(a, b):\n    ", suffix="\n    return c\n", max_tokens=8, temperature=0)
+    plain = dict(add_special=False, parse_special=False)
+    want = ([vocab.special["fim_pre"], *smollm2_model.tokenize("def add(a, b):\n    ", **plain),
+             vocab.special["fim_suf"], *smollm2_model.tokenize("\n    return c\n", **plain), vocab.special["fim_mid"]])
+    assert out["usage"]["prompt_tokens"] == len(want)
+    assert out["choices"][0]["text"] == smollm2_model.generate(want, max_tokens=8, temperature=0).text
+
+
+def test_echo_logprobs_pair_each_prompt_token_with_what_predicted_it(llm, smollm2_model):
+    from localinfer.sampling.logprobs import score_prompt
+    out = llm("Hello, my name is", max_tokens=3, temperature=0, echo=True, logprobs=1)
+    lp = out["choices"][0]["logprobs"]
+    ids = smollm2_model.tokenize("Hello, my name is")
+    scored = score_prompt(smollm2_model, ids)
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    # the same log-softmax of rows computed alike (score_prompt's, bit for bit): no tolerance needed
+    assert lp["token_logprobs"][1:len(ids)] == [e.logprob for e in scored[1:]]
+    assert "".join(lp["tokens"]) == out["choices"][0]["text"]
+
+
+def test_auto_tool_calls_are_parsed(llm):
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    messages = [{"role": "user", "content": "What is the weather in Paris? Use the tool."}]
+    out = llm.create_chat_completion(messages=messages, tools=tools, tool_choice="required", temperature=0,
+                                     max_tokens=40)
+    choice = out["choices"][0]
+    (call,) = choice["message"]["tool_calls"]
+    assert choice["finish_reason"] == "tool_calls" and call["function"]["name"] == "get_weather"
+    assert set(json.loads(call["function"]["arguments"])) == {"city"}
+    parts = list(llm.create_chat_completion(messages=messages, tools=tools, tool_choice="required", temperature=0,
+                                            max_tokens=40, stream=True))
+    deltas = [p["choices"][0]["delta"] for p in parts]
+    assert "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas if "tool_calls" in d) \
+        == call["function"]["arguments"]
+    assert parts[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_states_fit_only_their_context(llm, smollm2_path):
+    from localinfer import StateMismatchError
+    llm("The quick brown fox", max_tokens=4, temperature=0)
+    state = llm.save_state()
+    other = Llama(model_path=str(smollm2_path), n_ctx=256)
+    try:
+        with pytest.raises(StateMismatchError, match="n_ctx"):
+            other.load_state(state)
+        assert other.n_tokens == 0
+    finally:
+        other.close()
+
+
+def test_a_new_call_ends_a_stream_left_open(llm):
+    whole = llm("Once upon a time", max_tokens=6, temperature=0)["choices"][0]["text"]
+    stream = llm("The capital of France is", max_tokens=6, temperature=0, stream=True)
+    next(stream)
+    assert llm("Once upon a time", max_tokens=6, temperature=0)["choices"][0]["text"] == whole
+    rest = list(stream)  # ended: at most its closing chunk
+    assert len(rest) <= 1
+
+
+def test_quantized_kv_cache_and_install(smollm2_path):
+    import localinfer.compat.llama_cpp as shim
+    m = Llama(model_path=str(smollm2_path), n_ctx=128, type_k=shim.GGML_TYPE_Q8_0, type_v=shim.GGML_TYPE_Q8_0)
+    try:
+        assert m("The capital of France is", max_tokens=4, temperature=0)["choices"][0]["text"]
+    finally:
+        m.close()
+    saved = {k: v for k, v in sys.modules.items() if k == "llama_cpp" or k.startswith("llama_cpp.")}
+    try:
+        shim.install()
+        import llama_cpp
+        from llama_cpp.llama_types import ChatCompletionRequestMessage  # noqa: F401
+        from llama_cpp.llama_grammar import LlamaGrammar as G
+        assert llama_cpp.Llama is Llama and G is LlamaGrammar
+    finally:
+        for k in [k for k in sys.modules if k == "llama_cpp" or k.startswith("llama_cpp.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def test_from_pretrained_through_huggingface_hub(smollm2_path, tmp_path):
+    pytest.importorskip("huggingface_hub", reason="the hf extra (huggingface_hub) is not installed")
+    from fake_hub import FakeHub
+    code = ("import sys; from localinfer.compat.llama_cpp import Llama\n"
+            "m = Llama.from_pretrained('someone/SmolLM2-GGUF', '*Q4_1.gguf', n_ctx=128)\n"
+            "print(m.model_path); print(m('Hi', max_tokens=3, temperature=0)['choices'][0]['text'])\n"
+            "try:\n    Llama.from_pretrained('someone/SmolLM2-GGUF', '*.gguf')\n"
+            "except ValueError as e:\n    print('refused:', str(e).splitlines()[0])\n")
+    with FakeHub({"someone/SmolLM2-GGUF": {"SmolLM2.Q4_1.gguf": smollm2_path, "SmolLM2.Q8_0.gguf": b"GGUF x"}}) as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1",
+               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "LOCALINFER_CACHE": str(tmp_path / "li")}
+        env.pop("HF_HUB_OFFLINE", None)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=240)
+    assert r.returncode == 0, r.stderr
+    path, text, refused = r.stdout.splitlines()[:3]
+    assert open(path, "rb").read() == smollm2_path.read_bytes()
+    assert refused == "refused: Multiple files found in someone/SmolLM2-GGUF that match *.gguf"

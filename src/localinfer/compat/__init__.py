@@ -1,1 +1,1 @@
-"""Drop-in faces of other runtimes' Python APIs over localinfer (llama_cpp.py: llama-cpp-python's)."""
+"""Drop-in faces of other runtimes' Python APIs over localinfer (llama_cpp/: llama-cpp-python's)."""
