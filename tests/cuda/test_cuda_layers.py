@@ -54,6 +54,38 @@ def test_the_device_cache_follows_a_trimmed_and_a_restored_host_cache(cpu, gpu, 
     np.testing.assert_allclose(got[-1], cpu.logits([5, 17, 3])[-1], **TOL)
 
 
+# gemma3's blocks: per-head Q/K norms, post-norms, GeGLU, layer 0 sliding (window 3, its own rope base), layer 1
+# global; the window is shorter than the prompt, so the device's window start is tested
+GEMMA = synthetic_gguf.Shape("tiny-gemma3", "gemma3", n_embd=32, n_ff=64, n_head=4, n_head_kv=2, n_layer=2,
+                             n_vocab=32)
+
+
+def _gemma3_keys(w):
+    w.add_uint32("gemma3.attention.sliding_window", 3)
+    w.add_uint32("gemma3.attention.sliding_window_pattern", 2)
+    w.add_uint32("gemma3.attention.key_length", GEMMA.head_dim)
+    w.add_uint32("gemma3.attention.value_length", GEMMA.head_dim)
+
+
+def test_gemma3_blocks_with_a_sliding_window_give_the_cpu_logits(tmp_path):
+    rng = np.random.default_rng(5)
+    norms = {f"blk.{i}.{name}.weight": (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+             for i in range(GEMMA.n_layer) for name, n in [("attn_q_norm", GEMMA.head_dim), ("attn_k_norm", GEMMA.head_dim),
+                                                             ("post_attention_norm", GEMMA.n_embd),
+                                                             ("post_ffw_norm", GEMMA.n_embd)]}
+    path = str(tmp_path / "gemma3.gguf")
+    synthetic_gguf.write(path, shape=GEMMA, seed=4, extra=norms, more=_gemma3_keys)
+    ids = [7, 2, 30, 11, 5]
+    with localinfer.load(path, n_ctx=16) as m:
+        want = m.logits(ids)
+    with localinfer.load(path, n_ctx=16, n_gpu_layers=1) as m:
+        assert m.runtime.weights.layers[0].window == 3 and m.runtime.weights.layers[1].window is None
+        # the CPU path rounds gemma3's scaled queries to f16 (2^-11 relative) before the attention and the
+        # device keeps them f32: up to ~3e-3 on these logits (~1) after two layers. A window of the wrong
+        # width moves rows 3 and 4 by ~1, so 1e-2 still tells it
+        np.testing.assert_allclose(m.logits(ids), want, rtol=0, atol=1e-2)
+
+
 def test_bad_requests_are_refused_before_anything_runs(path, gpu):
     with pytest.raises(ValueError, match="device must be"):
         localinfer.load(path, device="tpu")

@@ -108,5 +108,6 @@ def copy_cache(src, dst) -> None:
         dst.k[...] = src.k
         dst.v[...] = src.v
         dst.offset, dst.held_start = src.offset, src.held_start
+        dst.rewritten()
         return
     raise TypeError(f"cannot copy a {type(src).__name__}")

@@ -172,6 +172,7 @@ class RotatingKVCache(_Layers):
         self.v = zeros((n_layers, self.n_slots, n_head_kv, vw), vt)  # (layer, slot, kv_head, head_dim or row bytes)
         self.offset = 0
         self.held_start = 0  # oldest position still in the ring (older slots were overwritten)
+        self.generation = 0  # as KVCache's: bumped by rewritten()
 
     def update_and_fetch(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Returns the keys/values of positions max(0, offset-window+1) .. offset+n-1: what the
@@ -212,6 +213,10 @@ class RotatingKVCache(_Layers):
 
     def reset(self) -> None:
         self.trim(0)
+
+    def rewritten(self) -> None:
+        """Called after the ring and offsets were written other than through update_and_fetch/advance."""
+        self.generation += 1
 
 
 class InterleavedKVCache:

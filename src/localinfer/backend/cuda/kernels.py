@@ -1,4 +1,5 @@
-"""numba.cuda kernels of the decode step: the dequantizing GEMV (Q8_0, Q4_0, F16), RMSNorm, RoPE,
+"""numba.cuda kernels of the decode step: the dequantizing GEMV (int8 quants with a scale per group:
+Q8_0, Q5_0, Q6_K; 4-bit nibbles with a scale and min per 32: Q4_0, Q4_1, Q4_K; F16), RMSNorm, RoPE,
 SwiGLU / GeGLU and attention of one query row over an F16 KV cache.
 
 Each kernel is a direct translation of its numpy reference in backend/ops_reference.py, which the
@@ -45,30 +46,33 @@ def _block_sum(shared, value):
 
 
 @cuda.jit
-def _gemv_q8_0(scales, qs, x, y):
-    """y[r] = sum_b scales[r, b] * sum_e qs[r, 32 b + e] * x[32 b + e]"""
+def _gemv_int8(scales, qs, group, x, y):
+    """Q8_0, Q5_0, Q6_K uploaded as int8 quants: y[r] = sum_e scales[r, e // group] * qs[r, e] * x[e]"""
     shared = cuda.shared.array(THREADS + 1, np.float32)
     for r in range(cuda.blockIdx.x * ROWS, min(y.shape[0], (cuda.blockIdx.x + 1) * ROWS)):
         acc = np.float32(0.0)
         for i in range(cuda.threadIdx.x, x.shape[0], THREADS):
-            acc += scales[r, i // 32] * np.float32(qs[r, i]) * x[i]
+            acc += scales[r, i // group] * np.float32(qs[r, i]) * x[i]
         total = _block_sum(shared, acc)
         if cuda.threadIdx.x == 0:
             y[r] = total
 
 
 @cuda.jit
-def _gemv_q4_0(scales, qs, x, y):
-    """Q4_0: byte j of a block's 16 holds element j (low nibble) and j + 16 (high), each minus 8."""
+def _gemv_nibbles(scales, mins, qs, half, x, y):
+    """Q4_0, Q4_1, Q4_K as the file packs them: in each run of 2*half elements, byte j holds element j
+    (low nibble) and element half + j (high); element e is scales[r, e // 32] * nibble + mins[r, e // 32]."""
     shared = cuda.shared.array(THREADS + 1, np.float32)
     for r in range(cuda.blockIdx.x * ROWS, min(y.shape[0], (cuda.blockIdx.x + 1) * ROWS)):
         acc = np.float32(0.0)
         for i in range(cuda.threadIdx.x, x.shape[0] // 2, THREADS):
-            b, j = i // 16, i % 16
+            lo_e = 2 * half * (i // half) + i % half
+            hi_e = lo_e + half
             byte = qs[r, i]
-            lo = np.float32(np.int32(byte & 0x0F) - 8)
-            hi = np.float32(np.int32(byte >> 4) - 8)
-            acc += scales[r, b] * (lo * x[32 * b + j] + hi * x[32 * b + j + 16])
+            lo = np.float32(byte & 0x0F)
+            hi = np.float32(byte >> 4)
+            acc += (scales[r, lo_e // 32] * lo + mins[r, lo_e // 32]) * x[lo_e]
+            acc += (scales[r, hi_e // 32] * hi + mins[r, hi_e // 32]) * x[hi_e]
         total = _block_sum(shared, acc)
         if cuda.threadIdx.x == 0:
             y[r] = total
@@ -130,15 +134,15 @@ def _glu(gate, up, gelu, out):
 
 
 @cuda.jit
-def _attention(q, k, v, n_past, scale, scores, out):
-    """One block per query head h of q (n_head, hd) over positions 0..n_past-1 of the caches
+def _attention(q, k, v, start, n_past, scale, scores, out):
+    """One block per query head h of q (n_head, hd) over positions start..n_past-1 of the caches
     k, v (n_ctx, n_kv_head, hd) f16; scores (n_head, n_ctx) f32 scratch; out (n_head, hd)."""
     h = cuda.blockIdx.x
     kv = h // (q.shape[0] // k.shape[1])   # grouped-query attention: n_head / n_kv_head heads per KV head
     shared = cuda.shared.array(THREADS + 1, np.float32)
     t = cuda.threadIdx.x
     best = np.float32(-np.inf)
-    for p in range(t, n_past, THREADS):
+    for p in range(start + t, n_past, THREADS):
         dot = np.float32(0.0)
         for d in range(q.shape[1]):
             dot += q[h, d] * np.float32(k[p, kv, d])
@@ -156,14 +160,14 @@ def _attention(q, k, v, n_past, scale, scores, out):
     top = shared[0]
     cuda.syncthreads()
     part = np.float32(0.0)
-    for p in range(t, n_past, THREADS):
+    for p in range(start + t, n_past, THREADS):
         e = math.exp(scores[h, p] - top)
         scores[h, p] = e
         part += e
     total = _block_sum(shared, part)
     for d in range(t, q.shape[1], THREADS):
         acc = np.float32(0.0)
-        for p in range(n_past):
+        for p in range(start, n_past):
             acc += scores[h, p] * np.float32(v[p, kv, d])
         out[h, d] = acc / total
 
@@ -189,10 +193,10 @@ def gemv(weight, x, out=None):
             raise ValueError(f"out has {out.shape[0]} elements, the matrix {weight.n_out} rows")
     y = cuda.device_array(weight.n_out, np.float32) if out is None else out
     blocks = (weight.n_out + ROWS - 1) // ROWS
-    if weight.kind == "q8_0":
-        _gemv_q8_0[blocks, THREADS](weight.scales, weight.qs, x, y)
-    elif weight.kind == "q4_0":
-        _gemv_q4_0[blocks, THREADS](weight.scales, weight.qs, x, y)
+    if weight.kind == "int8":
+        _gemv_int8[blocks, THREADS](weight.scales, weight.qs, weight.group, x, y)
+    elif weight.kind == "nibbles":
+        _gemv_nibbles[blocks, THREADS](weight.scales, weight.mins, weight.qs, weight.half, x, y)
     else:
         _gemv_f16[blocks, THREADS](weight.w, x, y)
     return y
@@ -234,8 +238,9 @@ def glu(gate, up, gelu: bool):
     return out
 
 
-def attention(q, k, v, n_past: int, scale: float):
-    """q (n_head, hd) f32; k, v (n_ctx, n_kv_head, hd) f16 caches holding n_past positions -> (n_head, hd)."""
+def attention(q, k, v, n_past: int, scale: float, start: int = 0):
+    """q (n_head, hd) f32; k, v (n_ctx, n_kv_head, hd) f16 caches holding n_past positions -> (n_head, hd),
+    attending to positions start..n_past-1 (a sliding window's first key at start)."""
     _need(q, "q", np.float32, 2)
     _need(k, "k", np.float16, 3)
     _need(v, "v", np.float16, 3)
@@ -243,9 +248,11 @@ def attention(q, k, v, n_past: int, scale: float):
         raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit together")
     if not 1 <= n_past <= k.shape[0]:
         raise ValueError(f"n_past {n_past} outside 1..{k.shape[0]}")
+    if not 0 <= start < n_past:
+        raise ValueError(f"first key {start} outside 0..{n_past - 1}")
     scores = cuda.device_array((q.shape[0], k.shape[0]), np.float32)
     out = cuda.device_array(q.shape, np.float32)
-    _attention[q.shape[0], THREADS](q, k, v, n_past, np.float32(scale), scores, out)
+    _attention[q.shape[0], THREADS](q, k, v, start, n_past, np.float32(scale), scores, out)
     return out
 
 

@@ -17,8 +17,10 @@ that was trimmed or reset (its offset below `synced`) needs nothing; one rewritt
 restored state, a fork: `generation` changed) or advanced by a path that did not run here is brought
 up to date from the host before the pass. So the device never decides what the context holds.
 
-Not on the device yet, each refused by name: sliding-window layers and attention sinks (gemma3, gpt-oss),
-mixtures of experts, a quantized KV cache, scaled rope attention (rope_mscale). The output norm and
+Sliding-window layers (gemma3) keep every position on the device and attend to the window's; their host
+cache is a ring, so a re-upload brings what the ring still holds, which is all a later query can see.
+Not on the device yet, each refused by name: attention sinks (gpt-oss), mixtures of experts, a quantized
+KV cache, scaled rope attention (rope_mscale). The output norm and
 matrix stay on the CPU (llama.cpp offloads them only for -ngl above the layer count).
 """
 from __future__ import annotations
@@ -63,6 +65,7 @@ class CudaLayers:
         for i, layer in enumerate(layers[:n_layers]):
             _check(i, layer)
         self.n_layers = n_layers
+        self.windows = [layer.window for layer in layers[:n_layers]]
         self.n_head, self.n_head_kv, self.head_dim = c.n_head, c.n_head_kv, c.head_dim
         self._layers = [self._upload(f, layer) for layer in layers[:n_layers]]
         self._mirrors: "weakref.WeakKeyDictionary[object, _Mirror]" = weakref.WeakKeyDictionary()
@@ -127,7 +130,9 @@ class CudaLayers:
         kk = k.rope(kk.reshape(1, self.n_head_kv, self.head_dim), position, inv_freq, neox)
         kk, v = kk.reshape(self.n_head_kv, self.head_dim), v.reshape(self.n_head_kv, self.head_dim)
         k.store_kv(kk, v, mirror.k[li], mirror.v[li], pos)
-        a = k.attention(q.reshape(self.n_head, self.head_dim), mirror.k[li], mirror.v[li], pos + 1, scale)
+        window = self.windows[li]
+        start = max(0, pos - window + 1) if window else 0
+        a = k.attention(q.reshape(self.n_head, self.head_dim), mirror.k[li], mirror.v[li], pos + 1, scale, start)
         a = L["o"](a.reshape(q_dim))
         if L["attn_post_norm"] is not None:
             a = _norm(a, L["attn_post_norm"], c.rms_eps)
@@ -149,23 +154,25 @@ class CudaLayers:
     # -- the KV mirror --------------------------------------------------------------------------
     def _mirror(self, cache) -> "_Mirror":
         """The device copy of `cache`'s first n_layers layers, brought up to its host contents."""
-        if not hasattr(cache, "generation") or cache.kv_types is not None:
-            raise ValueError("the CUDA layers keep a plain f16/f32 KV cache (no ring, no quantized rows)")
+        if cache.kv_types is not None:
+            raise ValueError("the CUDA layers keep an f16/f32 KV cache, not quantized rows (cache_type_k/v)")
         m = self._mirrors.get(cache)
         if m is None:
             shape = (cache.n_ctx, self.n_head_kv, self.head_dim)
             m = _Mirror(cache, [k.cuda.device_array(shape, np.float16) for _ in range(self.n_layers)],
                         [k.cuda.device_array(shape, np.float16) for _ in range(self.n_layers)])
             self._mirrors[cache] = m
-        if m.generation != cache.generation:   # rewritten from outside: nothing on the device is known
-            m.generation, m.synced = cache.generation, 0
+        generation = _generation(cache)
+        if m.generation != generation:   # rewritten from outside: nothing on the device is known
+            m.generation, m.synced = generation, 0
         m.synced = min(m.synced, cache.offset)   # trimmed or reset: the rest is still right
         if m.synced < cache.offset:
-            a, b = m.synced, cache.offset
             for li in range(self.n_layers):
-                m.k[li][a:b].copy_to_device(np.ascontiguousarray(cache.k[li, a:b], np.float16))
-                m.v[li][a:b].copy_to_device(np.ascontiguousarray(cache.v[li, a:b], np.float16))
-            m.synced = b
+                a, keys, values = _host_kv(cache, li, m.synced, cache.offset)
+                if a < cache.offset:
+                    m.k[li][a:cache.offset].copy_to_device(np.ascontiguousarray(keys, np.float16))
+                    m.v[li][a:cache.offset].copy_to_device(np.ascontiguousarray(values, np.float16))
+            m.synced = cache.offset
         return m
 
 
@@ -178,12 +185,28 @@ class _Mirror:
     generation: int = -1
 
 
+def _generation(cache) -> int:
+    """Changes whenever any part of the cache was rewritten from outside (KVCache.rewritten)."""
+    parts = (cache.full, cache.swa) if hasattr(cache, "route") else (cache,)
+    return sum(part.generation for part in parts)
+
+
+def _host_kv(cache, layer: int, a: int, b: int):
+    """(first, keys, values): the host cache's K/V of model layer `layer` at positions first..b-1, where
+    first is `a`, or later for a ring that no longer holds the older ones (a query from b on does not
+    look that far back)."""
+    part, index = cache.route[layer] if hasattr(cache, "route") else (cache, layer)
+    if not hasattr(part, "n_slots"):
+        return a, part.k[index, a:b], part.v[index, a:b]
+    first = max(a, part.held_start)
+    slots = np.arange(first, b) % part.n_slots
+    return first, part.k[index, slots], part.v[index, slots]
+
+
 def _check(i: int, layer: DecoderLayer) -> None:
     """A ValueError naming what layer i has that the CUDA layers do not run."""
     what = None
-    if layer.window is not None:
-        what = "a sliding window"
-    elif layer.sinks is not None:
+    if layer.sinks is not None:
         what = "attention sinks"
     elif not isinstance(layer.mlp, GatedMLP):
         what = "a mixture of experts"
