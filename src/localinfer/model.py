@@ -591,6 +591,7 @@ def _offload(runtime, f, n_gpu_layers: int | None, device: str | None) -> int:
         return 0
     from .backend.cuda.layers import CudaLayers
     runtime.gpu_layers = CudaLayers(runtime, f, n)
+    runtime.weight_copy_bytes = getattr(runtime, "weight_copy_bytes", 0) - runtime.gpu_layers.drop_host_copies(runtime, f)
     return n
 
 

@@ -42,6 +42,15 @@ def test_a_prefill_with_the_first_layer_on_the_device_gives_the_cpu_logits(cpu, 
     np.testing.assert_allclose(gpu.logits(ids), cpu.logits(ids), **TOL)
 
 
+def test_the_layers_on_the_device_leave_the_cpus_memory(cpu, gpu):
+    def host(m):
+        mem = m.memory()
+        return mem["weights_mapped"] + mem["weight_copies"]
+    layer0 = sum(t.nbytes for name, t in cpu.gguf.tensors.items() if name.startswith("blk.0.") and len(t.shape) == 2)
+    assert host(cpu) - host(gpu) == layer0   # layer 0's matrices, held once: on the device
+    assert gpu.runtime.weights.layers[0].attn is None and gpu.runtime.weights.layers[1].attn is not None
+
+
 def test_the_device_cache_follows_a_trimmed_and_a_restored_host_cache(cpu, gpu, tmp_path):
     ctx = gpu.new_context(16)
     ctx.append([5, 17])

@@ -25,6 +25,7 @@ matrix stay on the CPU (llama.cpp offloads them only for -ngl above the layer co
 """
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from dataclasses import dataclass
 
@@ -83,6 +84,26 @@ class CudaLayers:
             "gate": _linear(f, m.w_gate), "up": _linear(f, m.w_up), "down": _linear(f, m.w_down),
             "n_ff": m.n_ff, "gelu": layer.act == "geglu",
         }
+
+    def drop_host_copies(self, runtime, f: GGUFFile) -> int:
+        """Frees the CPU's copies of the layers now on the device, as llama.cpp holds an offloaded layer
+        once: mapped pages go back to the file (f.release), copies (stacked, repacked, dequantized) are
+        dropped with their layers' attention and MLP. Returns the bytes of copies dropped."""
+        dropped = 0
+        for i, layer in enumerate(runtime.weights.layers[:self.n_layers]):
+            a, m = layer.attn, layer.mlp
+            for lin in (a.wq, a.wk, a.wv, a.wqkv, a.wo, m.w_gate, m.w_up, m.w_down):
+                if lin is None:
+                    continue
+                if hasattr(lin, "mat"):   # the C kernels' matrix: a copy when its file pages were released
+                    dropped += lin.mat.data.nbytes if any(n in f.released for n in lin.names) else 0
+                else:                     # numpy's: a copy unless a read-only view of the mapping
+                    dropped += lin.w.nbytes if lin.w.flags.writeable else 0
+                for name in lin.names:
+                    if name in f.tensors and name not in f.released:
+                        f.release(name)
+            runtime.weights.layers[i] = dataclasses.replace(layer, attn=None, mlp=None)   # only its window stays read
+        return dropped
 
     # -- the pass -------------------------------------------------------------------------------
     def run(self, x: np.ndarray, batch, params) -> np.ndarray:
