@@ -21,7 +21,8 @@ import numpy as np
 
 from .kv.cache import ContextFullError
 
-POOLINGS = ("mean", "last", "cls")
+POOLINGS = ("mean", "last", "cls")  # one vector per text
+PER_TOKEN = "none"  # one vector per token (llama.cpp's LLAMA_POOLING_TYPE_NONE): asked for by name only
 DEFAULT_N_BATCH = 512  # tokens per forward pass, as the engine's prefill chunk
 # `{arch}.pooling_type` in a GGUF (llama.cpp's enum llama_pooling_type): embedding models say
 # theirs (Qwen3-Embedding: last); 0 is none (per-token vectors) and 4 rank (a reranker's head)
@@ -48,10 +49,13 @@ class _Pooled:
         self.done = 0  # tokens already run
         self.cache = None  # made when the text first enters a pass, dropped when it is pooled
         self.value: np.ndarray | None = None  # the sum (mean), the first row (cls) or the latest row (last)
+        self.rows: list[np.ndarray] = []  # per token (none)
 
     def add(self, h: np.ndarray) -> None:
         """h: (k, n_embd), the hidden states of the next k tokens."""
-        if self.pooling == "mean":
+        if self.pooling == PER_TOKEN:
+            self.rows.append(h.astype(np.float64))
+        elif self.pooling == "mean":
             s = h.sum(axis=0, dtype=np.float64)
             self.value = s if self.value is None else self.value + s
         elif self.pooling == "cls":
@@ -62,13 +66,15 @@ class _Pooled:
         self.done += h.shape[0]
 
     def result(self) -> np.ndarray:
+        if self.pooling == PER_TOKEN:
+            return np.concatenate(self.rows)
         return self.value / len(self.tokens) if self.pooling == "mean" else self.value
 
 
 def check_embed_args(token_lists: Sequence[Sequence[int]], pooling: str, n_ctx: int) -> None:
     """The errors an embedding request can have, raised before any work (ValueErrors)."""
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}; got {pooling!r}")
+    if pooling not in POOLINGS + (PER_TOKEN,):
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS + (PER_TOKEN,))}; got {pooling!r}")
     for i, tokens in enumerate(token_lists):
         if not len(tokens):
             raise ValueError(f"input {i} is empty (no tokens to embed)")
@@ -81,7 +87,7 @@ def embed_passes(runtime, token_lists: Sequence[Sequence[int]], pooling: str = "
                  n_batch: int = DEFAULT_N_BATCH, kv_dtype=np.float16) -> Iterator[list[tuple[int, np.ndarray]]]:
     """runtime: has new_cache(n, dtype) and hidden_batch(seqs) (a SerializedRuntime: one pass
     under the model's lock at a time). Yields, after each forward pass, the (index, vector)
-    pairs of the texts it finished: (n_embd,) float32 each. Stop iterating to give up early
+    pairs of the texts it finished: (n_embd,) float32 each, (n_tokens, n_embd) with pooling "none". Stop iterating to give up early
     (the caches of unfinished texts go with the generator)."""
     if n_batch < 1:
         raise ValueError(f"n_batch must be >= 1, got {n_batch}")
@@ -112,16 +118,24 @@ def embed_passes(runtime, token_lists: Sequence[Sequence[int]], pooling: str = "
 
 
 def _finish(v: np.ndarray, normalize: bool) -> np.ndarray:
-    """float64 in, float32 out; L2-normalized in float64 as common_embd_normalize does."""
+    """float64 in, float32 out; each vector (a row of a 2-D v) L2-normalized in float64 as
+    common_embd_normalize does."""
     if normalize:
-        norm = np.sqrt(np.dot(v, v))
-        v = v / norm if norm > 0 else np.zeros_like(v)
+        norm = np.sqrt(np.sum(v * v, axis=-1, keepdims=True))
+        v = np.divide(v, norm, out=np.zeros_like(v), where=norm > 0)
     return v.astype(np.float32)
 
 
 def embed_tokens(runtime, token_lists: Sequence[Sequence[int]], pooling: str = "mean", normalize: bool = True,
-                 n_batch: int = DEFAULT_N_BATCH, kv_dtype=np.float16) -> np.ndarray:
-    """(len(token_lists), n_embd) float32, in the order given; see embed_passes."""
+                 n_batch: int = DEFAULT_N_BATCH, kv_dtype=np.float16) -> np.ndarray | list[np.ndarray]:
+    """(len(token_lists), n_embd) float32, in the order given; see embed_passes. Pooling "none": a list
+    of (n_tokens, n_embd) arrays, one per text."""
+    if pooling == PER_TOKEN:
+        out = [None] * len(token_lists)
+        for finished in embed_passes(runtime, token_lists, pooling, normalize, n_batch, kv_dtype):
+            for i, v in finished:
+                out[i] = v
+        return out
     out = np.zeros((len(token_lists), runtime.config.n_embd), np.float32)
     for finished in embed_passes(runtime, token_lists, pooling, normalize, n_batch, kv_dtype):
         for i, v in finished:

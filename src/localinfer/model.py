@@ -261,10 +261,11 @@ class Model:
         string alone gives one row): the final hidden states (after the output norm, before the
         LM head) pooled by "mean", "last" token or "cls" (first token), L2-normalized unless
         normalize=False -- as llama.cpp's llama-embedding --pooling. pooling=None: the file's
-        pooling_type, else "mean". Texts share forward passes; safe from several threads.
+        pooling_type, else "mean"; "none" gives a list of (n_tokens, n_embd) arrays, a vector per
+        token. Texts share forward passes; safe from several threads.
         A text longer than n_ctx raises ContextFullError (a ValueError).
         An encoder (encoder_tasks.py) runs each text whole, up to its context_length, and pools also
-        by "none" (a list of (n_tokens, n_embd) arrays) and "rank" (its head's scores)."""
+        by "rank" (its head's scores)."""
         self._check_open()
         from .embedding import check_embed_args, default_pooling, embed_tokens
         token_lists = self._token_lists(texts)

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from localinfer.compat.llama_cpp import Llama, LlamaGrammar
@@ -70,7 +71,19 @@ def test_grammar_tokens_and_vocabulary(llm, smollm2_model):
 def test_embeddings(llm):
     out = llm.create_embedding(["a text", "another"])
     assert out["object"] == "list" and [d["index"] for d in out["data"]] == [0, 1]
-    assert len(out["data"][0]["embedding"]) == len(llm.embed("a text"))
+    assert out["data"][0]["embedding"] == llm.embed("a text")   # per token: the model names no pooling
+    tokens = len(llm.tokenize(b"a text"))
+    unit = np.asarray(llm.embed("a text", normalize=True))
+    assert unit.shape == (tokens, 576) and np.allclose(np.linalg.norm(unit, axis=1), 1, atol=1e-6)
+
+
+def test_pooled_embeddings_by_pooling_type(smollm2_path):
+    m = Llama(model_path=str(smollm2_path), n_ctx=128, embedding=True, pooling_type=1, verbose=False)
+    try:
+        v = m.embed("a text")
+        assert len(v) == 576 and isinstance(v[0], float)
+    finally:
+        m.close()
 
 
 def test_what_llama_cpp_python_scripts_catch(llm, smollm2_path):

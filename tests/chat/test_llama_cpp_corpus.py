@@ -160,6 +160,9 @@ def test_readme_embeddings(lib, smollm2_path):
         assert all(d["object"] == "embedding" and d["embedding"] for d in out["data"])
         n = len(m.tokenize(b"Hello, world!")) + len(m.tokenize(b"Goodbye"))
         assert out["usage"] == {"prompt_tokens": n, "total_tokens": n}
+        # SmolLM2's file names no pooling: llama.cpp's default then is none, a vector per token
+        first = out["data"][0]["embedding"]
+        assert len(first) == len(m.tokenize(b"Hello, world!")) and all(len(v) == 576 for v in first)
     finally:
         m.close()
 

@@ -65,6 +65,8 @@ class Llama:
         except ValueError:
             self._model.close()
             raise
+        if self._pooling is None and f"{self._model.architecture}.pooling_type" not in self._model.metadata:
+            self._pooling = "none"   # llama.cpp's default for a model that names none: a vector per token
         self._ctx = self._model.new_context()
         self._exact = 0  # leading tokens of the context whose K/V a fresh prefill would compute bit for bit
         self._seed = seed
@@ -306,10 +308,10 @@ class Llama:
     # -- embeddings ----------------------------------------------------------------------------------
     def embed(self, input: str | Sequence[str], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):
-        """One vector per text (the model's pooling; L2-normalized with normalize=True); a text
-        alone gives one vector."""
+        """One vector per text, or with pooling none (a chat model's, as llama.cpp's default) a list of
+        vectors per text, one per token; L2-normalized with normalize=True; a text alone gives its own."""
         texts = [input] if isinstance(input, str) else list(input)
-        vectors = self._model.embed(texts, pooling=self._pooling, normalize=normalize).tolist()
+        vectors = [v.tolist() for v in self._model.embed(texts, pooling=self._pooling, normalize=normalize)]
         out = vectors[0] if isinstance(input, str) else vectors
         if return_count:
             return out, sum(len(self._model.tokenize(t)) for t in texts)

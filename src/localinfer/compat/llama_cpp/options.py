@@ -18,7 +18,7 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0 = 1, 2, 8
 CACHE_TYPES = {GGML_TYPE_F16: "f16", GGML_TYPE_Q8_0: "q8_0", GGML_TYPE_Q4_0: "q4_0"}
 # llama_cpp.LLAMA_POOLING_TYPE_*: -1 (the model's), MEAN, CLS, LAST
-POOLING = {1: "mean", 2: "cls", 3: "last"}
+POOLING = {0: "none", 1: "mean", 2: "cls", 3: "last"}
 
 # name -> llama-cpp-python's default (a value other than it is what gets noted)
 GPU_ONLY = {"n_gpu_layers": 0, "split_mode": 1, "main_gpu": 0, "tensor_split": None, "offload_kqv": True,
@@ -78,11 +78,11 @@ def cache_type(name: str, value: Any) -> str:
 
 
 def pooling(value: Any) -> str | None:
-    """pooling_type: -1 (None: the model's own) or LLAMA_POOLING_TYPE_MEAN / CLS / LAST."""
+    """pooling_type: -1 (None: the model's own) or LLAMA_POOLING_TYPE_NONE / MEAN / CLS / LAST."""
     if value == -1:
         return None
     if isinstance(value, bool) or value not in POOLING:
-        raise ValueError(f"pooling_type={value!r}: -1 (the model's), 1 (mean), 2 (cls) or 3 (last) here")
+        raise ValueError(f"pooling_type={value!r}: -1 (the model's), 0 (none), 1 (mean), 2 (cls) or 3 (last) here")
     return POOLING[value]
 
 
