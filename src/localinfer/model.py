@@ -109,8 +109,8 @@ class Model:
         repack; the mapped pages are released, so memory stays about the file's size); None: on
         unless the environment sets LOCALINFER_REPACK=0. False keeps every weight in the mapping.
         n_gpu_layers / device: llama.cpp's -ngl N: the first N layers run on the CUDA device
-        (backend/cuda/layers.py; -1 or more than the model has: all of them), the rest on the CPU;
-        device="cuda" alone puts every layer there, "cpu" none. Needs numba-cuda (the cuda extra)
+        (backend/cuda/layers.py), the rest on the CPU; above the model's layer count (or -1) every
+        layer and the output matrix; device="cuda" alone is that too, "cpu" none. Needs numba-cuda (the cuda extra)
         and a device: without them, device="cuda" is a CudaUnavailable saying which is missing, and
         n_gpu_layers alone a warning (as llama.cpp's -ngl on a machine without a GPU)."""
         from .files.load_progress import LoadProgress
@@ -566,20 +566,18 @@ def _choose_backend(backend: str, n_threads: int | None) -> str:
 
 
 def _offload(runtime, f, n_gpu_layers: int | None, device: str | None) -> int:
-    """How many layers went to the CUDA device (llama.cpp's -ngl meaning), after putting them there."""
+    """How many layers went to the CUDA device, after putting them there, with llama.cpp's -ngl meaning:
+    the first N layers; above the layer count (or -1, or device="cuda") the output matrix too."""
     if device not in (None, "cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     if device == "cpu" and n_gpu_layers:
         raise ValueError(f"n_gpu_layers={n_gpu_layers} asks for the GPU and device='cpu' for none: give one")
     if not n_gpu_layers and device != "cuda":
         return 0
-    n_layer = len(runtime.weights.layers)
-    if n_gpu_layers is None:
-        n = n_layer if device == "cuda" else 0
-    else:
-        n = n_layer if n_gpu_layers < 0 else min(int(n_gpu_layers), n_layer)
-    if n == 0:
-        return 0
+    asked, n_layer = n_gpu_layers, len(runtime.weights.layers)
+    if n_gpu_layers is None or n_gpu_layers < 0:
+        n_gpu_layers = n_layer + 1
+    n = min(int(n_gpu_layers), n_layer)
     from .backend.cuda.device import CudaUnavailable, check_available   # numba-cuda only when asked for
     try:
         check_available()
@@ -587,12 +585,15 @@ def _offload(runtime, f, n_gpu_layers: int | None, device: str | None) -> int:
         if device == "cuda":
             raise
         # llama.cpp's habit: -ngl on a machine without a usable GPU warns and runs on the CPU
-        warnings.warn(f"n_gpu_layers {n_gpu_layers} ignored, every layer runs on the CPU: {e}", UserWarning,
+        warnings.warn(f"n_gpu_layers {asked} ignored, every layer runs on the CPU: {e}", UserWarning,
                       stacklevel=3)
         return 0
-    from .backend.cuda.layers import CudaLayers
+    from .backend.cuda.layers import CudaLayers, offload_output
     runtime.gpu_layers = CudaLayers(runtime, f, n)
-    runtime.weight_copy_bytes = getattr(runtime, "weight_copy_bytes", 0) - runtime.gpu_layers.drop_host_copies(runtime, f)
+    dropped = runtime.gpu_layers.drop_host_copies(runtime, f)
+    if n_gpu_layers > n_layer:
+        dropped += offload_output(runtime, f)
+    runtime.weight_copy_bytes = getattr(runtime, "weight_copy_bytes", 0) - dropped
     return n
 
 

@@ -51,6 +51,13 @@ def test_the_layers_on_the_device_leave_the_cpus_memory(cpu, gpu):
     assert gpu.runtime.weights.layers[0].attn is None and gpu.runtime.weights.layers[1].attn is not None
 
 
+def test_above_the_layer_count_the_output_matrix_goes_too(path, cpu):
+    ids = [4, 9]
+    with localinfer.load(path, n_ctx=16, n_gpu_layers=3) as m:   # 2 layers + the output (tied: token_embd)
+        assert m.n_gpu_layers == 2 and type(m.runtime.weights.output).__name__ == "DeviceOutput"
+        np.testing.assert_allclose(m.logits(ids), cpu.logits(ids), **TOL)
+
+
 def test_the_device_cache_follows_a_trimmed_and_a_restored_host_cache(cpu, gpu, tmp_path):
     ctx = gpu.new_context(16)
     ctx.append([5, 17])

@@ -20,8 +20,8 @@ up to date from the host before the pass. So the device never decides what the c
 Sliding-window layers (gemma3) keep every position on the device and attend to the window's; their host
 cache is a ring, so a re-upload brings what the ring still holds, which is all a later query can see.
 Not on the device yet, each refused by name: attention sinks (gpt-oss), mixtures of experts, a quantized
-KV cache, scaled rope attention (rope_mscale). The output norm and
-matrix stay on the CPU (llama.cpp offloads them only for -ngl above the layer count).
+KV cache, scaled rope attention (rope_mscale). The output matrix goes to the device for -ngl above the layer
+count, as in llama.cpp (offload_output); the token embedding stays on the CPU, as there.
 """
 from __future__ import annotations
 
@@ -93,15 +93,7 @@ class CudaLayers:
         for i, layer in enumerate(runtime.weights.layers[:self.n_layers]):
             a, m = layer.attn, layer.mlp
             for lin in (a.wq, a.wk, a.wv, a.wqkv, a.wo, m.w_gate, m.w_up, m.w_down):
-                if lin is None:
-                    continue
-                if hasattr(lin, "mat"):   # the C kernels' matrix: a copy when its file pages were released
-                    dropped += lin.mat.data.nbytes if any(n in f.released for n in lin.names) else 0
-                else:                     # numpy's: a copy unless a read-only view of the mapping
-                    dropped += lin.w.nbytes if lin.w.flags.writeable else 0
-                for name in lin.names:
-                    if name in f.tensors and name not in f.released:
-                        f.release(name)
+                dropped += _drop_host(f, lin)
             runtime.weights.layers[i] = dataclasses.replace(layer, attn=None, mlp=None)   # only its window stays read
         return dropped
 
@@ -195,6 +187,42 @@ class CudaLayers:
                     m.v[li][a:cache.offset].copy_to_device(np.ascontiguousarray(values, np.float16))
             m.synced = cache.offset
         return m
+
+
+class DeviceOutput:
+    """The output matrix on the device (llama.cpp offloads it for -ngl above the layer count), called as the
+    CPU's Linear is, so that each architecture's head (output norm, this matrix, any soft cap) stays as written:
+    x (n, n_embd) -> (n, n_vocab)."""
+
+    def __init__(self, f: GGUFFile, lin):
+        self.names, self.shape, self._lin = lin.names, lin.shape, _linear(f, lin)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, np.float32)
+        return np.stack([self._lin(k.cuda.to_device(row)).copy_to_host() for row in x])
+
+
+def _drop_host(f: GGUFFile, lin) -> int:
+    """Gives a Linear's mapped pages back to the file; the bytes of its copy outside the mapping (which go
+    when the caller drops it)."""
+    if lin is None:
+        return 0
+    if hasattr(lin, "mat"):   # the C kernels' matrix: a copy when its file pages were released
+        dropped = lin.mat.data.nbytes if any(n in f.released for n in lin.names) else 0
+    else:                     # numpy's: a copy unless a read-only view of the mapping
+        dropped = lin.w.nbytes if lin.w.flags.writeable else 0
+    for name in lin.names:
+        if name in f.tensors and name not in f.released:
+            f.release(name)
+    return dropped
+
+
+def offload_output(runtime, f: GGUFFile) -> int:
+    """Puts runtime.weights.output on the device (a DeviceOutput in its place); returns the bytes of the CPU
+    copy dropped."""
+    lin = runtime.weights.output
+    runtime.weights.output = DeviceOutput(f, lin)
+    return _drop_host(f, lin)
 
 
 @dataclass
