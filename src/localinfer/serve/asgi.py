@@ -9,6 +9,7 @@ deployment's ingress (`@serve.ingress(app)`).
 Routes (each also without the /v1 prefix, as llama-server answers):
     GET  /health /metrics /v1/models /v1/models/{name} /props, and the chat page at / (webui.py)
     POST /v1/chat/completions /v1/embeddings (openai_routes.py)
+    POST /v1/rerank /v1/reranking (llamacpp_routes.py, rerank.py: llama-server's, Jina's, Cohere's shape)
 and as llama-server has them:
     POST /v1/completions (OpenAI's); /completion and /completions (llama-server's native route,
          llamacpp_completion.py); /tokenize /detokenize /apply-template (llamacpp_routes.py)
@@ -168,7 +169,9 @@ def _routes() -> list[Route]:
                   ("/chat/completions", openai_routes.chat, ["POST"], False),
                   ("/chat/completions/input_tokens", llamacpp_routes.input_tokens, ["POST"], False),
 
-                  ("/embeddings", openai_routes.embeddings, ["POST"], False)]
+                  ("/embeddings", openai_routes.embeddings, ["POST"], False),
+                  ("/rerank", llamacpp_routes.rerank, ["POST"], False),
+                  ("/reranking", llamacpp_routes.rerank, ["POST"], False)]
     routes = [Route(prefix + path, endpoint(handler, public), methods=methods)
               for path, handler, methods, public in api_routes for prefix in ("/v1", "")]
     # as llama-server: /v1/completions is OpenAI's, the un-prefixed /completions its native route

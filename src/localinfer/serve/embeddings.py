@@ -6,7 +6,10 @@
      "model": ..., "usage": {"prompt_tokens": n, "total_tokens": n}}
 
 The vectors are Model.embed's: the server's pooling (`serve --pooling`, by default the file's
-or mean), L2-normalized as llama-server returns them. `dimensions` would have to cut the vector
+or mean), L2-normalized as llama-server returns them. An encoder (bert, nomic-bert, jina-bert-v2:
+encoder_tasks.py) runs many texts per forward pass and takes each text whole, up to the positions
+it was trained with; a re-ranker (pooling rank) is asked for /v1/rerank instead, unless the server
+was started with a --pooling that reads its hidden states. `dimensions` would have to cut the vector
 short, which only models trained for it (Matryoshka) allow: any other value than n_embd is a 400.
 Each forward pass runs in a worker thread under the model's lock, so the engine's steps go between
 the passes of a long request; the route (openai_routes.py) stops between passes when its client goes.
@@ -38,8 +41,13 @@ class EmbeddingJob:
     def run(self, model, n_batch: int = DEFAULT_N_BATCH) -> Iterator[None]:
         """One step per forward pass (under the model's lock): stop iterating to give up."""
         model._check_open()
-        for finished in embed_passes(model.serialized, self.token_lists, self.pooling, self.normalize, n_batch,
-                                     model.kv_dtype):
+        if getattr(model, "is_encoder", False):
+            from ..encoder_tasks import embed_passes as encoder_passes
+            passes = encoder_passes(model.serialized, self.token_lists, self.pooling, self.normalize, n_batch)
+        else:
+            passes = embed_passes(model.serialized, self.token_lists, self.pooling, self.normalize, n_batch,
+                                  model.kv_dtype)
+        for finished in passes:
             for i, v in finished:
                 self.vectors[i] = v
             yield
@@ -73,21 +81,45 @@ def parse_embeddings(body, model, model_name: str, n_ctx: int, pooling: str | No
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise bad(f"'user' must be a string, got {type(user).__name__}", "user")
-    token_lists = [_tokens(model, i, item, n_ctx) for i, item in enumerate(_inputs(body.get("input")))]
+    pooling = pooling or _default_pooling(model)
+    if pooling not in POOLINGS:  # a file's pooling_type none: a vector per token, not OpenAI's shape
+        raise bad(f"this model's pooling is {pooling!r}, which makes no vector per input (llama-server: not OAI "
+                  f"compatible); start the server with --pooling mean, cls or last", "model", "model_not_supported")
+    encoder = getattr(model, "is_encoder", False)
+    n_ctx = longest_input(model, n_ctx)
+    token_lists = [_tokens(model, i, item, n_ctx, encoder) for i, item in enumerate(_inputs(body.get("input")))]
     total = 0
     for i, tokens in enumerate(token_lists):
         if len(tokens) > n_ctx:
-            raise _too_long(i, len(tokens), n_ctx, exact=True)
+            raise _too_long(i, len(tokens), n_ctx, encoder, exact=True)
         total += len(tokens)
     if total > MAX_TOTAL_TOKENS:
         raise bad(f"the inputs are {total} tokens together; one request may have at most {MAX_TOTAL_TOKENS}",
                   "input")
+    return EmbeddingJob(token_lists, pooling, fmt == "base64", model_name)
+
+
+def _default_pooling(model) -> str:
+    """The file's pooling (else mean); a re-ranker's (rank) makes scores, not embeddings: a 400."""
+    if getattr(model, "is_encoder", False):
+        from ..encoder_tasks import default_pooling as encoder_pooling
+        if model.serialized.config.pooling == "rank":
+            raise bad(f"this model is a re-ranker ({model.architecture} with pooling_type rank): it scores a query "
+                      f"against documents (POST /v1/rerank) and makes no embeddings; start the server with "
+                      f"--pooling cls or mean to embed with its hidden states", "model", "model_not_supported")
+        return encoder_pooling(model.serialized.config)
     try:
-        pooling = pooling or default_pooling(model.metadata, model.architecture)
+        return default_pooling(model.metadata, model.architecture)
     except ValueError as e:
         raise ApiError(500, str(e), "server_error") from None
-    assert pooling in POOLINGS, pooling
-    return EmbeddingJob(token_lists, pooling, fmt == "base64", model_name)
+
+
+def longest_input(model, n_ctx: int) -> int:
+    """The longest input: the slot's context, and for an encoder (which sees each text whole, in one
+    pass) at most the positions it was trained with."""
+    if getattr(model, "is_encoder", False):
+        return min(n_ctx, model.serialized.config.n_ctx_train)
+    return n_ctx
 
 
 def _inputs(value) -> list:
@@ -111,20 +143,24 @@ def _is_id(t) -> bool:
     return isinstance(t, int) and not isinstance(t, bool)
 
 
-def _too_long(i: int, n_tokens: int, n_ctx: int, exact: bool = False) -> ApiError:
+def _too_long(i: int, n_tokens: int, n_ctx: int, encoder: bool, exact: bool = False) -> ApiError:
     """exact=False: n_tokens is a lower bound known before tokenizing (Tokenizer.fewest_tokens)."""
-    return bad(f"input[{i}] is {'' if exact else 'at least '}{n_tokens} tokens long, but the context holds {n_ctx} "
-               f"tokens: shorten it (or start the server with a larger --ctx-size)", "input", "context_length_exceeded")
+    size = f"input[{i}] is {'' if exact else 'at least '}{n_tokens} tokens long"
+    if encoder:
+        return bad(f"{size}, but this encoder takes at most {n_ctx} tokens: shorten it", "input",
+                   "context_length_exceeded")
+    return bad(f"{size}, but the context holds {n_ctx} tokens: shorten it (or start the server with a larger "
+               f"--ctx-size)", "input", "context_length_exceeded")
 
 
-def _tokens(model, i: int, item, n_ctx: int) -> list[int]:
+def _tokens(model, i: int, item, n_ctx: int, encoder: bool) -> list[int]:
     if isinstance(item, str):
         if not item:
             raise bad(f"input[{i}] is an empty string", "input")
         try:
             tokens = model.tokenize(item, max_tokens=n_ctx)
         except TooManyTokensError as e:
-            raise _too_long(i, e.at_least, n_ctx) from None
+            raise _too_long(i, e.at_least, n_ctx, encoder) from None
     else:
         bad_ids = [t for t in item if not 0 <= t < model.n_vocab]
         if bad_ids:

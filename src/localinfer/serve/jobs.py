@@ -55,6 +55,7 @@ async def respond(request: Request, lease, prepare, media_type: str, headers=Non
     served = await held.enter_async_context(lease)
     job = None
     try:
+        refuse_encoder(served)
         prepared = await prepare(served)
         if isinstance(prepared, Response):
             return prepared
@@ -69,6 +70,16 @@ async def respond(request: Request, lease, prepare, media_type: str, headers=Non
         if job is not None:
             job.choices.cancel()  # a no-op for what finished
         await held.aclose()
+
+
+def refuse_encoder(served) -> None:
+    """An encoder (bert, nomic-bert, jina-bert-v2) has no LM head and no causal attention: a
+    generation request to it is the client's mistake, a 400 that says where to go instead."""
+    model = served.model
+    if getattr(model, "is_encoder", False):
+        raise ApiError(400, f"the model '{served.name}' is an encoder ({model.architecture}): it cannot generate "
+                            f"text; use /v1/embeddings (or /api/embed) for embeddings, /v1/rerank to re-rank",
+                       param="model", code="model_not_supported")
 
 
 def submit(engine: Engine, choices: Choices) -> None:

@@ -13,6 +13,7 @@ written against it:
     GET  /slots           [{"id", "id_task", "n_ctx", "is_processing", "n_tokens", "next_token": {...}}, ...]
     POST /slots/ID?action=save|restore  {"filename": NAME}   a slot's K/V to and from --slot-save-path/NAME
     POST /slots/ID?action=erase                              (batching/slot_files.py)
+    POST /rerank /reranking (and under /v1)  a re-ranker's scores of documents for a query (rerank.py)
 
 A piece that is not valid UTF-8 on its own (a byte token) comes as its byte values, as llama-server
 sends it. Errors are OpenAI-shaped 400s naming the field, as on the other routes.
@@ -26,9 +27,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from . import api
+from . import api, rerank as rerank_api
 from ..chat.template import ChatTemplateError
-from .openai_routes import read_json, requested_model
+from . import jobs
+from .openai_routes import read_json, requested_model, run_passes
 
 
 def _flag(body: dict, name: str, default: bool) -> bool:
@@ -112,6 +114,14 @@ def _route(work):
 
 
 tokenize, detokenize, apply_template = _route(_tokens), _route(_content), _route(_prompt)
+
+
+async def rerank(request: Request) -> Response:
+    body = await read_json(request)
+    async with request.app.state.registry.lease(requested_model(body)) as served:
+        job = await run_in_threadpool(rerank_api.parse_rerank, body, served.model, served.name, served.engine.n_ctx)
+        await jobs.unless_disconnected(request.receive, run_passes(job, served.model))
+    return JSONResponse(job.response())
 
 
 def props_json(name: str, model, n_ctx: int, n_slots: int) -> dict:

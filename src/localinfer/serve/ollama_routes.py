@@ -26,7 +26,7 @@ from . import api, embeddings as embedding_api, jobs
 from . import ollama_requests as oreq
 from . import ollama_shapes as shapes
 from ..batching.request import Cancelled
-from .openai_routes import _embed, read_json  # as the OpenAI routes run embeddings
+from .openai_routes import read_json, run_passes  # as the OpenAI routes run embeddings
 from .endpoint import endpoint
 from .registry import UnknownModelError
 
@@ -182,7 +182,7 @@ async def _embeddings(request: Request, legacy: bool) -> Response:
             except api.ApiError as e:
                 raise oreq.renamed(e, {"input": "prompt"} if legacy else {}) from None
             job.normalize = not legacy
-            await jobs.unless_disconnected(request.receive, _embed(job, served.model))
+            await jobs.unless_disconnected(request.receive, run_passes(job, served.model))
             vectors, n_prompt = job.vectors, sum(len(t) for t in job.token_lists)
     if legacy:
         return JSONResponse({"embedding": [float(x) for x in vectors[0]] if vectors else []})

@@ -240,11 +240,19 @@ def show(entry, n_ctx: int | None) -> dict:
     modelfile = (f"# Modelfile of a model served by localinfer\nFROM {os.path.basename(entry.path)}\n"
                  f"TEMPLATE \"\"\"{template}\"\"\"\n"
                  + "".join(f"PARAMETER {k} {v}\n" for k, v in params.items()))
-    capabilities = ["completion"] + (["tools"] if "tools" in template else [])
+    capabilities = _capabilities(facts["arch"], template)
     license_ = facts["model_info"].get("general.license")
     return {"license": license_ if isinstance(license_, str) else "", "modelfile": modelfile,
             "parameters": parameters, "template": template, "details": facts["details"],
             "model_info": facts["model_info"], "capabilities": capabilities, "modified_at": facts["modified_at"]}
+
+
+def _capabilities(arch, template: str) -> list[str]:
+    """Ollama's words for what a model does: an encoder (bert, nomic-bert ...) "embedding" only."""
+    from ..arch import ALIASES, ARCHITECTURES
+    if getattr(ARCHITECTURES.get(ALIASES.get(arch, arch)), "is_encoder", False):
+        return ["embedding"]
+    return ["completion"] + (["tools"] if "tools" in template else [])
 
 
 def embed_answer(model_name: str, vectors: list, n_prompt: int, started: float, load_s: float) -> dict:

@@ -120,13 +120,14 @@ async def embeddings(request: Request) -> Response:
     async with request.app.state.registry.lease(requested_model(body)) as served:
         job = await run_in_threadpool(embedding_api.parse_embeddings, body, served.model, served.name,
                                       served.engine.n_ctx, config.pooling)
-        await jobs.unless_disconnected(request.receive, _embed(job, served.model))
+        await jobs.unless_disconnected(request.receive, run_passes(job, served.model))
     return JSONResponse(job.response())
 
 
-async def _embed(job: embedding_api.EmbeddingJob, model) -> None:
-    """The forward passes in a thread, one at a time under the model's lock (the engine's steps go
-    between them); cancelled, the thread stops after the pass it is in."""
+async def run_passes(job, model) -> None:
+    """An embedding or re-ranking job's (job.run(model): one step per forward pass) forward passes
+    in a thread, one at a time under the model's lock (the engine's steps go between them);
+    cancelled, the thread stops after the pass it is in."""
     stop = threading.Event()
 
     def run() -> None:
