@@ -114,8 +114,8 @@ def _tiny_bpe_metadata(**overrides) -> dict:
 
 
 @pytest.mark.parametrize("name, message", [
-    ("bert", r"'bert' \(WordPiece \(WPM\)\) is not supported yet; supported: gpt2, llama"),
-    ("bogus", r"unknown tokenizer model tokenizer\.ggml\.model='bogus'; supported: gpt2, llama"),
+    ("t5", r"'t5' \(Unigram \(UGM\)\) is not supported yet; supported: bert, gpt2, llama"),
+    ("bogus", r"unknown tokenizer model tokenizer\.ggml\.model='bogus'; supported: bert, gpt2, llama"),
 ])
 def test_unsupported_tokenizer_model(name, message):
     with pytest.raises(ValueError, match=message):

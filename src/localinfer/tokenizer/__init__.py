@@ -1,6 +1,6 @@
 """Tokenizers built from GGUF vocab metadata, token-for-token compatible with llama.cpp."""
 
 from .detokenizer import StreamingDetokenizer
-from .tokenizer import TOKENIZER_MODELS, Tokenizer, TooManyTokensError
+from .tokenizer import TOKENIZER_MODELS, TokenizedPair, Tokenizer, TooManyTokensError
 
-__all__ = ["Tokenizer", "StreamingDetokenizer", "TOKENIZER_MODELS", "TooManyTokensError"]
+__all__ = ["Tokenizer", "TokenizedPair", "StreamingDetokenizer", "TOKENIZER_MODELS", "TooManyTokensError"]

@@ -12,7 +12,7 @@ import operator
 from dataclasses import dataclass
 from itertools import chain
 from functools import cached_property
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -21,7 +21,8 @@ from .detokenizer import clean_up_spaces
 from .pretokenize import resolve_pre_tokenizer, text_chunks
 from .special import SpecialTokens, partition, special_tokens
 from .spm import SpmEncoder, unescape_piece
-from .vocab import K, TokenAttr, Vocab, load_vocab
+from .vocab import K, TokenAttr, Vocab, _special_ids, load_vocab
+from .wpm import WpmEncoder
 
 
 class TooManyTokensError(ValueError):
@@ -42,7 +43,7 @@ class FragmentEncoder(Protocol):
 class VocabModel:
     """What one `tokenizer.ggml.model` contributes (llama.cpp LLAMA_VOCAB_TYPE_*)."""
 
-    kind: str                                   # "BPE", "SPM"
+    kind: str                                   # "BPE", "SPM", "WPM"
     default_ids: Mapping[str, int | None]       # special ids before the GGUF keys apply
     add_bos: bool
     add_eos: bool
@@ -53,6 +54,10 @@ class VocabModel:
     # SPM: with add_space_prefix, a text fragment at the start or right after a
     # special token gets a " " in front (llama.cpp `is_prev_special`); BPE never does.
     space_prefix_after_special: bool = False
+    add_sep: bool = False                       # rerank pairs: a [SEP] after the query's EOS
+    # WPM: add_special puts BOS ([CLS]) first and SEP last whatever add_bos/add_eos say (llama.cpp's
+    # LLAMA_VOCAB_TYPE_WPM branch of tokenize)
+    always_cls_sep: bool = False
 
 
 def _bpe_model(metadata: Mapping[str, Any]) -> VocabModel:
@@ -108,15 +113,46 @@ def _spm_model(metadata: Mapping[str, Any]) -> VocabModel:
     )
 
 
+# llama.cpp's defaults for "bert": bert-base-uncased's ids
+_WPM_DEFAULT_IDS = {"bos": 101, "eos": None, "unk": 100, "sep": 102, "pad": 0, "mask": 103}
+
+
+def _wpm_model(metadata: Mapping[str, Any]) -> VocabModel:
+    tokens = metadata.get(K.LIST) or ()
+    ids = _special_ids(metadata, _WPM_DEFAULT_IDS, len(tokens))
+    needed = (("bos", "[CLS]", K.BOS_ID), ("sep", "[SEP]", K.SEP_ID), ("unk", "[UNK]", K.UNK_ID))
+    missing = [f"{text} ({key}; default {_WPM_DEFAULT_IDS[slot]})" for slot, text, key in needed if ids[slot] is None]
+    if missing:
+        raise ValueError(
+            f"{K.MODEL} = 'bert' (WordPiece) needs the ids of {', '.join(missing)}: the keys are absent or "
+            f"out of range and the defaults do not fit its {len(tokens)} tokens")
+    # llama.cpp: lowercase defaults to true, strip_accents to lowercase's value
+    lowercase = bool(metadata.get(K.NORMALIZER_LOWERCASE, True))
+    strip_accents = bool(metadata.get(K.NORMALIZER_STRIP_ACCENTS, lowercase))
+    return VocabModel(
+        kind="WPM",
+        default_ids=_WPM_DEFAULT_IDS,
+        add_bos=True,
+        add_eos=False,
+        add_space_prefix=False,
+        clean_spaces=True,
+        make_encoder=lambda vocab: WpmEncoder(vocab.tokens, vocab.token_to_id, vocab.special["unk"],
+                                              lowercase, strip_accents),
+        normal_piece=unescape_piece,        # "▁" is the word start's space
+        add_sep=True,
+        always_cls_sep=True,
+    )
+
+
 # tokenizer.ggml.model -> VocabModel builder
 TOKENIZER_MODELS: dict[str, Callable[[Mapping[str, Any]], VocabModel]] = {
     "gpt2": _bpe_model,
     "llama": _spm_model,
+    "bert": _wpm_model,
 }
 
 # Models llama.cpp knows that we do not implement yet, for a precise error.
 _NOT_YET = {
-    "bert": "WordPiece (WPM)",
     "t5": "Unigram (UGM)",
     "rwkv": "RWKV",
     "plamo2": "PLaMo-2",
@@ -136,12 +172,21 @@ _RENDERED_AS_TEXT = int(TokenAttr.CONTROL | TokenAttr.UNKNOWN | TokenAttr.USER_D
 _NORMAL, _BYTE = int(TokenAttr.NORMAL), int(TokenAttr.BYTE)
 
 
+class TokenizedPair(NamedTuple):
+    """A (query, document) pair as one sequence, and each token's segment (0 or 1)."""
+
+    ids: list[int]
+    types: list[int]
+
+
 class Tokenizer:
-    def __init__(self, vocab: Vocab, model: VocabModel, specials: SpecialTokens):
+    def __init__(self, vocab: Vocab, model: VocabModel, specials: SpecialTokens,
+                 rerank_template: str | None = None):
         self.vocab = vocab
         self.model = model
         self._encoder = model.make_encoder(vocab)
         self._specials = specials
+        self.rerank_template = rerank_template      # tokenizer.chat_template.rerank: "{query}", "{document}"
         # token_to_piece cache, filled on first use: building all 262k pieces of a
         # large vocab up front would dominate the tokenizer's load time
         self._pieces: list[bytes | None] = [None] * vocab.n_tokens
@@ -171,8 +216,11 @@ class Tokenizer:
             add_bos=model.add_bos,
             add_eos=model.add_eos,
             add_space_prefix=model.add_space_prefix,
+            add_sep=model.add_sep,
         )
-        return cls(vocab, model, special_tokens(vocab, metadata))
+        template = metadata.get(K.RERANK_TEMPLATE)
+        return cls(vocab, model, special_tokens(vocab, metadata),
+                   rerank_template=template if isinstance(template, str) else None)
 
     # ---- properties -------------------------------------------------------
 
@@ -239,7 +287,8 @@ class Tokenizer:
         if max_tokens is not None and (at_least := self.fewest_tokens(text)) > max_tokens:
             raise TooManyTokensError(at_least, max_tokens)
         out: list[int] = []
-        if add_special and self.vocab.add_bos:
+        cls_sep = add_special and self.model.always_cls_sep
+        if add_special and (self.vocab.add_bos or cls_sep):
             out.append(self.vocab.special["bos"])
         space_prefix = self.model.space_prefix_after_special and self.vocab.add_space_prefix
         if text_spans or len(text) <= _PARTITION_CHUNK or self._strippers:
@@ -248,9 +297,35 @@ class Tokenizer:
             fragments = chain.from_iterable(partition(piece, self._specials, parse_special)
                                             for piece in self._partition_pieces(text))
         self._encoder.encode_fragments(fragments, out, space_prefix)
-        if add_special and self.vocab.add_eos:
+        if cls_sep:
+            out.append(self.vocab.special["sep"])
+        elif add_special and self.vocab.add_eos:
             out.append(self.vocab.special["eos"])
         return out
+
+    def tokenize_pair(self, query: str, document: str) -> TokenizedPair:
+        """A re-ranker's input, as llama.cpp's server builds it (`format_prompt_rerank`): with a rerank
+        template, the template with {query} and {document} replaced, tokenized without BOS/EOS and
+        parsing special tokens; else [BOS] query [EOS] [SEP] document [EOS], each part as the vocab's
+        add_bos/add_eos/add_sep say, with SEP standing in for a missing EOS, and the two texts tokenized
+        with neither BOS/EOS nor special tokens. For BERT ([CLS]=BOS, add_eos, no add_sep):
+        [CLS] query [SEP] document [SEP]. The document's tokens and what follows are segment 1."""
+        if self.rerank_template is not None:
+            prompt = self.rerank_template.replace("{query}", query).replace("{document}", document)
+            ids = self.tokenize(prompt, add_special=False, parse_special=True)
+            return TokenizedPair(ids, [0] * len(ids))
+        vocab, special = self.vocab, self.vocab.special
+        eos = special["eos"] if special["eos"] is not None else special["sep"]
+        if vocab.add_eos and eos is None:
+            raise ValueError(f"a rerank pair needs an end token: {K.ADD_EOS} is true, but neither "
+                             f"{K.EOS_ID} nor {K.SEP_ID} is set")
+        if vocab.add_sep and special["sep"] is None:
+            raise ValueError(f"a rerank pair needs a separator: {K.ADD_SEP} is true, but {K.SEP_ID} is not set")
+        first = [special["bos"]] if vocab.add_bos else []
+        first += self.tokenize(query, add_special=False, parse_special=False)
+        first += [eos] * vocab.add_eos + [special["sep"]] * vocab.add_sep
+        second = self.tokenize(document, add_special=False, parse_special=False) + [eos] * vocab.add_eos
+        return TokenizedPair(first + second, [0] * len(first) + [1] * len(second))
 
     @cached_property
     def _strippers(self) -> bool:

@@ -99,6 +99,7 @@ class Vocab:
     add_eos: bool
     add_space_prefix: bool
     eog_ids: frozenset[int] = field(default_factory=frozenset)
+    add_sep: bool = False                # a [SEP] between a rerank pair's query and document
 
     @property
     def n_tokens(self) -> int:
@@ -117,6 +118,7 @@ def load_vocab(
     add_bos: bool,
     add_eos: bool,
     add_space_prefix: bool,
+    add_sep: bool = False,
 ) -> Vocab:
     """Build the vocab; the keyword arguments are the vocab type's defaults, which
     the GGUF keys override (as in llama.cpp)."""
@@ -141,12 +143,13 @@ def load_vocab(
     add_bos = bool(_get(metadata, K.ADD_BOS, add_bos))
     add_eos = bool(_get(metadata, K.ADD_EOS, add_eos))
     add_space_prefix = bool(_get(metadata, K.ADD_PREFIX, add_space_prefix))
+    add_sep = bool(_get(metadata, K.ADD_SEP, add_sep))
     if add_bos and special["bos"] is None:
         raise ValueError(f"{K.ADD_BOS} is true, but {K.BOS_ID} is not set")
     if add_eos and special["eos"] is None:
         raise ValueError(f"{K.ADD_EOS} is true, but {K.EOS_ID} is not set")
 
-    vocab = Vocab(tokens, token_to_id, attrs, special, add_bos, add_eos, add_space_prefix)
+    vocab = Vocab(tokens, token_to_id, attrs, special, add_bos, add_eos, add_space_prefix, add_sep=add_sep)
     _detect_special_by_text(vocab)
     vocab.eog_ids = frozenset(_eog_ids(vocab))
     return vocab
