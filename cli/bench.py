@@ -42,9 +42,11 @@ from .common import cache_type_options, int_list
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a tokens/s vs threads plot (PNG).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the report into this markdown file (e.g. BENCHMARKS.md), replacing only its own section.")
+@click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=0, show_default=True, metavar="N",
+              help="Layers on the CUDA device (llama-bench's -ngl, passed to it too; 99: all and the output).")
 @cache_type_options
 def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama_bench, startup, llama_completion,
-          llama_bench_args, backend, membw, plot_path, report_path, cache_type_k, cache_type_v):
+          llama_bench_args, backend, membw, plot_path, report_path, cache_type_k, cache_type_v, n_gpu_layers):
     """Measure prompt processing (ppN) and generation (tgN) tokens/s for MODELS (catalog names or paths).
 
     --synthetic llama-8b:Q4_0,Q4_K_M benches random-weight files of Llama-3.1-8B's shape: real matrix
@@ -78,7 +80,7 @@ def bench(models, prompts, gens, depths, synthetic, threads, reps, output, llama
     except (OSError, ValueError, LookupError, RuntimeError) as e:
         raise click.ClickException(str(e))
     suite = Suite(paths, threads, prompts, gens, reps, llama_bench, shlex.split(llama_bench_args), backend, depths,
-                  cache_types=(cache_type_k, cache_type_v))
+                  cache_types=(cache_type_k, cache_type_v), n_gpu_layers=n_gpu_layers)
     try:
         run_suite(suite, log)
     except RuntimeError as e:

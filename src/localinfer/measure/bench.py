@@ -56,8 +56,9 @@ def _stats(name: str, n_prompt: int, n_gen: int, samples_ns: list[int], n_tokens
 
 def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], reps: int, seed: int = 0,
               progress=None, backend: str = "auto", depths: list[int] = (0,),
-              cache_types: tuple[str, str] = ("f16", "f16")) -> list[dict]:
-    """All tests for one model at one thread count, in this process. Returns llama-bench-like rows."""
+              cache_types: tuple[str, str] = ("f16", "f16"), n_gpu_layers: int = 0) -> list[dict]:
+    """All tests for one model at one thread count, in this process. Returns llama-bench-like rows.
+    n_gpu_layers: llama-bench's -ngl (load()'s; 0: the CPU alone)."""
     import numpy as np
 
     from ..model import Model
@@ -66,7 +67,7 @@ def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], re
     n_test = max(prompts + gens + [16])  # the most tokens one test adds after its depth
     t0 = time.perf_counter()
     model = Model(path, n_ctx=max(depths) + n_test + 8, n_threads=n_threads, backend=backend,
-                  cache_type_k=cache_types[0], cache_type_v=cache_types[1])
+                  cache_type_k=cache_types[0], cache_type_v=cache_types[1], n_gpu_layers=n_gpu_layers or None)
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     n_vocab = model.n_vocab
@@ -162,7 +163,9 @@ def describe_run(model, path: str, n_threads: int, load_s: float) -> dict:
         "model_n_params": sum(t.n_elements for t in model.gguf.tensors.values()),
         "n_threads": n_threads,
         "backend": (backend_name() + (" repacked" if getattr(model.runtime, "repacked_bytes", 0) else "")
-                    if model.backend == "c" else "numpy reference"),
+                    if model.backend == "c" else "numpy reference")
+                   + (f" + CUDA {model.n_gpu_layers} layers" if model.n_gpu_layers else ""),
+        "n_gpu_layers": model.n_gpu_layers,
         "load_s": load_s,
         "peak_rss_mib": peak_rss_mib(),
         "memory": model.memory(),  # bytes: weights mapped / copied, KV and prefix caches (Model.memory)
@@ -206,6 +209,7 @@ def main(argv=None) -> None:
     ap.add_argument("--backend", default="auto", choices=["auto", "c", "reference"])
     ap.add_argument("--cache-type-k", default="f16", choices=["f16", "q8_0", "q4_0"])
     ap.add_argument("--cache-type-v", default="f16", choices=["f16", "q8_0", "q4_0"])
+    ap.add_argument("--n-gpu-layers", type=int, default=0)
     args = ap.parse_args(argv)
     set_blas_threads(args.threads)
 
@@ -216,7 +220,7 @@ def main(argv=None) -> None:
     try:
         rows = run_model(args.model, args.threads, ints(args.prompts), ints(args.gens), args.reps,
                          progress=progress, backend=args.backend, depths=ints(args.depths),
-                         cache_types=(args.cache_type_k, args.cache_type_v))
+                         cache_types=(args.cache_type_k, args.cache_type_v), n_gpu_layers=args.n_gpu_layers)
     except BenchInterrupted as e:
         json.dump(e.rows, sys.stdout)
         sys.exit(130)  # the parent reports these and stops

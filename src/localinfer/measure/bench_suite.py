@@ -30,6 +30,7 @@ class Suite:
     startup: list[dict] = field(default_factory=list)  # whole processes to the first token (startup.py)
     interrupted: bool = False
     cache_types: tuple[str, str] = ("f16", "f16")  # KV cache keys, values (-ctk / -ctv)
+    n_gpu_layers: int = 0  # layers on the CUDA device (-ngl), for both runtimes
 
 
 def run_localinfer(path: str, n_threads: int, s: Suite) -> None:
@@ -38,7 +39,8 @@ def run_localinfer(path: str, n_threads: int, s: Suite) -> None:
     cmd = [sys.executable, "-m", "localinfer.measure.bench", path, "--threads", str(n_threads),
            "--prompts", ",".join(map(str, s.prompts)), "--gens", ",".join(map(str, s.gens)),
            "--depths", ",".join(map(str, s.depths)), "--reps", str(s.reps), "--backend", s.backend,
-           "--cache-type-k", s.cache_types[0], "--cache-type-v", s.cache_types[1]]
+           "--cache-type-k", s.cache_types[0], "--cache-type-v", s.cache_types[1],
+           "--n-gpu-layers", str(s.n_gpu_layers)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
     interrupted = False
     while True:
@@ -60,6 +62,7 @@ def run_llama_bench(binary: str, path: str, n_threads: int, s: Suite) -> list[di
     cmd = [binary, "-m", path, "-t", str(n_threads), "-r", str(s.reps), "-o", "json",
            "-p", ",".join(map(str, s.prompts)) or "0", "-n", ",".join(map(str, s.gens)) or "0",
            *(["-d", ",".join(map(str, s.depths))] if any(s.depths) else []),  # older builds have no -d
+           *(["-ngl", str(s.n_gpu_layers)] if s.n_gpu_layers else []),
            *s.llama_bench_args]
     result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:
