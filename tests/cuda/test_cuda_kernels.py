@@ -95,3 +95,22 @@ def test_attention_over_an_f16_cache(n_head, n_kv_head, n_past):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="n_past"):
         cuda_kernels.attention(cuda.to_device(q), cuda.to_device(k), cuda.to_device(v), n_ctx + 1, 1.0)
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q6_K, T.Q4_K, T.Q4_0, T.F16])
+@pytest.mark.parametrize("m", [1, 5])
+def test_gemm_is_the_dequantized_matrix_times_x(qtype, m):
+    """The prefill matmul: tiles of every kind of device matrix, rows and outputs not a tile's multiple."""
+    from localinfer.backend.cuda.gemm import gemm
+    n_out, k = 6, 256
+    raw = _blocks(qtype, n_out, k)
+    mat = weights.upload(raw, qtype, (n_out, k))
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    w = dequantize(raw, qtype, (n_out, k)).astype(np.float32)
+    if mat.kind == "f16":
+        w = w.astype(np.float16).astype(np.float32)
+    got = gemm(mat, cuda.to_device(x)).copy_to_host()
+    bound = 1e-5 * (np.abs(x) @ np.abs(w).T) + 1e-6   # the same products in another order (see the GEMV's)
+    assert got.shape == (m, n_out) and np.all(np.abs(got - x @ w.T) <= bound)
+    with pytest.raises(ValueError, match="columns"):
+        gemm(mat, cuda.to_device(np.zeros((m, 32), np.float32)))

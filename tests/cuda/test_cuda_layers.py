@@ -20,7 +20,11 @@ TOL = dict(rtol=2e-3, atol=2e-3)
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
     p = tmp_path_factory.mktemp("cuda") / "tiny.gguf"
-    synthetic_gguf.write(p, shape=TINY, seed=3)
+    rng = np.random.default_rng(6)   # Q/K/V biases (qwen2's, llama's attention_bias): the device adds them too
+    kv = TINY.n_head_kv * TINY.head_dim
+    biases = {f"blk.{i}.attn_{m}.bias": (0.1 * rng.standard_normal(n)).astype(np.float32)
+              for i in range(TINY.n_layer) for m, n in [("q", TINY.n_embd), ("k", kv), ("v", kv)]}
+    synthetic_gguf.write(p, shape=TINY, seed=3, extra=biases)
     return str(p)
 
 

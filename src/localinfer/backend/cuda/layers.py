@@ -35,24 +35,28 @@ from ...arch.blocks import Attention, GatedMLP
 from ...arch.layer import DecoderLayer
 from ...files.gguf_file import GGUFFile
 from . import kernels as k
+from .gemm import add_bias, gemm
 from .weights import DeviceMatrix, upload
 
 
 @dataclass
 class _DeviceLinear:
-    """A Linear's matrices on the device: one (a file tensor) or several stacked (q ‖ k ‖ v)."""
+    """A Linear's matrix on the device as parts of its output rows (q | k | v, gate | up: a fused file tensor
+    is split at upload, stacked ones stay apart), each with its part of the bias."""
 
     parts: list[DeviceMatrix]
-    bias: object | None   # (n_out,) f32 on the device
+    biases: list   # per part, (n_out_part,) f32 on the device, or None
 
-    def __call__(self, x):
-        """x (k,) -> y (n_out,) on the device (the parts' outputs joined in order)."""
-        y = k.cuda.device_array(sum(p.n_out for p in self.parts), np.float32)
-        at = 0
-        for p in self.parts:
-            k.gemv(p, x, out=y[at:at + p.n_out])
-            at += p.n_out
-        return y if self.bias is None else k.add(y, self.bias)
+    def __call__(self, x) -> list:
+        """x (m, k) on the device -> one (m, n_out_part) array per part: the GEMV for one row (decode),
+        the tiled GEMM for several (prefill)."""
+        out = []
+        for p, bias in zip(self.parts, self.biases):
+            y = k.gemv(p, x.reshape(x.shape[1])).reshape(1, p.n_out) if x.shape[0] == 1 else gemm(p, x)
+            if bias is not None:
+                add_bias(y, bias)
+            out.append(y)
+        return out
 
 
 class CudaLayers:
@@ -73,16 +77,19 @@ class CudaLayers:
 
     # -- upload ---------------------------------------------------------------------------------
     def _upload(self, f: GGUFFile, layer: DecoderLayer) -> dict:
-        vec = _vector
+        vec, c = _vector, self.config
         a, m = layer.attn, layer.mlp
+        q_dim, kv_dim = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
         return {
             "attn_norm": vec(layer.attn_norm), "ffn_norm": vec(layer.ffn_norm),
             "attn_post_norm": vec(layer.attn_post_norm), "ffn_post_norm": vec(layer.ffn_post_norm),
             "q_norm": vec(a.q_norm), "k_norm": vec(a.k_norm), "inv_freq": vec(layer.inv_freq),
-            "qkv": _linear(f, a.wqkv) if a.wqkv is not None else None,
-            "q": _linear(f, a.wq), "k": _linear(f, a.wk), "v": _linear(f, a.wv), "o": _linear(f, a.wo),
-            "gate": _linear(f, m.w_gate), "up": _linear(f, m.w_up), "down": _linear(f, m.w_down),
-            "n_ff": m.n_ff, "gelu": layer.act == "geglu",
+            "qkv": (_linear(f, a.wqkv, [q_dim, kv_dim, kv_dim]) if a.wqkv is not None
+                    else _joined([_linear(f, a.wq), _linear(f, a.wk), _linear(f, a.wv)])),
+            "o": _linear(f, a.wo),
+            "gate_up": (_linear(f, m.w_up, [m.n_ff, m.n_ff]) if m.w_gate is None
+                        else _joined([_linear(f, m.w_gate), _linear(f, m.w_up)])),
+            "down": _linear(f, m.w_down), "gelu": layer.act == "geglu",
         }
 
     def drop_host_copies(self, runtime, f: GGUFFile) -> int:
@@ -100,68 +107,62 @@ class CudaLayers:
     # -- the pass -------------------------------------------------------------------------------
     def run(self, x: np.ndarray, batch, params) -> np.ndarray:
         """x (n_rows, n_embd) f32 after the embedding -> after layers 0..n_layers-1; every sequence's
-        K/V of those layers stored in its host cache and the device mirror (the caller advances)."""
+        K/V of those layers stored in its host cache and the device mirror (the caller advances).
+        The matmuls take all rows at once; RoPE too; each row's attention sees its own sequence."""
         if params.rope_mscale != 1.0:
             raise ValueError("the CUDA layers do not scale rope attention (rope_mscale) yet")
-        cuda = k.cuda
+        cuda, c = k.cuda, self.config
         mirrors = [self._mirror(cache) for cache in batch.caches]
-        rows = [cuda.to_device(np.ascontiguousarray(row, np.float32)) for row in x]
         seq_of = np.empty(batch.n_rows, np.int64)
         for i, s in enumerate(batch.spans):
             seq_of[s] = i
-        positions = [cuda.to_device(np.array([p], np.int32)) for p in batch.positions]
+        rows = _Rows(batch, [mirrors[i] for i in seq_of])
+        positions = cuda.to_device(np.ascontiguousarray(batch.positions, np.int32))
         inv_freq = cuda.to_device(np.ascontiguousarray(params.inv_freq, np.float32))
         scale = params.attn_scale * (params.q_scale if params.q_scale is not None else 1.0)
+        h = cuda.to_device(np.ascontiguousarray(x, np.float32))   # (n_rows, n_embd)
         for li, L in enumerate(self._layers):
-            kv_rows = np.empty((2, batch.n_rows, self.n_head_kv, self.head_dim), np.float32)
-            for r in range(batch.n_rows):
-                mirror, pos = mirrors[seq_of[r]], int(batch.positions[r])
-                a, kk, vv = self._attention(L, rows[r], positions[r], inv_freq if L["inv_freq"] is None else L["inv_freq"],
-                                            params.neox, mirror, li, pos, scale)
-                kv_rows[0, r], kv_rows[1, r] = kk, vv
-                h = k.add(rows[r], a)
-                f = self._ffn(L, h)
-                rows[r] = k.add(h, f)
+            own = L["inv_freq"] if L["inv_freq"] is not None else inv_freq
+            a, kv = self._attention(L, h, positions, own, params.neox, rows, li, scale)
             for i, s in enumerate(batch.spans):   # the host cache, the one everything else reads
-                batch.caches[i].update_and_fetch(li, kv_rows[0, s], kv_rows[1, s])
+                batch.caches[i].update_and_fetch(li, kv[0, s], kv[1, s])
+            h = _add2(h, a)
+            h = _add2(h, self._ffn(L, h))
         for mirror, s in zip(mirrors, batch.spans):
             mirror.synced = mirror.cache.offset + (s.stop - s.start)
-        return np.stack([row.copy_to_host() for row in rows])
+        return h.copy_to_host()
 
-    def _attention(self, L, x, position, inv_freq, neox, mirror, li, pos, scale):
-        c = self.config
-        h = _norm(x, L["attn_norm"], c.rms_eps)
-        q_dim, kv_dim = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
-        if L["qkv"] is not None:
-            qkv = L["qkv"](h)
-            q, kk, v = qkv[:q_dim], qkv[q_dim:q_dim + kv_dim], qkv[q_dim + kv_dim:]
-        else:
-            q, kk, v = L["q"](h), L["k"](h), L["v"](h)
-        q = _head_norm(q, L["q_norm"], self.n_head, self.head_dim, c.rms_eps)
-        kk = _head_norm(kk, L["k_norm"], self.n_head_kv, self.head_dim, c.rms_eps)
-        q = k.rope(q.reshape(1, self.n_head, self.head_dim), position, inv_freq, neox)
-        kk = k.rope(kk.reshape(1, self.n_head_kv, self.head_dim), position, inv_freq, neox)
-        kk, v = kk.reshape(self.n_head_kv, self.head_dim), v.reshape(self.n_head_kv, self.head_dim)
-        k.store_kv(kk, v, mirror.k[li], mirror.v[li], pos)
+    def _attention(self, L, x, positions, inv_freq, neox, rows, li, scale):
+        """x (n, n_embd) -> (the attention block's output (n, n_embd), the rows' K and V (2, n, kv_heads,
+        head_dim) on the host)"""
+        c, n = self.config, x.shape[0]
+        hq, hkv, hd = self.n_head, self.n_head_kv, self.head_dim
+        q, kk, v = L["qkv"](k.rms_norm(x, L["attn_norm"], c.rms_eps))
+        q = _head_norm(q, L["q_norm"], n, hq, hd, c.rms_eps).reshape(n, hq, hd)
+        kk = _head_norm(kk, L["k_norm"], n, hkv, hd, c.rms_eps).reshape(n, hkv, hd)
+        v = v.reshape(n, hkv, hd)
+        k.rope(q, positions, inv_freq, neox)
+        k.rope(kk, positions, inv_freq, neox)
+        out = k.cuda.device_array((n, hq * hd), np.float32)
         window = self.windows[li]
-        start = max(0, pos - window + 1) if window else 0
-        a = k.attention(q.reshape(self.n_head, self.head_dim), mirror.k[li], mirror.v[li], pos + 1, scale, start)
-        a = L["o"](a.reshape(q_dim))
+        for r in range(n):   # in order: a prefilling row sees the K/V of the rows before it
+            mirror, pos = rows.mirrors[r], int(rows.batch.positions[r])
+            k.store_kv(kk[r], v[r], mirror.k[li], mirror.v[li], pos)
+            start = max(0, pos - window + 1) if window else 0
+            a = k.attention(q[r], mirror.k[li], mirror.v[li], pos + 1, scale, start)
+            out[r].copy_to_device(a.reshape(hq * hd))
+        (o,) = L["o"](out)
         if L["attn_post_norm"] is not None:
-            a = _norm(a, L["attn_post_norm"], c.rms_eps)
-        return a, kk.copy_to_host(), v.copy_to_host()
+            o = k.rms_norm(o, L["attn_post_norm"], c.rms_eps)
+        return o, np.stack([kk.copy_to_host(), v.copy_to_host()])
 
     def _ffn(self, L, x):
         c = self.config
-        h = _norm(x, L["ffn_norm"], c.rms_eps)
-        if L["gate"] is not None:
-            g, u = L["gate"](h), L["up"](h)
-        else:
-            gu = L["up"](h)
-            g, u = gu[:L["n_ff"]], gu[L["n_ff"]:]
-        f = L["down"](k.glu(g, u, L["gelu"]))
+        g, u = L["gate_up"](k.rms_norm(x, L["ffn_norm"], c.rms_eps))
+        act = k.glu(g.reshape(g.size), u.reshape(u.size), L["gelu"]).reshape(g.shape)
+        (f,) = L["down"](act)
         if L["ffn_post_norm"] is not None:
-            f = _norm(f, L["ffn_post_norm"], c.rms_eps)
+            f = k.rms_norm(f, L["ffn_post_norm"], c.rms_eps)
         return f
 
     # -- the KV mirror --------------------------------------------------------------------------
@@ -198,8 +199,8 @@ class DeviceOutput:
         self.names, self.shape, self._lin = lin.names, lin.shape, _linear(f, lin)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(x, np.float32)
-        return np.stack([self._lin(k.cuda.to_device(row)).copy_to_host() for row in x])
+        (y,) = self._lin(k.cuda.to_device(np.ascontiguousarray(x, np.float32)))
+        return y.copy_to_host()
 
 
 def _drop_host(f: GGUFFile, lin) -> int:
@@ -271,14 +272,46 @@ def _vector(a):
     return None if a is None else k.cuda.to_device(np.ascontiguousarray(a, np.float32).reshape(-1))
 
 
-def _linear(f: GGUFFile, lin) -> _DeviceLinear | None:
+def _linear(f: GGUFFile, lin, split: list[int] | None = None) -> _DeviceLinear | None:
+    """lin's matrices uploaded from the file; `split`: one file tensor's rows cut into parts of these sizes."""
     if lin is None:
         return None
     names = [n for n in lin.names if n in f.tensors]
     if not names or len(names) != len(lin.names):
         raise ValueError(f"the CUDA path uploads matrices from the file, and {lin.names} are not all in it")
-    parts = [upload(f.tensor_data(n), f.tensors[n].ggml_type, _rows_cols(f, n)) for n in names]
-    return _DeviceLinear(parts, _vector(lin.bias))
+    pieces = []   # (raw rows, type, n_out, k)
+    for n in names:
+        raw, (n_out, width) = f.tensor_data(n), _rows_cols(f, n)
+        sizes = split if split and len(names) == 1 else [n_out]
+        if sum(sizes) != n_out:
+            raise ValueError(f"{n}: {n_out} rows, not the {sizes} expected")
+        at = 0
+        for size in sizes:
+            pieces.append((raw[at:at + size], f.tensors[n].ggml_type, size, width))
+            at += size
+    bias = None if lin.bias is None else np.asarray(lin.bias, np.float32).reshape(-1)
+    parts, biases, at = [], [], 0
+    for raw, qtype, n_out, width in pieces:
+        parts.append(upload(raw, qtype, (n_out, width)))
+        biases.append(None if bias is None else _vector(bias[at:at + n_out]))
+        at += n_out
+    return _DeviceLinear(parts, biases)
+
+
+def _joined(linears: list[_DeviceLinear]) -> _DeviceLinear:
+    """Separate file tensors (attn_q, attn_k, attn_v) as the parts of one."""
+    return _DeviceLinear([p for lin in linears for p in lin.parts], [b for lin in linears for b in lin.biases])
+
+
+@dataclass
+class _Rows:
+    batch: object
+    mirrors: list   # each row's sequence's device mirror
+
+
+def _add2(a, b):
+    """a + b for two (n, d) f32 device arrays"""
+    return k.add(a.reshape(a.size), b.reshape(b.size)).reshape(a.shape)
 
 
 def _rows_cols(f: GGUFFile, name: str) -> tuple[int, int]:
@@ -289,14 +322,11 @@ def _rows_cols(f: GGUFFile, name: str) -> tuple[int, int]:
     return shape
 
 
-def _norm(x, weight, eps):
-    return k.rms_norm(x.reshape(1, x.shape[0]), weight, eps).reshape(x.shape[0])
-
-
-def _head_norm(x, weight, heads: int, head_dim: int, eps):
-    """x (heads*head_dim,): RMSNorm per head with a (head_dim,) weight, or of the whole with (heads*head_dim,)."""
+def _head_norm(x, weight, n: int, heads: int, head_dim: int, eps):
+    """x (n, heads*head_dim): RMSNorm per head with a (head_dim,) weight, or of each row's heads together with a
+    (heads*head_dim,) one (olmoe)"""
     if weight is None:
         return x
     if weight.shape[0] == head_dim:
-        return k.rms_norm(x.reshape(heads, head_dim), weight, eps).reshape(heads * head_dim)
-    return _norm(x, weight, eps)
+        return k.rms_norm(x.reshape(n * heads, head_dim), weight, eps).reshape(n, heads * head_dim)
+    return k.rms_norm(x, weight, eps)
