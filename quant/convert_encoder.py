@@ -177,7 +177,6 @@ def encoder_hparams(w: GGUFWriter, c: Config, folder: Path, arch: str, classifie
     w.add_layer_norm_eps(float(_find(c, ("layer_norm_eps", "layer_norm_epsilon"), 1e-12)))
     w.add_causal_attention(False)
     w.add_vocab_size(n_vocab)
-    w.add_token_type_count(int(c.get("type_vocab_size", 2 if arch == "jina-bert-v2" else 1)))
     if arch == "nomic-bert":
         w.add_rope_freq_base(float(c.rope().get("rope_theta", c.get("rotary_emb_base", 10000.0))))
     pooling = PoolingType.RANK if classifier else _sentence_transformers_pooling(folder)
@@ -205,10 +204,15 @@ def keeps_f32(name: str) -> bool:
     return name in ("position_embd.weight", "token_types.weight")
 
 
-def add_encoder_vocab(w: GGUFWriter, folder: Path, n_vocab: int, log: Callable[[str], None]) -> None:
-    """The WordPiece vocabulary as tokenizer.ggml.* keys (model "bert"). A folder with no tokenizer
-    files makes a GGUF of token ids only (the library then takes token ids, not text)."""
+def add_encoder_vocab(w: GGUFWriter, c: Config, folder: Path, n_vocab: int, log: Callable[[str], None]) -> None:
+    """The WordPiece vocabulary as tokenizer.ggml.* keys (model "bert", hf_tokenizer.py), which
+    include tokenizer.ggml.token_type_count. A folder with no tokenizer files makes a GGUF of token
+    ids only (the library then takes token ids, not text)."""
     if not any((folder / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
         log("no tokenizer.json / vocab.txt: the GGUF holds no vocabulary (token ids only)")
+        w.add_token_type_count(int(c.get("type_vocab_size", 1)))
         return
-    raise ConversionError(f"{folder}: converting a WordPiece vocabulary is not supported yet")
+    from .hf_tokenizer import write_wordpiece_vocab
+    v = write_wordpiece_vocab(w, folder, n_vocab)
+    if len(v.tokens) != n_vocab:
+        raise ConversionError(f"{folder}: the vocabulary has {len(v.tokens)} tokens, config.json's vocab_size {n_vocab}")

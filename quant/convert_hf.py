@@ -325,7 +325,7 @@ def _convert_encoder(folder: Path, out_path: Path, c: Config, hf_arch: str, outt
     w.add_file_type(ftype)
     w.add_quantization_version(2)
     n_vocab = encoder_hparams(w, c, folder, arch, classifier)
-    add_encoder_vocab(w, folder, n_vocab, log)
+    add_encoder_vocab(w, c, folder, n_vocab, log)
     _write(w, encoder_tensors(ckpt, arch, classifier), qtype, log,
            lambda name: GGMLQuantizationType.F32 if keeps_f32(name) else qtype)
     return out_path

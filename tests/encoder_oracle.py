@@ -85,9 +85,9 @@ def jina_reference_class():
             return self.mlp_norm(self.wo(nn.functional.gelu(gated) * non_gated) + h)
 
     class JinaBertReference(nn.Module):
-        def __init__(self):
+        def __init__(self, n_vocab: int = N_VOCAB):
             super().__init__()
-            self.word_embeddings = nn.Embedding(N_VOCAB, N_EMBD)
+            self.word_embeddings = nn.Embedding(n_vocab, N_EMBD)
             self.token_type_embeddings = nn.Embedding(2, N_EMBD)
             self.emb_norm = nn.LayerNorm(N_EMBD, eps=1e-12)
             self.layers = nn.ModuleList(Layer() for _ in range(N_LAYER))
@@ -122,30 +122,60 @@ def jina_reference_class():
     return JinaBertReference
 
 
-def make_encoder(family: str, folder: Path, seed: int = 0):
-    """Writes a tiny random `family` model into `folder`; returns the torch model (eval mode)."""
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Retrieval works best when the re-ranker reads the query and the document together.",
+    "Embeddings of short texts: sentences, titles, product names and questions.",
+    "Café, naïve, résumé: accents are stripped when the vocabulary is lower-cased.",
+    "东京 and 北京 are split into single characters; numbers like 12345 stay words.",
+]
+
+
+def make_wordpiece_tokenizer(vocab_size: int = 200):
+    """A BERT WordPiece tokenizer (lower-casing, accent stripping, [CLS] A [SEP] B [SEP]) trained on
+    SENTENCES; [PAD] [UNK] [CLS] [SEP] [MASK] are ids 0..4."""
+    from tokenizers import BertWordPieceTokenizer
+    tok = BertWordPieceTokenizer(lowercase=True)
+    tok.train_from_iterator(SENTENCES * 4, vocab_size=vocab_size, show_progress=False,
+                            special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    from tokenizers.processors import BertProcessing  # set after training, once [CLS] and [SEP] have ids
+    tok.post_processor = BertProcessing(("[SEP]", tok.token_to_id("[SEP]")), ("[CLS]", tok.token_to_id("[CLS]")))
+    return tok
+
+
+def make_encoder(family: str, folder: Path, seed: int = 0, tokenizer=None):
+    """Writes a tiny random `family` model into `folder` (with `tokenizer`'s tokenizer.json and its
+    vocabulary size, when given); returns the torch model (eval mode)."""
+    if tokenizer is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(str(folder / "tokenizer.json"))
+        return _make_encoder(family, folder, seed, {**BERT, "vocab_size": tokenizer.get_vocab_size()})
+    return _make_encoder(family, folder, seed, BERT)
+
+
+def _make_encoder(family: str, folder: Path, seed: int, shape: dict):
     import torch
     import transformers
     torch.manual_seed(seed)
     if family == "jina":
-        model = jina_reference_class()().eval()
+        model = jina_reference_class()(shape["vocab_size"]).eval()
         randomize(model, seed)
         from safetensors.torch import save_file
         folder.mkdir(parents=True, exist_ok=True)
         save_file(model.hub_state_dict(), str(folder / "model.safetensors"))
         (folder / "config.json").write_text(json.dumps({
-            **BERT, "architectures": ["JinaBertForMaskedLM"], "model_type": "bert", "hidden_act": "gelu",
+            **shape, "architectures": ["JinaBertForMaskedLM"], "model_type": "bert", "hidden_act": "gelu",
             "position_embedding_type": "alibi", "feed_forward_type": "geglu", "emb_pooler": "mean"}))
         return model
     if family == "nomic":
-        config = transformers.NomicBertConfig(**{**BERT, "hidden_act": "silu"},
+        config = transformers.NomicBertConfig(**{**shape, "hidden_act": "silu"},
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
         model = transformers.NomicBertModel(config)
     elif family == "bert":
-        model = transformers.BertModel(transformers.BertConfig(**BERT))
+        model = transformers.BertModel(transformers.BertConfig(**shape))
     else:
         labels = {0: "LABEL_0"} if family == "bert_rerank" else CLASSIFY_LABELS
-        config = transformers.BertConfig(**BERT, num_labels=len(labels), id2label=labels,
+        config = transformers.BertConfig(**shape, num_labels=len(labels), id2label=labels,
                                          label2id={v: k for k, v in labels.items()})
         model = transformers.BertForSequenceClassification(config)
     model.config._attn_implementation = "eager"
