@@ -17,6 +17,9 @@ gguf-py's tensor_mapping.py give the names; the runtime is src/localinfer/arch/e
   position tensor), mlp.gated_layers (gate ‖ up) as ffn_up of 2*n_ff rows, mlp.wo as ffn_down.
   Its code variant (up_gated_layer, layer_norm_1/2) is refused.
 
+The vocabulary (tokenizer.json or vocab.txt, WordPiece) is hf_tokenizer.write_wordpiece_vocab's; a
+folder without one makes a GGUF of token ids only.
+
 Keys: context_length, embedding_length, feed_forward_length, attention.head_count,
 attention.layer_norm_epsilon, attention.causal = false, vocab_size, tokenizer.ggml.token_type_count,
 pooling_type (from a sentence-transformers Pooling module; rank for a classifier). Norms, biases,
