@@ -98,11 +98,13 @@ def parse_rerank(body: dict, model, model_name: str, n_ctx: int) -> RerankJob:
         raise bad(f"the query ({len(query.encode())} bytes) is read with each of the {len(documents)} documents: "
                   f"{MAX_QUERY_WORK} bytes in all at most; shorten the query or send fewer documents", "query")
     n_ctx = longest_input(model, n_ctx)
-    try:
-        model.tokenize(query, add_special=False, parse_special=False, max_tokens=n_ctx)
+    try:  # a query that leaves no room for a document is the query's fault, said once
+        n_query = len(model.tokenize(query, add_special=False, parse_special=False, max_tokens=n_ctx))
     except TooManyTokensError as e:
-        raise bad(f"the query is at least {e.at_least} tokens long, but this re-ranker takes at most {n_ctx} "
-                  f"tokens of query and document together", "query", "context_length_exceeded") from None
+        n_query = e.at_least
+    if n_query >= n_ctx:
+        raise bad(f"the query is {n_query} tokens long, but this re-ranker takes at most {n_ctx} tokens of query "
+                  f"and document together", "query", "context_length_exceeded")
     from ..encoder_tasks import pair_tokens
     token_lists, type_lists, total = [], [], 0
     for i, doc in enumerate(documents):
