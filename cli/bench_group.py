@@ -1,15 +1,16 @@
 """`localinfer bench`: every measurement of the runtime under one command.
 
 `localinfer bench FILE ...` is llama-bench's speed test (`bench speed`, the default when the first
-argument is not one of the subcommands); `bench serve`, `bench spec`, `bench grammar`, `bench restart`
-and `bench tokenize` measure the server, speculative decoding, constrained decoding, a restarted
-server's TTFT and the tokenizers.
+argument is not one of the subcommands); `bench serve`, `bench spec`, `bench grammar`, `bench restart`,
+`bench tokenize` and `bench embed` measure the server, speculative decoding, constrained decoding, a
+restarted server's TTFT, the tokenizers and the encoders' embedding throughput.
 """
 from __future__ import annotations
 
 import click
 
 from .bench import bench as speed
+from .bench_embed import bench_embed
 from .bench_grammar import bench_grammar
 from .bench_restart import bench_restart
 from .bench_serve import bench_serve
@@ -35,5 +36,5 @@ def bench():
     the subcommands measure the server, speculative and constrained decoding, restarts and tokenizing."""
 
 
-for command in (speed, bench_serve, bench_spec, bench_grammar, bench_restart, bench_tokenize):
+for command in (speed, bench_serve, bench_spec, bench_grammar, bench_restart, bench_tokenize, bench_embed):
     bench.add_command(command)

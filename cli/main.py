@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench (speed, serve, spec, grammar, restart, tokenize), serve, embed, perplexity, quantize, quality, convert, imatrix."""
+"""The `localinfer` command: run (chat), pull, list, info, bench (speed, serve, spec, grammar, restart, tokenize), serve, embed, rerank, perplexity, quantize, quality, convert, imatrix."""
 from __future__ import annotations
 
 import atexit
@@ -14,6 +14,7 @@ from click.core import ParameterSource
 
 from localinfer.sampling.params import SamplingParams as D   # the sampling defaults
 
+from .bench_embed import bench_embed
 from .bench_group import bench
 from .common import (cache_type_options, load_model, model_file_options, process_escapes, set_threads,
                      speculative_options)
@@ -25,6 +26,7 @@ from .progress import ByteProgress
 from .prompt_cache import checked_path
 from .quality import quality
 from .quantize import quantize
+from .rerank import rerank
 from .serve import serve
 
 
@@ -238,12 +240,14 @@ def _memory(path: str) -> dict:
 
 
 main.add_command(bench)
+main.add_command(bench_embed, name="bench-embed")  # the issue's name for `bench embed`
 main.add_command(convert)
 main.add_command(embed)
 main.add_command(imatrix)
 main.add_command(perplexity)
 main.add_command(quality)
 main.add_command(quantize)
+main.add_command(rerank)
 main.add_command(serve)
 
 def entry() -> None:
