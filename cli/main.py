@@ -1,4 +1,4 @@
-"""The `localinfer` command: run (chat), pull, list, info, bench (speed, serve, spec, grammar, restart, tokenize), serve, embed, rerank, perplexity, quantize, quality, convert, imatrix."""
+"""The `localinfer` command: run (chat), pull, list, info, bench (speed, serve, spec, grammar, restart, tokenize, embed), serve, embed, rerank, perplexity, quantize, quality, convert, imatrix."""
 from __future__ import annotations
 
 import atexit

@@ -30,6 +30,12 @@ from localinfer.serve.app import BackgroundServer
 
 subprocess.run([sys.executable, "-m", "localinfer.cli.main", "quantize", "smollm2", "smollm2-q2_k.gguf", "Q2_K",
                 "--allow-requantize"], check=True, capture_output=True)
+# the encoder files the README names: tiny random ones of the same layouts, converted as its comment says
+from pathlib import Path
+from localinfer.quant.convert_hf import convert_hf
+from localinfer.quant.synthetic_encoder import get_encoder_shape, write_folder
+for shape, name in (("tiny-bert", "bge-small-en-v1.5-f16.gguf"), ("tiny-rerank", "bge-reranker-base-f16.gguf")):
+    convert_hf(write_folder(get_encoder_shape(shape), Path(shape)), name, "f16")
 blocks = eval(sys.stdin.read())
 with localinfer.load("smollm2", n_ctx=1024) as served, BackgroundServer(served, "smollm2", port=0, n_ctx=1024) as s:
     port = s.url.rsplit(":", 1)[1].split("/")[0]
