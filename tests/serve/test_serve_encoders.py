@@ -65,6 +65,24 @@ def test_openai_client_embeds_many_texts_per_call(embed_server, embedder, texts)
     assert r.usage.prompt_tokens == r.usage.total_tokens == len(texts) * 12
 
 
+def test_many_texts_share_forward_passes(embed_server, embedder, root, monkeypatch):
+    """The server plans its passes as Model.embed does (up to 2048 padded tokens each): 150 texts of 12
+    tokens are 1800 tokens, one pass whose every matmul sees all 1800 rows."""
+    from localinfer.encoder_tasks import plan_passes
+    widths = []
+    pooled = embedder.serialized.pooled
+
+    def counted(batch, pooling):
+        widths.append(batch.tokens.size)
+        return pooled(batch, pooling)
+
+    monkeypatch.setattr(embedder.serialized, "pooled", counted)
+    many = sentences(root / "tiny-bert", 150, 12)
+    status, _, body = raw(embed_server.url, "POST", "/v1/embeddings", {"input": many})
+    assert status == 200, body
+    assert len(widths) == len(plan_passes([12] * 150)) == 1 and widths == [1800]
+
+
 def test_ollama_embed_routes_on_an_encoder(embed_server, embedder, texts):
     status, _, body = raw(embed_server.url, "POST", "/api/embed", {"model": "bge-tiny", "input": texts[:3]})
     assert status == 200, body

@@ -38,15 +38,18 @@ class EmbeddingJob:
         self.normalize = normalize  # L2: what OpenAI's and Ollama's /api/embed return; Ollama's legacy route does not
         self.vectors: list[np.ndarray | None] = [None] * len(token_lists)
 
-    def run(self, model, n_batch: int = DEFAULT_N_BATCH) -> Iterator[None]:
-        """One step per forward pass (under the model's lock): stop iterating to give up."""
+    def run(self, model, n_batch: int | None = None) -> Iterator[None]:
+        """One step per forward pass (under the model's lock): stop iterating to give up. n_batch:
+        tokens per pass, by default Model.embed's (a decoder's prefill chunk; an encoder's 2048
+        padded tokens of whole texts), so the server's vectors are the library's."""
         model._check_open()
         if getattr(model, "is_encoder", False):
-            from ..encoder_tasks import embed_passes as encoder_passes
-            passes = encoder_passes(model.serialized, self.token_lists, self.pooling, self.normalize, n_batch)
+            from ..encoder_tasks import DEFAULT_N_BATCH as ENCODER_N_BATCH, embed_passes as encoder_passes
+            passes = encoder_passes(model.serialized, self.token_lists, self.pooling, self.normalize,
+                                    n_batch or ENCODER_N_BATCH)
         else:
-            passes = embed_passes(model.serialized, self.token_lists, self.pooling, self.normalize, n_batch,
-                                  model.kv_dtype)
+            passes = embed_passes(model.serialized, self.token_lists, self.pooling, self.normalize,
+                                  n_batch or DEFAULT_N_BATCH, model.kv_dtype)
         for finished in passes:
             for i, v in finished:
                 self.vectors[i] = v
