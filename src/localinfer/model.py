@@ -574,6 +574,10 @@ def _offload(runtime, f, n_gpu_layers: int | None, device: str | None) -> int:
         raise ValueError(f"n_gpu_layers={n_gpu_layers} asks for the GPU and device='cpu' for none: give one")
     if not n_gpu_layers and device != "cuda":
         return 0
+    from .arch.layer import DecoderLayer
+    if not all(isinstance(layer, DecoderLayer) for layer in runtime.weights.layers):
+        raise ValueError(f"the CUDA path runs decoder layers; this model's are not ({type(runtime).__name__}): "
+                         f"leave n_gpu_layers and device unset")
     asked, n_layer = n_gpu_layers, len(runtime.weights.layers)
     if n_gpu_layers is None or n_gpu_layers < 0:
         n_gpu_layers = n_layer + 1

@@ -106,6 +106,12 @@ def test_an_encoder_refuses_to_generate(models):
             call()
 
 
+def test_an_encoder_is_not_offloaded_to_the_cuda_path(models):
+    _, m = models("bert")
+    with pytest.raises(ValueError, match="the CUDA path runs decoder layers"):
+        Model(m.path, n_gpu_layers=2)
+
+
 def test_rerank_and_classify_need_a_head(models):
     _, embedder = models("bert")
     with pytest.raises(NoHeadError, match="no classification head"):
