@@ -14,7 +14,6 @@ from click.core import ParameterSource
 
 from localinfer.sampling.params import SamplingParams as D   # the sampling defaults
 
-from .bench_embed import bench_embed
 from .bench_group import bench
 from .common import (cache_type_options, load_model, model_file_options, process_escapes, set_threads,
                      speculative_options)
@@ -240,7 +239,6 @@ def _memory(path: str) -> dict:
 
 
 main.add_command(bench)
-main.add_command(bench_embed, name="bench-embed")  # the name for `bench embed`
 main.add_command(convert)
 main.add_command(embed)
 main.add_command(imatrix)

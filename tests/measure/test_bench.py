@@ -195,7 +195,7 @@ def test_bench_is_one_group_whose_default_is_the_speed_test():
 
     assert not [name for name in main.commands if name.startswith("bench-")]
     listing = CliRunner().invoke(main, ["bench", "--help"]).output
-    for name in ("speed", "serve", "spec", "grammar", "restart", "tokenize"):
+    for name in ("speed", "serve", "spec", "grammar", "restart", "tokenize", "embed"):
         assert f"  {name} " in listing
     for args in (["bench", "--synthetic", "nonesuch-1b"], ["bench", "speed", "--synthetic", "nonesuch-1b"]):
         out = CliRunner().invoke(main, args)
