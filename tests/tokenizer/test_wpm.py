@@ -52,8 +52,8 @@ PAIRS = [
     ("中文", "东京、北京和上海都是大城市。"),
 ]
 
-LLAMA_TOKENIZE = Path(os.environ.get("LLAMA_TOKENIZE") or shutil.which("llama-tokenize")
-                      or "/work/llama/build-native/bin/llama-tokenize")
+# llama.cpp's llama-tokenize, built by the user outside this repository: $LLAMA_TOKENIZE or on PATH
+LLAMA_TOKENIZE = Path(os.environ.get("LLAMA_TOKENIZE") or shutil.which("llama-tokenize") or "llama-tokenize")
 
 
 def write_vocab_gguf(folder: Path, path: Path) -> Path:
