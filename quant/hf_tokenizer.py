@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gguf import TokenType
 
-from localinfer.formats.ggml import TokenizerKeys as K
+from localinfer.formats.ggml import TokenizerKeysBeyondGGUFPy as K
 
 # The Split regexes of the HF tokenizers that llama.cpp's pre-tokenizer types implement.
 _HF_CONTRACTIONS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import localinfer
-from conftest import GEMMA3_REF, SMOLLM2_REF
 from refcheck import agreement
 
 device = pytest.importorskip("localinfer.backend.cuda.device", reason="numba.cuda is not importable")
@@ -21,6 +20,8 @@ def _on_a_device() -> bool:
         return False
     return True
 
+
+SMOLLM2_REF, GEMMA3_REF = "smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m"   # ../shared/refdata/public/*-NAME.json
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not _on_a_device(), reason="needs a CUDA device (the simulator "
                                                                       "would take hours for a whole catalog model)")]

@@ -121,12 +121,18 @@ class TokenizerKeys:
     PREFIX_ID = "tokenizer.ggml.prefix_token_id"
     SUFFIX_ID = "tokenizer.ggml.suffix_token_id"
     MIDDLE_ID = "tokenizer.ggml.middle_token_id"
-    CLS_ID = "tokenizer.ggml.cls_token_id"  # written by converters; llama.cpp takes [CLS] from BOS_ID
     ADD_BOS = "tokenizer.ggml.add_bos_token"
     ADD_EOS = "tokenizer.ggml.add_eos_token"
     ADD_SEP = "tokenizer.ggml.add_sep_token"
     ADD_PREFIX = "tokenizer.ggml.add_space_prefix"
     TOKEN_TYPE_COUNT = "tokenizer.ggml.token_type_count"
+
+
+class TokenizerKeysBeyondGGUFPy(TokenizerKeys):
+    """TokenizerKeys and llama.cpp's keys (src/llama-arch.cpp, llama_model_chat_template) that gguf-py 0.19
+    does not name yet; TokenizerKeys itself stays gguf-py's, name for name (tests/gguf/test_ggml_constants.py)."""
+
+    CLS_ID = "tokenizer.ggml.cls_token_id"  # written by converters; llama.cpp takes [CLS] from BOS_ID
     NORMALIZER_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"  # WordPiece (BertNormalizer) options
     NORMALIZER_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
-    RERANK_TEMPLATE = "tokenizer.chat_template.rerank"
+    RERANK_TEMPLATE = "tokenizer.chat_template.rerank"  # the chat template named "rerank"

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..formats.ggml import TokenizerKeys as K
+from ..formats.ggml import TokenizerKeysBeyondGGUFPy as K
 from ..formats.ggml import TokenType
 
 
