@@ -21,7 +21,7 @@ from ..kv.cache import InterleavedKVCache, KVCache
 from .batch import Batch
 from .fused import FusedLayers
 from .layer import LayerParams, run_layers
-from .weights import WeightLoader, observing
+from .weights import WeightLoader, build_with_loader, observing
 
 
 class DecoderModel:
@@ -63,11 +63,7 @@ class DecoderModel:
     def from_gguf(cls, f: GGUFFile, backend: str = "reference", repack: bool = False) -> "DecoderModel":
         config = cls.config_class.from_gguf(f)
         cls.check_config(f, config)
-        loader = WeightLoader(f, backend, repack)
-        model = cls(config, cls.load_weights(loader, config), loader.ops)
-        model.weight_copy_bytes = loader.copied_bytes  # Model.memory() reports it
-        model.repacked_bytes, model.repacked_tensors = loader.repacked_bytes, frozenset(loader.repacked_tensors)
-        return model
+        return build_with_loader(cls, f, config, backend, repack)
 
     @classmethod
     def check_config(cls, f: GGUFFile, config) -> None:

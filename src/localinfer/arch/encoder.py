@@ -34,7 +34,7 @@ from ..files.gguf_file import GGUFError, GGUFFile
 from ..pooling import check_pooling, pool_rows
 from .blocks import Attention, GatedMLP
 from .hparams import HParams, show
-from .weights import Embedding, Linear, WeightLoader
+from .weights import Embedding, Linear, WeightLoader, build_with_loader
 
 # llama.cpp's enum llama_pooling_type, the value of `{arch}.pooling_type` / `classifier.pooling_type`
 GGUF_POOLING_TYPES = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
@@ -232,11 +232,7 @@ class EncoderModel:
     @classmethod
     def from_gguf(cls, f: GGUFFile, backend: str = "reference", repack: bool = False) -> "EncoderModel":
         config = cls.config_class.from_gguf(f)
-        loader = WeightLoader(f, backend, repack)
-        model = cls(config, cls.load_weights(loader, config), loader.ops)
-        model.weight_copy_bytes = loader.copied_bytes  # Model.memory() reports it
-        model.repacked_bytes, model.repacked_tensors = loader.repacked_bytes, frozenset(loader.repacked_tensors)
-        return model
+        return build_with_loader(cls, f, config, backend, repack)
 
     @classmethod
     def load_weights(cls, w: WeightLoader, c: EncoderConfig) -> EncoderWeights:

@@ -229,3 +229,14 @@ class WeightLoader:
         if raw.ndim != 2:   # a float table: numpy's own rows
             return Embedding(raw, info.ggml_type, info.shape)
         return Embedding(raw, info.ggml_type, info.shape, self.f.row_reader(name))
+
+
+def build_with_loader(cls, f: GGUFFile, config, backend: str, repack: bool):
+    """cls(config, weights, ops) with its weights read by a WeightLoader, and the loader's account of the
+    memory they took outside the mapping (weight_copy_bytes, repacked_bytes: Model.memory reports them):
+    the frame every architecture's from_gguf shares, decoder or encoder."""
+    loader = WeightLoader(f, backend, repack)
+    model = cls(config, cls.load_weights(loader, config), loader.ops)
+    model.weight_copy_bytes = loader.copied_bytes
+    model.repacked_bytes, model.repacked_tensors = loader.repacked_bytes, frozenset(loader.repacked_tensors)
+    return model
