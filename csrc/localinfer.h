@@ -81,6 +81,8 @@ int li_default_threads(void);
 /* core/ops.c, core/attention.c: the non-matmul ops of a layer. The attention's sinks: (n_head) logits that
  * join each head's softmax denominator and attend to nothing (gpt-oss), or NULL */
 int li_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t dim, float eps);
+int li_layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t dim,
+                  double eps);
 int li_rope(float *x, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
             const int64_t *pos, const double *inv_freq, int neox);
 int li_glu(const float *g, int64_t ldg, const float *u, int64_t ldu, float *y, int64_t n_rows, int64_t n_cols,
@@ -93,6 +95,14 @@ int li_attention_f16(const float *q, const void *k, const void *v, float *out, i
 int li_attention_kv(const float *q, int k_type, const void *k, int v_type, const void *v, float *out, int64_t n_q,
                     int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_kv, const int64_t *q_pos,
                     int64_t key_start, float scale, int64_t window, float softcap, const float *sinks);
+
+/* core/attention_encoder.c: an encoder's bidirectional attention over a batch of padded texts, float32:
+ * q, k, v, out (n_batch, n_len, n_head, head_dim); text b is its first lengths[b] (0..n_len) rows, the
+ * keys past it are masked and its query rows past it are written as zeros; alibi_slopes (n_head) lower
+ * the score of key j for query i by slope * |i - j|, or NULL */
+int li_encoder_attention(const float *q, const float *k, const float *v, float *out, int64_t n_batch,
+                         int64_t n_len, int64_t n_head, int64_t head_dim, const int64_t *lengths, float scale,
+                         const float *alibi_slopes);
 
 typedef struct {
     int wtype;                 /* ggml type id of w's rows */

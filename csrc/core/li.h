@@ -144,6 +144,17 @@ typedef void (*li_axpy_rows_f16_fn)(int64_t n, const float *p, int na, int64_t l
  *   -INFINITY: none, the same bits as without;
  * round_f16: y = f16(x) widened back; widen_f16: y = x (f16 -> f32, exact). */
 typedef void (*li_softmax_f16_fn)(float *p, int64_t n, float scale, float softcap, float sink);
+/* The encoder's row softmax (attention_encoder.c, all float32): p = softmax(p), the exponentials summed in
+ * double and divided by that sum rounded to float (ops_reference.softmax); the same steps as softmax_f16
+ * without the scale, cap, sink and f16 rounding. */
+typedef void (*li_softmax_f32_fn)(float *p, int64_t n);
+/* LayerNorm of one row (ops.c's li_layer_norm; ggml_norm, then weight and bias):
+ *   mean = f32(sum(x) / n),  d = x - mean,  scale = f32(1 / sqrt(sum(d * d) / n + eps)),
+ *   y = (d * scale) * w (+ b)
+ * with both sums in double over 16 lanes (element i of the first n/16*16 into lane i % 16, the lanes
+ * added by the tree l+8, l+4, l+2, l+1, then the tail elements in order) and everything else in float.
+ * b may be NULL; y may alias x. */
+typedef void (*li_norm_row_fn)(const float *x, const float *w, const float *b, float *y, int64_t n, double eps);
 /* P.V over a quantized cache (attention_kv.c), one value row of d values (d / 32 blocks) at a time:
  * out[h*d + e] += p[h*ldp] * x[e] for h < na, x = the row dequantized as ggml does (q * d, f32 mul,
  * then a separate mul and add: the same bits in every variant). */
@@ -188,6 +199,7 @@ typedef struct {
     li_dot_rows_f16_fn dot_rows_f16;
     li_axpy_rows_f16_fn axpy_rows_f16;
     li_softmax_f16_fn softmax_f16;
+    li_softmax_f32_fn softmax_f32;  /* the encoder's attention; NULL: generic */
     li_round_f16_fn round_f16;
     li_widen_f16_fn widen_f16;
     li_vec_dot_f16_mact_fn vec_dot_f16_mact;   /* NULL: the F16 GEMV calls vec_dot per activation row */
@@ -195,6 +207,7 @@ typedef struct {
     /* the gating of ops.c's li_glu; NULL: generic/act_generic.c */
     void (*silu_mul)(const float *g, const float *u, float *y, int64_t n);   /* y = g / (1 + e^-g) * u */
     void (*geglu_f16)(const float *g, const float *u, float *y, int64_t n, const float *table);
+    li_norm_row_fn norm_row;        /* ops.c's li_layer_norm; NULL: generic/norm_generic.c */
 } li_isa_kernels;
 
 #define LI_MAX_NW 8

@@ -1,5 +1,6 @@
-/* ops.c -- the non-matmul ops of a transformer layer, in C: RMSNorm, RoPE, gated
- * activations (attention is attention.c; the readable gating kernels generic/act_generic.c).
+/* ops.c -- the non-matmul ops of a transformer layer, in C: RMSNorm, LayerNorm, RoPE, gated
+ * activations (attention is attention.c; the readable gating and LayerNorm row kernels
+ * generic/act_generic.c, generic/norm_generic.c).
  *
  * Each follows the numpy reference in src/localinfer/backend/ops_reference.py operation for operation
  * (tests/kernels/test_ops.py compares them); the arithmetic that changes results mirrors ggml:
@@ -43,6 +44,33 @@ static void task_norm(void *ctx, int ith, int nth) {
 int li_rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t dim, float eps) {
     norm_job j = {x, w, y, n_rows, dim, eps};
     li_pool_run(task_norm, &j, n_rows > 1 && n_rows * dim >= LI_OPS_PARALLEL_MIN ? 2 : 1);
+    return LI_OK;
+}
+
+typedef struct {
+    const float *x, *w, *b;
+    float *y;
+    int64_t n_rows, dim;
+    double eps;
+    li_norm_row_fn norm_row;
+} layer_norm_job;
+
+static void task_layer_norm(void *ctx, int ith, int nth) {
+    const layer_norm_job *j = ctx;
+    const int64_t lo = j->n_rows * ith / nth, hi = j->n_rows * (ith + 1) / nth, dim = j->dim;
+    for (int64_t r = lo; r < hi; r++) j->norm_row(j->x + r * dim, j->w, j->b, j->y + r * dim, dim, j->eps);
+}
+
+/* y[r] = (x[r] - mean) / sqrt(var + eps) * w + b (b may be NULL), rows of `dim` floats, as
+ * ops_reference.layer_norm (the row kernel: li_norm_row_fn in core/li.h). y may alias x. eps is a
+ * double because the reference adds it to the double variance. */
+int li_layer_norm(const float *x, const float *w, const float *b, float *y, int64_t n_rows, int64_t dim,
+                  double eps) {
+    if (n_rows < 0 || dim < 0) return LI_EINVAL;
+    if (n_rows == 0 || dim == 0) return LI_OK;
+    const li_isa_kernels *kern = li_active_kernels();
+    layer_norm_job j = {x, w, b, y, n_rows, dim, eps, kern->norm_row ? kern->norm_row : li_norm_row_generic};
+    li_pool_run(task_layer_norm, &j, n_rows > 1 && n_rows * dim >= LI_OPS_PARALLEL_MIN ? 2 : 1);
     return LI_OK;
 }
 

@@ -9,8 +9,8 @@
 
 static inline float round_f16(float x) { return li_fp16_to_fp32(li_fp32_to_fp16(x)); }
 
-/* li_softmax_f16_fn */
-void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap, float sink) {
+/* p = exp(cap(p * scale) - max) in place; returns their sum in double, with the sink's term */
+static double softmax_exp(float *p, int64_t n, float scale, float softcap, float sink) {
     float max = sink;   /* the sink's logit joins the max (-INFINITY: no sink) */
     for (int64_t j = 0; j < n; j++) {
         float x = p[j] * scale;
@@ -24,8 +24,19 @@ void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap, flo
         sum += p[j];
     }
     if (sink > -INFINITY) sum += expf(sink - max);   /* ... and the denominator, then attends to nothing */
-    const float inv = 1.0f / (float)sum;
+    return sum;
+}
+
+/* li_softmax_f16_fn */
+void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap, float sink) {
+    const float inv = 1.0f / (float)softmax_exp(p, n, scale, softcap, sink);
     for (int64_t j = 0; j < n; j++) p[j] = round_f16(p[j] * inv);
+}
+
+/* li_softmax_f32_fn: a division per element, as ops_reference.softmax (x * 1.0f is exact) */
+void li_softmax_f32_generic(float *p, int64_t n) {
+    const float sum = (float)softmax_exp(p, n, 1.0f, 0.0f, -INFINITY);
+    for (int64_t j = 0; j < n; j++) p[j] /= sum;
 }
 
 /* li_round_f16_fn */

@@ -147,6 +147,7 @@ void li_dot_rows_f16_generic(int64_t n, const float *a, int na, int64_t lda, con
 void li_axpy_rows_f16_generic(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
                               int64_t ldv, float *out, int64_t ldo);
 void li_softmax_f16_generic(float *p, int64_t n, float scale, float softcap, float sink);
+void li_softmax_f32_generic(float *p, int64_t n);
 void li_round_f16_generic(const float *x, float *y, int64_t n);
 void li_widen_f16_generic(const ggml_half *x, float *y, int64_t n);
 
@@ -157,5 +158,8 @@ void li_axpy_kv_q4_0_generic(int64_t d, const void *v, const float *p, int64_t l
 /* act_generic.c: the gated activations (core/ops.c) */
 void li_silu_mul_generic(const float *g, const float *u, float *y, int64_t n);
 void li_geglu_f16_generic(const float *g, const float *u, float *y, int64_t n, const float *table);
+
+/* norm_generic.c: LayerNorm of a row (core/ops.c's li_layer_norm) */
+void li_norm_row_generic(const float *x, const float *w, const float *b, float *y, int64_t n, double eps);
 
 #endif /* LI_GENERIC_H */

@@ -152,7 +152,8 @@ void quantize_row_f16_avx2(const float *x, void *dst, int64_t n) {
     for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap, float sink) {
+/* p = exp(cap(p * scale) - max) in place; returns their sum in double, with the sink's term */
+static double softmax_exp(float *p, int64_t n, float scale, float softcap, float sink) {
     float max = sink;   /* the sink's logit joins the max (-INFINITY: no sink) */
     int64_t j = 0;
     if (softcap > 0.0f) {
@@ -189,12 +190,26 @@ void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap, float 
     double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
     for (; j < n; j++) sum += p[j];
     if (sink > -INFINITY) sum += expf(sink - max);   /* ... and the denominator, then attends to nothing */
-    const float inv = 1.0f / (float)sum;
+    return sum;
+}
+
+void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap, float sink) {
+    const float inv = 1.0f / (float)softmax_exp(p, n, scale, softcap, sink);
     const __m256 iv = _mm256_set1_ps(inv);
-    for (j = 0; j + 8 <= n; j += 8)
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
         _mm256_storeu_ps(p + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(p + j), iv),
                                                                  _MM_FROUND_TO_NEAREST_INT)));
     for (; j < n; j++) p[j] = _cvtsh_ss(_cvtss_sh(p[j] * inv, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* li_softmax_f32_fn: divided by the float sum, as the generic one (x * 1.0f is exact) */
+void li_softmax_f32_avx2(float *p, int64_t n) {
+    const float sum = (float)softmax_exp(p, n, 1.0f, 0.0f, -INFINITY);
+    const __m256 sv = _mm256_set1_ps(sum);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(p + j, _mm256_div_ps(_mm256_loadu_ps(p + j), sv));
+    for (; j < n; j++) p[j] /= sum;
 }
 
 #if defined(__clang__)

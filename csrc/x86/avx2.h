@@ -81,6 +81,7 @@ void li_dot_rows_f16_avx2(int64_t n, const float *a, int na, int64_t lda, const 
 void li_axpy_rows_f16_avx2(int64_t n, const float *p, int na, int64_t ldp, const ggml_half *v, int64_t nv,
                            int64_t ldv, float *out, int64_t ldo);
 void li_softmax_f16_avx2(float *p, int64_t n, float scale, float softcap, float sink);
+void li_softmax_f32_avx2(float *p, int64_t n);
 void li_round_f16_avx2(const float *x, float *y, int64_t n);
 void li_widen_f16_avx2(const ggml_half *x, float *y, int64_t n);
 void dequantize_row_f16_avx2(const void *x, float *y, int64_t n);
@@ -90,6 +91,9 @@ void quantize_row_f16_avx2(const float *x, void *dst, int64_t n);
 void li_exp_avx2(const float *x, float *y, int64_t n);
 void li_silu_mul_avx2(const float *g, const float *u, float *y, int64_t n);
 void li_geglu_f16_avx2(const float *g, const float *u, float *y, int64_t n, const float *table);
+
+/* norm_avx2.c: LayerNorm of a row (also the AVX-512 table's: O(n) work), the generic one's bits */
+void li_norm_row_avx2(const float *x, const float *w, const float *b, float *y, int64_t n, double eps);
 
 /* quants_ternary_avx2.c: TQ1_0, TQ2_0 */
 void vec_dot_tq1_0_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);

@@ -60,9 +60,10 @@ const li_isa_kernels li_kernels_avx2 = {
     .gemm_q = li_gemm_q_avx2, .q_nw = LI_AVX2_Q_NW, .q_na = LI_AVX2_Q_NA,
     .gemm_f = li_gemm_f_avx2, .f_nw = LI_AVX2_F_NW, .f_na = LI_AVX2_F_NA,
     .dot_rows = li_dot_rows_avx2, .dot_rows_f16 = li_dot_rows_f16_avx2, .axpy_rows_f16 = li_axpy_rows_f16_avx2,
-    .softmax_f16 = li_softmax_f16_avx2, .round_f16 = li_round_f16_avx2,
+    .softmax_f16 = li_softmax_f16_avx2, .softmax_f32 = li_softmax_f32_avx2, .round_f16 = li_round_f16_avx2,
     .widen_f16 = li_widen_f16_avx2, .silu_mul = li_silu_mul_avx2,
     .geglu_f16 = li_geglu_f16_avx2,
+    .norm_row = li_norm_row_avx2,
     .axpy_kv_q8_0 = li_axpy_kv_q8_0_avx2, .axpy_kv_q4_0 = li_axpy_kv_q4_0_avx2,
 };
 

@@ -3,7 +3,7 @@
  *
  * core/dispatch.c picks this table when the CPU has those extensions as well as avx2's, and merges
  * it with the generic one. Its own kernels (x86/avx512.h) are the dots, the GEMM tiles and the
- * attention's row products; the O(k) work (quantizers, unpackers, softmax, gating) is AVX2's
+ * attention's row products; the O(k) work (quantizers, unpackers, softmax, gating, LayerNorm) is AVX2's
  * (x86/avx2.h).
  */
 #if defined(__x86_64__) || defined(_M_X64)
@@ -66,9 +66,10 @@ const li_isa_kernels li_kernels_avx512 = {
     .gemm_q = li_gemm_q_avx512, .q_nw = LI_AVX512_Q_NW, .q_na = LI_AVX512_Q_NA,
     .gemm_f = li_gemm_f_avx512, .f_nw = LI_AVX512_F_NW, .f_na = LI_AVX512_F_NA,
     .dot_rows = li_dot_rows_avx512, .dot_rows_f16 = li_dot_rows_f16_avx512, .axpy_rows_f16 = li_axpy_rows_f16_avx512,
-    .softmax_f16 = li_softmax_f16_avx2, .round_f16 = li_round_f16_avx2,
+    .softmax_f16 = li_softmax_f16_avx2, .softmax_f32 = li_softmax_f32_avx2, .round_f16 = li_round_f16_avx2,
     .widen_f16 = li_widen_f16_avx2, .silu_mul = li_silu_mul_avx2,
     .geglu_f16 = li_geglu_f16_avx2, .vec_dot_f16_mact = vec_dot_f16_mact_avx512,
+    .norm_row = li_norm_row_avx2,
     /* P.V of a quantized cache: the AVX2 rows (32 values a block, two zmm halves would add no work saved) */
     .axpy_kv_q8_0 = li_axpy_kv_q8_0_avx2, .axpy_kv_q4_0 = li_axpy_kv_q4_0_avx2,
 };

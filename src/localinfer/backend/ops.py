@@ -133,11 +133,56 @@ def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return _glu(gate, up, None, "swiglu")
 
 
-# Encoders (arch/encoder.py). The C core has no kernel for these yet; LayerNorm and the attention
-# are the numpy reference (the attention's two products are BLAS calls, and an encoder's time is
-# in its matmuls).
-layer_norm = reference.layer_norm
-encoder_attention = reference.encoder_attention
+# -- encoders (arch/encoder.py) --
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float) -> np.ndarray:
+    if np.ndim(x) < 1:  # (np.ascontiguousarray would make it a row of one)
+        raise ValueError("layer_norm: x must have rows, got a scalar")
+    x, w = _f32(x), _f32(weight)
+    dim = x.shape[-1]
+    b = None if bias is None else _f32(bias)
+    if w.shape != (dim,) or (b is not None and b.shape != (dim,)):
+        raise ValueError(f"layer_norm: weight {w.shape} / bias {None if b is None else b.shape} "
+                         f"do not match rows of {dim}")
+    y = np.empty_like(x)
+    _check(_lib.li_layer_norm(_ptr(x), _ptr(w), _ffi.NULL if b is None else _ptr(b), _ptr(y),
+                              x.size // dim if dim else 0, dim, float(eps)), "layer_norm")
+    return y
+
+
+def _f32_floats(a: np.ndarray, what: str) -> np.ndarray:
+    a = np.asarray(a)
+    if not np.issubdtype(a.dtype, np.floating):
+        raise ValueError(f"encoder_attention: {what} must hold floats, got {a.dtype}")
+    return _f32(a)
+
+
+def encoder_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths: np.ndarray, scale: float,
+                      alibi_slopes: np.ndarray | None = None) -> np.ndarray:
+    q, k, v = _f32_floats(q, "q"), _f32_floats(k, "k"), _f32_floats(v, "v")
+    if q.ndim != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"encoder_attention: q {q.shape}, k {k.shape}, v {v.shape} must be one "
+                         "(n_batch, n_len, n_head, head_dim) shape")
+    n_batch, n_len, n_head, head_dim = q.shape
+    lens = np.asarray(lengths)
+    if lens.shape != (n_batch,) or not (np.issubdtype(lens.dtype, np.integer) or lens.size == 0):
+        raise ValueError(f"encoder_attention: lengths must be {n_batch} integers, got {lens.dtype} {lens.shape}")
+    lens = np.ascontiguousarray(lens, dtype=np.int64)
+    if lens.size and (lens.min() < 0 or lens.max() > n_len):
+        raise ValueError(f"encoder_attention: every length must be in 0..{n_len}, got {lens.min()}..{lens.max()}")
+    slopes = None
+    if alibi_slopes is not None:
+        slopes = _f32_floats(alibi_slopes, "alibi_slopes")
+        if slopes.shape != (n_head,):
+            raise ValueError(f"encoder_attention: {slopes.shape} ALiBi slopes for {n_head} heads")
+    out = np.empty_like(q)
+    if out.size == 0:
+        return out
+    _check(_lib.li_encoder_attention(_ptr(q), _ptr(k), _ptr(v), _ptr(out), n_batch, n_len, n_head, head_dim,
+                                     _ptr(lens, "int64_t *"), float(scale),
+                                     _ffi.NULL if slopes is None else _ptr(slopes)), "encoder_attention")
+    return out
+
 
 _GELU_BLOCK = 1 << 20  # elements per C call, so that the `up` of ones below stays 4 MiB
 _ones_row = np.ones(0, np.float32)
