@@ -140,6 +140,5 @@ void vec_dot_rows_iq1_m_q8_K_avx2(int64_t n, float *s, const void *w, size_t row
 void vec_dot_x4_q4_0_q8_0_avx2(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
 void vec_dot_x4_q8_0_q8_0_avx2(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
 void vec_dot_x4_q4_K_q8_K_avx2(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
-void vec_dot_x4_q6_K_q8_K_avx2(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
 
 #endif /* LI_X86_AVX2_H */

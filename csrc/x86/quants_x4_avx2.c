@@ -1,8 +1,9 @@
 /* quants_x4_avx2.c -- AVX2 dots over repacked groups of four rows (core/repack.c), as
  * quants_x4_avx512.c does with dpbusd: here maddubs + madd in 256-bit registers, two rows per
  * register for Q4_0 (16 nibble bytes each), one row per register for Q8_0 (signed times signed
- * through the sign trick, as quants_avx2.c's Q8_0 dot); Q6_K runs the row dot's super-block code
- * (x86/q6_K_avx2.h) on each of the four rows.
+ * through the sign trick, as quants_avx2.c's Q8_0 dot). No Q6_K: its row dot over the mapped rows,
+ * with the GEMV's prefetch, reads faster than the row dot repeated over an x4 group did
+ * (BENCHMARKS.md, "Kernel choices"), so AVX2 leaves Q6_K unrepacked.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
@@ -15,8 +16,6 @@
 
 #include "core/li.h"
 #include "x86/avx2.h"
-#include "x86/q6_K_avx2.h"
-#include "x86/reduce_avx2.h"
 #include "x86/x4_x86.h"
 
 static inline float hsum8(__m256 v) {
@@ -76,23 +75,6 @@ void vec_dot_x4_q8_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *
         }
     }
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = hsum8(acc[r]);
-}
-
-/* Q6_K: per row the row dot's super-block integers (x86/q6_K_avx2.h) and float steps, so each row's
- * result is vec_dot_q6_K_q8_K_avx2's, bit for bit; the four rows of a super-block run as four
- * independent chains over one stream. */
-void vec_dot_x4_q6_K_q8_K_avx2(int64_t n, float *s, const void *vg, const void *va, const float *as) {
-    (void)as;
-    const block_q6_Kx4 *g = vg;
-    const block_q8_K *a = va;
-    __m256 acc[LI_X4_ROWS];
-    for (int r = 0; r < LI_X4_ROWS; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++)
-        for (int r = 0; r < LI_X4_ROWS; r++) {
-            const __m256i sumi = q6_K_sumi_avx2(g[i].q[r], g[i].q[r] + QK_K / 2, g[i].h[r].scales, &a[i]);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(g[i].h[r].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc[r]);
-        }
-    for (int r = 0; r < LI_X4_ROWS; r++) s[r] = hsum_ps(acc[r]);
 }
 
 #if defined(__clang__)

@@ -17,10 +17,13 @@ from localinfer.formats import dequantize
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="C kernels not built")
 
 X4_TYPES = [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K]
+# what each ISA repacks: AVX2 reads Q6_K row by row, faster than its x4 dot (BENCHMARKS.md, "Kernel choices")
+X4_TYPES_OF = {"avx2": [T.Q4_0, T.Q8_0, T.Q4_K], "avx512": X4_TYPES}
 # x4 dots that repeat their ISA's row dot per row (the same integers in the same lanes, the same float
 # steps): their GEMV gives the row-major bits, not only a result within rounding of them
 X4_SAME_BITS = [T.Q6_K]
 SIMD_ISAS = [isa for isa in ISAS if isa in ("avx2", "avx512")]
+X4_CASES = [(isa, t) for isa in SIMD_ISAS for t in X4_TYPES_OF[isa]]
 
 
 def _pair(qtype, n_out, n_blocks, seed):
@@ -38,8 +41,7 @@ def _bound(raw, qtype, x) -> np.ndarray:
     return 64 * np.finfo(np.float32).eps * mag * (1 + k / 32) ** 0.5 + 1e-30
 
 
-@pytest.mark.parametrize("isa", SIMD_ISAS)
-@pytest.mark.parametrize("qtype", X4_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("isa,qtype", X4_CASES, ids=lambda v: getattr(v, "name", v))
 @pytest.mark.parametrize("n_out,n_blocks", [(4, 1), (16, 3), (68, 9), (260, 2)])
 def test_repacked_gemv_agrees_and_gemm_is_exact(isa, qtype, n_out, n_blocks):
     with kernels._isa(isa):
@@ -57,8 +59,8 @@ def test_repacked_gemv_agrees_and_gemm_is_exact(isa, qtype, n_out, n_blocks):
         np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), rows.matmul(x).view(np.uint32))
 
 
-@pytest.mark.parametrize("isa", SIMD_ISAS)
-@pytest.mark.parametrize("qtype", X4_SAME_BITS, ids=lambda t: t.name)
+@pytest.mark.parametrize("isa,qtype", [(i, t) for i, t in X4_CASES if t in X4_SAME_BITS],
+                         ids=lambda v: getattr(v, "name", v))
 @pytest.mark.parametrize("n_out,n_blocks", [(4, 1), (68, 9), (260, 2)])
 def test_the_x4_dots_that_repeat_the_row_dot_give_its_bits(isa, qtype, n_out, n_blocks):
     with kernels._isa(isa):
@@ -74,19 +76,27 @@ def test_the_x4_dots_that_repeat_the_row_dot_give_its_bits(isa, qtype, n_out, n_
 def test_a_repacked_matrix_under_an_isa_without_x4_dots_gathers_rows(qtype, threads):
     """Repacked on a SIMD ISA, then run where the dot over groups is missing (LOCALINFER_ISA=generic
     in a test, or a lower variant forced later): each row is gathered for vec_dot, the exact bits."""
-    if not SIMD_ISAS:
-        pytest.skip("no SIMD variant on this CPU: nothing is repacked")
+    isas = [isa for isa in SIMD_ISAS if qtype in X4_TYPES_OF[isa]]
+    if not isas:
+        pytest.skip(f"no SIMD variant on this CPU repacks {qtype.name}")
     before = kernels.get_threads()
     try:
         kernels.set_threads(threads)
-        with kernels._isa(SIMD_ISAS[-1]):
+        with kernels._isa(isas[-1]):
             fmt, raw, _, x4 = _pair(qtype, 132, 5, seed=3)
+            assert x4.layout == kernels.LAYOUT_X4
         with kernels._isa("generic"):
             x = random_activations(3, 5 * fmt.block_size, seed=4)
             np.testing.assert_array_equal(x4.matmul(x).view(np.uint32),
                                           kernels.matmul(raw, qtype, x).view(np.uint32))
     finally:
         kernels.set_threads(before)
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+def test_each_isa_repacks_the_types_it_has_x4_dots_for(isa):
+    with kernels._isa(isa):
+        assert [t for t in X4_TYPES if kernels.repack_layout(t) == kernels.LAYOUT_X4] == X4_TYPES_OF[isa]
 
 
 def test_what_is_not_repacked_stays_in_the_mapping():
