@@ -99,10 +99,11 @@ int li_attention_kv(const float *q, int k_type, const void *k, int v_type, const
 /* core/attention_encoder.c: an encoder's bidirectional attention over a batch of padded texts, float32:
  * q, k, v, out (n_batch, n_len, n_head, head_dim); text b is its first lengths[b] (0..n_len) rows, the
  * keys past it are masked and its query rows past it are written as zeros; alibi_slopes (n_head) lower
- * the score of key j for query i by slope * |i - j|, or NULL */
+ * the score of key j for query i by slope * |i - j|, or NULL; n_swa > 0: query i sees only the keys with
+ * |i - j| <= n_swa / 2 (llama.cpp's LLAMA_SWA_TYPE_SYMMETRIC: ModernBERT's local layers), 0: all */
 int li_encoder_attention(const float *q, const float *k, const float *v, float *out, int64_t n_batch,
                          int64_t n_len, int64_t n_head, int64_t head_dim, const int64_t *lengths, float scale,
-                         const float *alibi_slopes);
+                         const float *alibi_slopes, int64_t n_swa);
 
 typedef struct {
     int wtype;                 /* ggml type id of w's rows */

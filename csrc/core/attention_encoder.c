@@ -2,6 +2,7 @@
  * float32 throughout, as ops_reference.encoder_attention (llama.cpp without a KV cache):
  *
  *   scores = (Q . K^T) * scale - slope * |i - j|     per text b and head h, keys j < lengths[b]
+ *                                                     (and |i - j| <= n_swa / 2 when n_swa > 0)
  *   P      = softmax(scores)                          the exponentials summed in double (li_softmax_f32_fn)
  *   out    = P . V                                    as V^T . P: the dot runs over keys
  *
@@ -34,6 +35,7 @@ typedef struct {
     float *out;                    /* (n_batch, n_len, n_head, d) */
     const int64_t *lengths;        /* (n_batch) */
     const float *slopes;           /* (n_head) ALiBi slopes, or NULL */
+    int64_t half_swa;              /* keys further than this from the query are masked; -1: none */
     int64_t n_batch, n_len, n_head, d, dp, n_lenp, n_blocks;
     float scale;
     li_dot_rows_fn dot;
@@ -91,12 +93,20 @@ static void task_encoder_attend(void *ctx, int ith, int nth) {
         for (int64_t i = 0; i < nq; i++) {
             float *p = s + i * lp;
             const int64_t qi = i0 + i;
+            /* the keys this query sees: [j0, j1), the whole text or its window around qi; the
+             * softmax runs over them only and the others get probability 0 (the reference's -inf) */
+            int64_t j0 = 0, j1 = n;
+            if (a->half_swa >= 0) {
+                j0 = qi - a->half_swa > 0 ? qi - a->half_swa : 0;
+                j1 = qi + a->half_swa + 1 < n ? qi + a->half_swa + 1 : n;
+            }
             if (a->slopes)   /* the reference's order: scaled first, then the distance's penalty */
-                for (int64_t j = 0; j < n; j++) p[j] = p[j] * a->scale - slope * (float)(qi > j ? qi - j : j - qi);
+                for (int64_t j = j0; j < j1; j++) p[j] = p[j] * a->scale - slope * (float)(qi > j ? qi - j : j - qi);
             else
-                for (int64_t j = 0; j < n; j++) p[j] *= a->scale;
-            a->softmax(p, n);
-            for (int64_t j = n; j < np; j++) p[j] = 0.0f;
+                for (int64_t j = j0; j < j1; j++) p[j] *= a->scale;
+            a->softmax(p + j0, j1 - j0);
+            for (int64_t j = 0; j < j0; j++) p[j] = 0.0f;
+            for (int64_t j = j1; j < np; j++) p[j] = 0.0f;
         }
         a->dot(np, s, (int)nq, lp, vt, d, lp, o, ld);
     }
@@ -104,8 +114,8 @@ static void task_encoder_attend(void *ctx, int ith, int nth) {
 
 int li_encoder_attention(const float *q, const float *k, const float *v, float *out, int64_t n_batch,
                          int64_t n_len, int64_t n_head, int64_t head_dim, const int64_t *lengths, float scale,
-                         const float *alibi_slopes) {
-    if (n_batch < 0 || n_len < 0 || n_head < 0 || head_dim < 0) return LI_EINVAL;
+                         const float *alibi_slopes, int64_t n_swa) {
+    if (n_batch < 0 || n_len < 0 || n_head < 0 || head_dim < 0 || n_swa < 0) return LI_EINVAL;
     double macs = 0.0;
     for (int64_t b = 0; b < n_batch; b++) {
         if (lengths[b] < 0 || lengths[b] > n_len) return LI_EINVAL;
@@ -114,6 +124,7 @@ int li_encoder_attention(const float *q, const float *k, const float *v, float *
     if (n_batch == 0 || n_len == 0 || n_head == 0 || head_dim == 0) return LI_OK;
     enc_attn_job a = {0};
     a.q = q, a.k = k, a.v = v, a.out = out, a.lengths = lengths, a.slopes = alibi_slopes;
+    a.half_swa = n_swa > 0 ? n_swa / 2 : -1;
     a.n_batch = n_batch, a.n_len = n_len, a.n_head = n_head, a.d = head_dim, a.dp = up16(head_dim);
     a.n_lenp = up16(n_len), a.n_blocks = (n_len + LI_ENC_QUERIES - 1) / LI_ENC_QUERIES, a.scale = scale;
     const li_isa_kernels *kern = li_active_kernels();

@@ -42,28 +42,31 @@ def test_layer_norm_matches_float64():
     np.testing.assert_allclose(ops_reference.layer_norm(x, w, None, 1e-12), want - b, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("alibi", [False, True])
-def test_encoder_attention_matches_a_plain_loop(alibi):
-    """Every query of text b sees keys 0..lengths[b]-1 and nothing else, with -slope*|i-j| under ALiBi."""
+@pytest.mark.parametrize("alibi,n_swa", [(False, 0), (True, 0), (False, 5), (False, 4)])
+def test_encoder_attention_matches_a_plain_loop(alibi, n_swa):
+    """Every query of text b sees keys 0..lengths[b]-1 and nothing else, with -slope*|i-j| under ALiBi;
+    with a sliding window only the keys |i - j| <= n_swa // 2 of them (5 and 4: both halve to 2)."""
     rng = np.random.default_rng(1)
     n_batch, n_len, n_head, dim = 3, 11, 4, 16
     q, k, v = (rng.normal(size=(n_batch, n_len, n_head, dim)).astype(np.float32) for _ in range(3))
     lengths = np.array([11, 4, 1])
     slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32) if alibi else None
-    got = ops_reference.encoder_attention(q, k, v, lengths, 0.25, slopes)
+    got = ops_reference.encoder_attention(q, k, v, lengths, 0.25, slopes, n_swa)
     for b, n in enumerate(lengths):
         for h in range(n_head):
             for i in range(n):
                 s = q[b, i, h].astype(np.float64) @ k[b, :n, h].T.astype(np.float64) * 0.25
                 if alibi:
                     s -= slopes[h] * np.abs(i - np.arange(n))
+                if n_swa:
+                    s[np.abs(i - np.arange(n)) > n_swa // 2] = -np.inf
                 p = np.exp(s - s.max())
                 want = (p / p.sum()) @ v[b, :n, h]
                 np.testing.assert_allclose(got[b, i, h], want, rtol=0, atol=1e-5)
     # padding keys change nothing: the same texts with other values past their lengths
     k2, v2 = k.copy(), v.copy()
     k2[1, 4:], v2[1, 4:], k2[2, 1:], v2[2, 1:] = 99.0, -99.0, 7.0, 7.0
-    again = ops_reference.encoder_attention(q, k2, v2, lengths, 0.25, slopes)
+    again = ops_reference.encoder_attention(q, k2, v2, lengths, 0.25, slopes, n_swa)
     np.testing.assert_array_equal(again[1, :4], got[1, :4])
     np.testing.assert_array_equal(again[2, :1], got[2, :1])
 
@@ -176,11 +179,13 @@ ATTENTION_CASES = [  # (n_batch, n_len, n_head, head_dim): one text of one token
 
 @needs_c
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("alibi", [False, True])
+@pytest.mark.parametrize("alibi,n_swa", [(False, 0), (True, 0), (False, 7), (True, 10)])
 @pytest.mark.parametrize("n_batch,n_len,n_head,dim", ATTENTION_CASES)
-def test_encoder_attention_is_the_reference(isa, alibi, n_batch, n_len, n_head, dim):
+def test_encoder_attention_is_the_reference(isa, alibi, n_swa, n_batch, n_len, n_head, dim):
     """Every text's rows against the reference within the float32 bound above; padding query rows
-    are zeros; the values past a text's length (NaN here) are never read; lengths 0, 1 and n_len."""
+    are zeros; the values past a text's length (NaN here) are never read; lengths 0, 1 and n_len;
+    sliding windows (odd and even n_swa) narrower than most texts, a query's window cut by either end.
+    (The bound holds with a window: it sums over fewer keys, and its |i - j| stays below n_len.)"""
     from localinfer.backend import ops
     rng = np.random.default_rng(n_batch * 1000 + n_len * 10 + dim)
     q, k, v = (rng.normal(size=(n_batch, n_len, n_head, dim)).astype(np.float32) for _ in range(3))
@@ -191,13 +196,13 @@ def test_encoder_attention_is_the_reference(isa, alibi, n_batch, n_len, n_head, 
     slopes = (2.0 ** -np.arange(1, n_head + 1)).astype(np.float32) if alibi else None
     scale = dim ** -0.5
     with np.errstate(invalid="ignore"):  # the reference's text of length 0: all keys masked, NaN rows
-        want = ops_reference.encoder_attention(q, k, v, lengths, scale, slopes)
+        want = ops_reference.encoder_attention(q, k, v, lengths, scale, slopes, n_swa)
     tol = _attention_tolerance(q, k, v, lengths, scale, slopes)
     for a in (q, k, v):  # what the padding holds is never read
         for b, n in enumerate(lengths):
             a[b, n:] = np.nan
     with kernels._isa(isa):
-        got = ops.encoder_attention(q, k, v, lengths, scale, slopes)
+        got = ops.encoder_attention(q, k, v, lengths, scale, slopes, n_swa)
     assert got.shape == q.shape and got.dtype == np.float32
     for b, n in enumerate(lengths):
         np.testing.assert_allclose(got[b, :n], want[b, :n], rtol=0, atol=tol)
@@ -239,4 +244,7 @@ def test_encoder_attention_refuses_what_does_not_fit():
     for (qq, kk, vv, lens, slopes), message in bad:
         with pytest.raises(ValueError, match=message):
             ops.encoder_attention(qq, kk, vv, lens, 0.25, slopes)
+    for n_swa in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="n_swa"):
+            ops.encoder_attention(q, q, q, lengths, 0.25, None, n_swa)
     assert ops.encoder_attention(q[:0], q[:0], q[:0], lengths[:0], 0.25).shape == (0, 5, 3, 16)

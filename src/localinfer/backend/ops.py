@@ -158,7 +158,9 @@ def _f32_floats(a: np.ndarray, what: str) -> np.ndarray:
 
 
 def encoder_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths: np.ndarray, scale: float,
-                      alibi_slopes: np.ndarray | None = None) -> np.ndarray:
+                      alibi_slopes: np.ndarray | None = None, n_swa: int = 0) -> np.ndarray:
+    if isinstance(n_swa, bool) or not isinstance(n_swa, (int, np.integer)) or n_swa < 0:
+        raise ValueError(f"encoder_attention: n_swa must be an integer >= 0 (0: no window), got {n_swa!r}")
     q, k, v = _f32_floats(q, "q"), _f32_floats(k, "k"), _f32_floats(v, "v")
     if q.ndim != 4 or k.shape != q.shape or v.shape != q.shape:
         raise ValueError(f"encoder_attention: q {q.shape}, k {k.shape}, v {v.shape} must be one "
@@ -180,7 +182,8 @@ def encoder_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths: np.n
         return out
     _check(_lib.li_encoder_attention(_ptr(q), _ptr(k), _ptr(v), _ptr(out), n_batch, n_len, n_head, head_dim,
                                      _ptr(lens, "int64_t *"), float(scale),
-                                     _ffi.NULL if slopes is None else _ptr(slopes)), "encoder_attention")
+                                     _ffi.NULL if slopes is None else _ptr(slopes), int(n_swa)),
+           "encoder_attention")
     return out
 
 

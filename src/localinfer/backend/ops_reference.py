@@ -161,12 +161,14 @@ ENCODER_SCORES_BLOCK = 1 << 24  # attention scores held at once (64 MiB): a long
 
 
 def encoder_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths: np.ndarray, scale: float,
-                      alibi_slopes: np.ndarray | None = None) -> np.ndarray:
+                      alibi_slopes: np.ndarray | None = None, n_swa: int = 0) -> np.ndarray:
     """Bidirectional multi-head attention over a batch of padded texts (no causal mask, no cache).
 
     q, k, v: (B, L, n_head, head_dim) float32; text b is its first lengths[b] rows, the rest padding,
     which no query attends to. alibi_slopes (n_head,): ALiBi, the score of key j for query i is
     lowered by slope * |i - j| (jina-bert-v2; ggml_soft_max_ext with a -|i-j| mask and max_bias).
+    n_swa > 0: a symmetric sliding window, query i sees only keys with |i - j| <= n_swa // 2
+    (llama.cpp's LLAMA_SWA_TYPE_SYMMETRIC; ModernBERT's local layers, local_attention = n_swa).
     Everything in float32, as llama.cpp computes an encoder's attention without a KV cache (no
     f16 rounding of K, V or the probabilities). Returns (B, L, n_head, head_dim); padding rows
     hold values that nothing reads. The (B, n_head, queries, L) scores are made for a block of
@@ -184,6 +186,10 @@ def encoder_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths: np.n
         scores = np.matmul(q[:, i0:i1].transpose(0, 2, 1, 3), kt) * np.float32(scale)  # (B, H, i1-i0, L)
         if slopes is not None:
             scores = scores - slopes * np.abs(pos[i0:i1, None] - pos[None, :]).astype(np.float32)
-        scores = np.where(padding[:, None, None, :], np.float32(-np.inf), scores)
+        masked = padding[:, None, None, :]
+        if n_swa > 0:  # not on padding queries: a window of padding keys only would make NaN rows
+            outside = np.abs(pos[i0:i1, None] - pos[None, :]) > n_swa // 2  # (i1-i0, L)
+            masked = masked | (outside[None] & ~padding[:, i0:i1, None])[:, None]
+        scores = np.where(masked, np.float32(-np.inf), scores)
         out[:, :, i0:i1] = np.matmul(softmax(scores), vt)
     return np.ascontiguousarray(out.transpose(0, 2, 1, 3))
