@@ -20,7 +20,8 @@ Per architecture (config.json "architectures"):
   and the expert_* keys say how many experts there are and how many each token uses; qwen2moe's
   shared expert becomes ffn_{gate,up,down}_shexp and its gate the (n_embd,) ffn_gate_inp_shexp.
 - encoders (convert_encoder.py): BertModel / BertForSequenceClassification ("bert"),
-  NomicBertModel ("nomic-bert"), JinaBertModel ("jina-bert-v2"), with their heads and pooling.
+  NomicBertModel ("nomic-bert"), JinaBertModel ("jina-bert-v2"), ModernBertModel /
+  ModernBertForSequenceClassification ("modern-bert"), with their heads and pooling.
 Norms, biases and rope factors stay float32; matrices take `outtype` (q8_0 falls back to f16
 for rows whose length is not a multiple of 32, as llama.cpp does).
 """
@@ -325,7 +326,7 @@ def _convert_encoder(folder: Path, out_path: Path, c: Config, hf_arch: str, outt
     w.add_file_type(ftype)
     w.add_quantization_version(2)
     n_vocab = encoder_hparams(w, c, folder, arch, classifier)
-    add_encoder_vocab(w, c, folder, n_vocab, log)
+    add_encoder_vocab(w, c, folder, n_vocab, log, arch)
     _write(w, encoder_tensors(ckpt, arch, classifier), qtype, log,
            lambda name: GGMLQuantizationType.F32 if keeps_f32(name) else qtype)
     return out_path

@@ -340,3 +340,48 @@ def write_wordpiece_vocab(writer, folder: str | Path, n_vocab: int | None = None
     v = convert_wordpiece(folder, n_vocab)
     add_wordpiece_vocab(writer, v)
     return v
+
+
+# ---- an encoder's byte-level BPE (modern-bert) --------------------------------------------------
+
+_ENCODER_SPECIALS = {"cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]", "unk": "[UNK]", "pad": "[PAD]"}
+
+
+def add_bpe_encoder_vocab(writer, folder: str | Path, n_vocab: int, pre: str) -> GGUFVocab:
+    """A BERT-style encoder's byte-level BPE (ModernBERT: "[CLS] text [SEP]") as tokenizer.ggml.* keys:
+    convert_tokenizer's vocabulary under the architecture's pre-tokenizer name `pre` (llama.cpp
+    names ModernBERT's GPT-2 regex "modern-bert"); [CLS] is BOS and [SEP] EOS, and add_bos / add_eos
+    / add_sep come from the post-processor as for WordPiece (_bert_flags), so that a re-ranking pair
+    is [CLS] query [SEP] document [SEP], as transformers' tokenizer makes it."""
+    folder = Path(folder)
+    v = convert_tokenizer(folder, n_vocab)
+    if v.pre != "gpt-2":
+        raise TokenizerConversionError(f"{folder / 'tokenizer.json'}: pre-tokenizer {v.pre!r}; {pre!r} is "
+                                       "GPT-2's byte-level regex")
+    tok = _read_json(folder / "tokenizer.json")
+    tc_path, config_path = folder / "tokenizer_config.json", folder / "config.json"
+    tc = _read_json(tc_path) if tc_path.is_file() else {}
+    config = _read_json(config_path) if config_path.is_file() else {}
+    ids = {t: i for i, t in sorted(enumerate(v.tokens), reverse=True)}   # the lowest id of a text
+    special: dict[str, int] = {}
+    for kind, default in _ENCODER_SPECIALS.items():
+        text = _token_content(tc.get(f"{kind}_token")) or default
+        if text in ids:
+            special[kind] = ids[text]
+        elif isinstance(config.get(f"{kind}_token_id"), int):
+            special[kind] = config[f"{kind}_token_id"]
+    missing = [kind for kind in ("cls", "sep") if kind not in special]
+    if missing:
+        raise TokenizerConversionError(f"{folder}: the vocabulary has no {' or '.join(missing)} token; "
+                                       "encoder inputs are [CLS] text [SEP]")
+    add_bos, add_eos, add_sep = _bert_flags(tok, folder / "tokenizer.json")
+    v.pre, v.add_bos, v.add_eos = pre, add_bos, add_eos
+    v.special_ids = {kind: i for kind, i in special.items() if kind in ("unk", "pad")}
+    v.special_ids |= {"bos": special["cls"], "eos": special["sep"]}
+    add_vocab(writer, v)
+    writer.add_sep_token_id(special["sep"])
+    writer.add_uint32(K.CLS_ID, special["cls"])
+    if "mask" in special:
+        writer.add_mask_token_id(special["mask"])
+    writer.add_add_sep_token(add_sep)
+    return v

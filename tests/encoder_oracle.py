@@ -12,6 +12,10 @@ with the torch model that is the oracle for each, for tests/model/test_encoder_o
   of the residual; gated_layers (no bias) whose first half goes through GELU (the exact, erf form:
   torch's nn.GELU) and multiplies the second, wo, LayerNorm of the residual. It saves the hub
   checkpoint's tensor names and config keys.
+- modern: transformers' ModernBertModel, three layers (global, local, global: every second layer
+  global) with a sliding window of MODERN_WINDOW tokens, shorter than most test texts, and rope bases
+  160000 (global) / 10000 (local); modern_rerank: ModernBertForSequenceClassification with one
+  output whose head reads the mean of the rows (classifier_pooling "mean").
 
 Needs torch and transformers (the `oracle` extra); callers importorskip them.
 """
@@ -26,9 +30,10 @@ import numpy as np
 N_VOCAB, N_EMBD, N_HEAD, N_FF, N_LAYER, N_CTX = 120, 64, 4, 96, 2, 64
 BERT = dict(vocab_size=N_VOCAB, hidden_size=N_EMBD, num_hidden_layers=N_LAYER, num_attention_heads=N_HEAD,
             intermediate_size=N_FF, max_position_embeddings=N_CTX, type_vocab_size=2, layer_norm_eps=1e-12)
-FAMILIES = ("bert", "nomic", "jina", "bert_rerank", "bert_classify")
+FAMILIES = ("bert", "nomic", "jina", "modern", "bert_rerank", "bert_classify")
 GGUF_ARCH = {"bert": "bert", "nomic": "nomic-bert", "jina": "jina-bert-v2", "bert_rerank": "bert",
-             "bert_classify": "bert"}
+             "bert_classify": "bert", "modern": "modern-bert", "modern_rerank": "modern-bert"}
+MODERN_WINDOW = 8  # local_attention: a local layer's token sees 4 on each side
 CLASSIFY_LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 CLS, SEP = 2, 3  # the token ids the tests use for [CLS] and [SEP] (the folders carry no vocabulary)
 
@@ -143,6 +148,24 @@ def make_wordpiece_tokenizer(vocab_size: int = 200):
     return tok
 
 
+BPE_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]  # ids 0..4, as ModernBERT names them
+
+
+def make_bpe_tokenizer(vocab_size: int = 300):
+    """A ModernBERT-style byte-level BPE tokenizer ([CLS] A [SEP] B [SEP]) trained on SENTENCES."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=BPE_SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(SENTENCES * 4, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    return tok
+
+
 def make_encoder(family: str, folder: Path, seed: int = 0, tokenizer=None):
     """Writes a tiny random `family` model into `folder` (with `tokenizer`'s tokenizer.json and its
     vocabulary size, when given); returns the torch model (eval mode)."""
@@ -167,7 +190,20 @@ def _make_encoder(family: str, folder: Path, seed: int, shape: dict):
             **shape, "architectures": ["JinaBertForMaskedLM"], "model_type": "bert", "hidden_act": "gelu",
             "position_embedding_type": "alibi", "feed_forward_type": "geglu", "emb_pooler": "mean"}))
         return model
-    if family == "nomic":
+    if family in ("modern", "modern_rerank"):
+        ids = dict(pad_token_id=0, bos_token_id=CLS, cls_token_id=CLS, eos_token_id=SEP, sep_token_id=SEP)
+        if shape["vocab_size"] != N_VOCAB:  # with make_bpe_tokenizer's vocabulary: its ids
+            ids = dict(pad_token_id=3, bos_token_id=1, cls_token_id=1, eos_token_id=2, sep_token_id=2)
+        common = dict(vocab_size=shape["vocab_size"], hidden_size=N_EMBD, intermediate_size=N_FF,
+                      num_hidden_layers=3, num_attention_heads=N_HEAD, max_position_embeddings=N_CTX,
+                      local_attention=MODERN_WINDOW, global_attn_every_n_layers=2, norm_eps=1e-5, **ids)
+        if family == "modern":
+            model = transformers.ModernBertModel(transformers.ModernBertConfig(**common))
+        else:
+            model = transformers.ModernBertForSequenceClassification(transformers.ModernBertConfig(
+                **common, num_labels=1, id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0},
+                classifier_pooling="mean"))
+    elif family == "nomic":
         config = transformers.NomicBertConfig(**{**shape, "hidden_act": "silu"},
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
         model = transformers.NomicBertModel(config)
@@ -193,14 +229,18 @@ def torch_hidden(family: str, model, ids, types=None) -> np.ndarray:
         t_types = None if types is None else torch.tensor([list(types)])
         if family == "jina":
             return model(t_ids, t_types)[0].numpy()
+        if family.startswith("modern"):  # no token types
+            return (model.model if hasattr(model, "model") else model)(t_ids).last_hidden_state[0].numpy()
         bert = model.bert if hasattr(model, "bert") else model
         return bert(t_ids, token_type_ids=t_types).last_hidden_state[0].numpy()
 
 
 def torch_scores(model, ids, types) -> np.ndarray:
-    """(num_labels,) the sequence classifier's logits for one input."""
+    """(num_labels,) the sequence classifier's logits for one input (types None: a model without them)."""
     import torch
     with torch.no_grad():
+        if types is None:
+            return model(torch.tensor([list(ids)])).logits[0].numpy()
         return model(torch.tensor([list(ids)]), token_type_ids=torch.tensor([list(types)])).logits[0].numpy()
 
 

@@ -1,4 +1,4 @@
-"""The encoders (bert, nomic-bert, jina-bert-v2, and BERT re-rankers / classifiers) against torch:
+"""The encoders (bert, nomic-bert, jina-bert-v2, modern-bert, and BERT re-rankers / classifiers) against torch:
 a tiny random model of each family (tests/encoder_oracle.py) is saved as a HF folder, converted
 by our converter and nothing else, and run here on token ids.
 
@@ -28,7 +28,7 @@ from localinfer.encoder_tasks import classify_tokens, embed_tokens, score_tokens
 from localinfer.files.gguf_file import GGUFFile  # noqa: E402
 from localinfer.quant.convert_hf import convert_hf  # noqa: E402
 
-EMBEDDERS = ("bert", "nomic", "jina")
+EMBEDDERS = ("bert", "nomic", "jina", "modern")
 COS = {"f32": 0.9999, "f16": 0.9999, "q8_0": 0.999}
 
 
@@ -121,7 +121,7 @@ def test_a_wrong_layout_would_fail(tiny):
     family, model, _, path = tiny
     m = _load(path)
     ids = texts(4, 3, lo=12, hi=20)
-    if family in ("nomic", "jina"):
+    if family in ("nomic", "jina", "modern"):
         m.layer_params = lambda: EncoderParams(scale=1 / np.sqrt(m.config.head_dim))  # no rope / no ALiBi
     else:
         m.weights.position_embd = None

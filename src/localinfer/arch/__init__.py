@@ -1,6 +1,6 @@
 """The model architectures, one module each (llama, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gpt-oss, phi3, gemma3) over shared transformer
 blocks, the DecoderModel wrapper and the fused C layer call; the encoders (bert, nomic-bert,
-jina-bert-v2) over arch/encoder.py; this registry maps `general.architecture`
+jina-bert-v2, modern-bert) over arch/encoder.py; this registry maps `general.architecture`
 to the model class, with an alias table. Adding one: docs/architectures.md.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ from .gemma3 import Gemma3Model
 from .gptoss import GptOssModel
 from .jina_bert import JinaBertModel
 from .llama import LlamaModel
+from .modern_bert import ModernBertModel
 from .nomic_bert import NomicBertModel
 from .olmoe import OlmoeModel
 from .phi3 import Phi3Model
@@ -32,6 +33,7 @@ ARCHITECTURES = {
     "bert": BertModel,  # encoders (arch/encoder.py): embed / rerank / classify, no generation
     "nomic-bert": NomicBertModel,
     "jina-bert-v2": JinaBertModel,
+    "modern-bert": ModernBertModel,
 }
 ALIASES = {
     "mistral": "llama",

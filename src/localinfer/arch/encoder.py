@@ -1,14 +1,18 @@
-"""What every encoder architecture (bert, nomic-bert, jina-bert-v2) shares: its hyper-parameters,
-its layers as data, the one function that runs them, and the model around it.
+"""What every encoder architecture (bert, nomic-bert, jina-bert-v2, modern-bert) shares: its
+hyper-parameters, its layers as data, the one function that runs them, and the model around it.
 
     x = layer_norm( token_embd[t] + token_types[type] + position_embd[pos]? )      # embed
-    per layer (post-norm, bidirectional attention, no KV cache):
+    per layer (bidirectional attention, no KV cache), post-norm (bert, nomic, jina):
         h = layer_norm( x + attn_output( attention( q(x), k(x), v(x) ) ) )        # rope on q, k (nomic)
                                                                                  # or ALiBi on the scores (jina)
         x = layer_norm( h + ffn(h) )        # ffn: up -> GELU -> down (bert); gate/up -> SwiGLU (nomic)
                                             # or GEGLU over the halves of up (jina) -> down
-    hidden = x                              # (B, L, n_embd): what pooling reads (llama.cpp's t_embd)
-    head(pooled) = cls_out( tanh( cls(pooled) ) )     # a re-ranker's / classifier's head, either part optional
+    or pre-norm (modern-bert: no biases, layer 0 without attn_norm, a sliding window on its local layers):
+        h = x + attn_output( attention( attn_norm(x) ) )
+        x = h + ffn( ffn_norm(h) )
+    hidden = output_norm(x)?                # (B, L, n_embd): what pooling reads (llama.cpp's t_embd)
+    head(pooled) = cls_out( cls_norm( act( cls(pooled) ) ) )   # a re-ranker's / classifier's head, each part
+                                                               # optional; act tanh (gelu: modern-bert)
 
 as llama.cpp builds it (src/models/bert.cpp, llm_graph_context::build_pooling), with its tensor
 names (src/llama-arch.cpp). A forward pass runs a batch of texts padded to one length (EncoderBatch):
@@ -18,7 +22,8 @@ stack; `ops` is the numpy reference (ops_reference) or the C kernels (ops), and 
 are dense float32 (reference) or the file's quantized rows multiplied in C (weights.py).
 
 An architecture subclasses EncoderModel and says which position scheme and FFN it has
-(class attributes); arch/bert.py, nomic_bert.py and jina_bert.py. Differences from llama.cpp:
+(class attributes); arch/bert.py, nomic_bert.py, jina_bert.py and modern_bert.py (which loads its own
+tensor names into these same layers). Differences from llama.cpp:
 token types follow the input (a re-ranker's second segment is type 1, as transformers' tokenizer
 makes it; llama.cpp always adds row 0), and the encoder runs only whole texts, never a cache.
 """
@@ -62,6 +67,11 @@ class EncoderConfig:
     pooling: str | None  # `{arch}.pooling_type` by name, None when the file names none
     head_pooling: str  # which row the classification head reads: "cls" or "mean" (classifier.pooling_type)
     labels: tuple[str, ...]  # classifier.output_labels; () when the file has none
+    n_swa: int = 0  # attention.sliding_window: a local layer's query i sees keys |i - j| <= n_swa // 2
+    swa_layers: tuple[bool, ...] = ()  # per layer, True for a local (sliding-window) layer; () for none
+    rope_base_swa: float = 10000.0  # rope.freq_base_swa: the local layers' rotary base (modern-bert)
+
+    default_head_pooling: ClassVar[str] = "cls"  # when the file has no classifier.pooling_type
 
     @property
     def n_head_kv(self) -> int:  # blocks.Attention reads it; encoders have no grouped K/V
@@ -80,7 +90,7 @@ class EncoderConfig:
         labels = f.metadata.get(h.key("classifier.output_labels"), [])
         if not isinstance(labels, list) or not all(isinstance(s, str) for s in labels):
             raise h.error("classifier.output_labels", labels, "must be a list of strings")
-        head_pooling = _pooling_name(h, "classifier.pooling_type") or "cls"
+        head_pooling = _pooling_name(h, "classifier.pooling_type") or cls.default_head_pooling
         if head_pooling not in ("cls", "mean"):
             raise h.error("classifier.pooling_type", head_pooling, "the head reads the first row (cls) or the mean")
         return cls(n_vocab=h.vocab_size(n_embd), n_embd=n_embd, n_layer=h.block_count(), n_head=n_head,
@@ -102,12 +112,13 @@ def _pooling_name(h: HParams, suffix: str) -> str | None:
 @dataclass
 class LayerNorm:
     weight: np.ndarray  # (dim,)
-    bias: np.ndarray  # (dim,)
+    bias: np.ndarray | None  # (dim,); None: a norm without one (modern-bert)
 
     @classmethod
-    def from_gguf(cls, w: WeightLoader, name: str, dim: int) -> "LayerNorm":
-        """`name`.weight and `name`.bias, both required (llama.cpp loads them so for every encoder norm)."""
-        return cls(w.vector(name + ".weight", (dim,)), w.vector(name + ".bias", (dim,)))
+    def from_gguf(cls, w: WeightLoader, name: str, dim: int, bias: bool = True) -> "LayerNorm":
+        """`name`.weight and, with `bias`, `name`.bias, each required (llama.cpp loads bert's norms with
+        both and modern-bert's with the weight only)."""
+        return cls(w.vector(name + ".weight", (dim,)), w.vector(name + ".bias", (dim,)) if bias else None)
 
     def __call__(self, ops, x: np.ndarray, eps: float) -> np.ndarray:
         return ops.layer_norm(x, self.weight, self.bias, eps)
@@ -140,10 +151,13 @@ ENCODER_ACTIVATIONS = {
 @dataclass
 class EncoderLayer:
     attn: Attention  # q/k/v (biases optional) or one fused attn_qkv; attn_output (+ bias)
-    attn_out_norm: LayerNorm  # post-norm of x + attention
-    mlp: SequentialMLP | GatedMLP  # up -> down, or gate/up -> down (gate ‖ up in one matrix: jina)
-    out_norm: LayerNorm  # post-norm of h + ffn
+    mlp: SequentialMLP | GatedMLP  # up -> down, or gate/up -> down (gate ‖ up in one matrix: jina, modern)
     act: str  # a key of ENCODER_ACTIVATIONS
+    attn_out_norm: LayerNorm | None = None  # post-norm of x + attention (bert, nomic, jina)
+    out_norm: LayerNorm | None = None  # post-norm of h + ffn
+    attn_norm: LayerNorm | None = None  # pre-norm of the attention's input (modern-bert; none in layer 0)
+    ffn_norm: LayerNorm | None = None  # pre-norm of the ffn's input (modern-bert)
+    swa: bool = False  # a local layer: the sliding window and the local rope base (EncoderParams)
 
 
 @dataclass
@@ -155,6 +169,8 @@ class EncoderWeights:
     layers: list[EncoderLayer]
     cls: Linear | None  # (n_cls_hidden, n_embd) + bias, then tanh: the head's dense layer (BERT's pooler)
     cls_out: Linear | None  # (n_cls_out, n_cls_hidden or n_embd) + bias: the head's projection to scores
+    output_norm: LayerNorm | None = None  # the norm after the last layer (pre-norm stacks: modern-bert)
+    cls_norm: LayerNorm | None = None  # (n_cls_hidden,) the head's norm after its activation (modern-bert)
 
 
 @dataclass(frozen=True)
@@ -162,8 +178,10 @@ class EncoderParams:
     """What every layer of one pass shares: the attention's scale and position scheme."""
 
     scale: float  # multiplies q.k: 1/sqrt(head_dim)
-    inv_freq: np.ndarray | None = None  # (head_dim/2,) NeoX rope frequencies (nomic-bert)
+    inv_freq: np.ndarray | None = None  # (head_dim/2,) NeoX rope frequencies (nomic-bert, modern-bert)
     alibi_slopes: np.ndarray | None = None  # (n_head,) ALiBi slopes (jina-bert-v2)
+    inv_freq_swa: np.ndarray | None = None  # (head_dim/2,) the local layers' rope frequencies (modern-bert)
+    n_swa: int = 0  # the local layers' window: keys |i - j| <= n_swa // 2 (llama.cpp's SWA_TYPE_SYMMETRIC)
 
 
 @dataclass
@@ -202,16 +220,20 @@ def run_encoder_layers(ops, layers: list[EncoderLayer], x: np.ndarray, batch: En
     the one definition of an encoder's layer stack."""
     n_batch, n_len = batch.tokens.shape
     positions = batch.positions if p.inv_freq is not None else None
+
+    def norm(n: LayerNorm | None, y: np.ndarray) -> np.ndarray:  # a norm the layer may not have
+        return y if n is None else n(ops, y, c.norm_eps)
     for layer in layers:
-        q, k, v = layer.attn.project(x, c)  # (B*L, n_head, head_dim) each
+        q, k, v = layer.attn.project(norm(layer.attn_norm, x), c)  # (B*L, n_head, head_dim) each
+        inv_freq = p.inv_freq_swa if layer.swa else p.inv_freq
         if positions is not None:
-            q = ops.apply_rope(q, positions, p.inv_freq, True)
-            k = ops.apply_rope(k, positions, p.inv_freq, True)
+            q = ops.apply_rope(q, positions, inv_freq, True)
+            k = ops.apply_rope(k, positions, inv_freq, True)
         shape = (n_batch, n_len, c.n_head, c.head_dim)
         a = ops.encoder_attention(q.reshape(shape), k.reshape(shape), v.reshape(shape), batch.lengths, p.scale,
-                                  p.alibi_slopes)
-        h = layer.attn_out_norm(ops, x + layer.attn.wo(a.reshape(n_batch * n_len, -1)), c.norm_eps)
-        x = layer.out_norm(ops, h + layer.mlp(h, ENCODER_ACTIVATIONS[layer.act](ops)), c.norm_eps)
+                                  p.alibi_slopes, p.n_swa if layer.swa else 0)
+        h = norm(layer.attn_out_norm, x + layer.attn.wo(a.reshape(n_batch * n_len, -1)))
+        x = norm(layer.out_norm, h + layer.mlp(norm(layer.ffn_norm, h), ENCODER_ACTIVATIONS[layer.act](ops)))
     return x
 
 
@@ -237,10 +259,9 @@ class EncoderModel:
     @classmethod
     def load_weights(cls, w: WeightLoader, c: EncoderConfig) -> EncoderWeights:
         mlp = SequentialMLP.from_gguf if cls.ffn == "sequential" else GatedMLP.from_gguf
-        layers = [EncoderLayer(attn=Attention.from_gguf(w, f"blk.{i}.", c),
+        layers = [EncoderLayer(attn=Attention.from_gguf(w, f"blk.{i}.", c), mlp=mlp(w, f"blk.{i}.", c), act=cls.act,
                                attn_out_norm=LayerNorm.from_gguf(w, f"blk.{i}.attn_output_norm", c.n_embd),
-                               mlp=mlp(w, f"blk.{i}.", c),
-                               out_norm=LayerNorm.from_gguf(w, f"blk.{i}.layer_output_norm", c.n_embd), act=cls.act)
+                               out_norm=LayerNorm.from_gguf(w, f"blk.{i}.layer_output_norm", c.n_embd))
                   for i in range(c.n_layer)]
         for layer_tensor in ("attn_q_norm", "attn_k_norm", "attn_norm_2"):  # jina-bert-v2's code variant
             if w.has(f"blk.0.{layer_tensor}.weight"):
@@ -292,6 +313,8 @@ class EncoderModel:
         self.check_batch(batch)
         x = run_encoder_layers(self.ops, self.weights.layers, self.embed(batch), batch, self.config,
                                self.layer_params())
+        if self.weights.output_norm is not None:
+            x = self.weights.output_norm(self.ops, x, self.config.norm_eps)
         return x.reshape(*batch.tokens.shape, self.config.n_embd)
 
     def check_batch(self, batch: EncoderBatch) -> None:
@@ -323,13 +346,18 @@ class EncoderModel:
         head = w.cls_out if w.cls_out is not None else w.cls
         return 0 if head is None else head.shape[0]
 
+    head_act: ClassVar[str] = "tanh"  # the head's activation after cls: "tanh" or "gelu" (ggml_gelu)
+
     def head(self, pooled: np.ndarray) -> np.ndarray:
-        """pooled (B, n_embd) -> (B, n_cls_out) float32: cls_out(tanh(cls(pooled))) with the parts the
-        file has (llama.cpp's LLAMA_POOLING_TYPE_RANK head). The caller checks n_cls_out first."""
+        """pooled (B, n_embd) -> (B, n_cls_out) float32: cls_out(cls_norm(act(cls(pooled)))) with the
+        parts the file has (llama.cpp's LLAMA_POOLING_TYPE_RANK head). The caller checks n_cls_out first."""
         w = self.weights
         x = np.ascontiguousarray(pooled, dtype=np.float32)
         if w.cls is not None:
-            x = np.tanh(w.cls(x))
+            x = w.cls(x)
+            x = np.tanh(x) if self.head_act == "tanh" else self.ops.gelu(x)
+            if w.cls_norm is not None:
+                x = w.cls_norm(self.ops, x, self.config.norm_eps)
         if w.cls_out is not None:
             x = w.cls_out(x)
         return x

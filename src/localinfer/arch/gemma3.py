@@ -91,10 +91,12 @@ class Gemma3Config:
         )
 
 
-def _swa_layers(h: HParams, n_layer: int, window: int | None, default_period: int = SWA_PATTERN_DEFAULT) -> tuple[bool, ...]:
+def _swa_layers(h: HParams, n_layer: int, window: int | None, default_period: int = SWA_PATTERN_DEFAULT,
+                dense_first: bool = False) -> tuple[bool, ...]:
     """Which layers use the sliding window: an explicit per-layer array, or a period n where
-    layer i is global when i % n == n - 1 (llama_hparams::set_swa_pattern; 0: all sliding);
-    without the key, the architecture's period (gemma3 6, gpt-oss 2)."""
+    layer i is global when i % n == n - 1, or with `dense_first` when i % n == 0 (modern-bert)
+    (llama_hparams::set_swa_pattern; 0: all sliding); without the key, the architecture's period
+    (gemma3 6, gpt-oss 2, modern-bert 3)."""
     if window is None:
         return (False,) * n_layer
     key = "attention.sliding_window_pattern"
@@ -104,6 +106,8 @@ def _swa_layers(h: HParams, n_layer: int, window: int | None, default_period: in
             raise h.error(key, pattern, f"has {len(pattern)} entries for {n_layer} layers")
         return tuple(bool(p) for p in pattern)
     pattern = h.count(key, default_period, minimum=0)
+    if dense_first:
+        return tuple(pattern == 0 or i % pattern != 0 for i in range(n_layer))
     return tuple(pattern == 0 or i % pattern < pattern - 1 for i in range(n_layer))
 
 
