@@ -1,4 +1,4 @@
-"""Embedding, re-ranking and classification with encoder models (bert, nomic-bert, jina-bert-v2:
+"""Embedding, re-ranking and classification with encoder models (bert, nomic-bert, jina-bert-v2, modern-bert:
 arch/encoder.py), the layer between `Model` and the architectures. `Model.embed` / `rerank` /
 `classify` call these; a server or a command line that has tokenized and counted already calls
 the token-level functions.

@@ -143,7 +143,7 @@ class Model:
         if self.n_ctx <= 0:
             raise ValueError(f"n_ctx must be positive, got {n_ctx}")
         self.n_threads = n_threads
-        # an encoder (bert, nomic-bert, jina-bert-v2) embeds, re-ranks and classifies; it cannot generate
+        # an encoder (bert, nomic-bert, jina-bert-v2, modern-bert) embeds, re-ranks and classifies; it cannot generate
         self.is_encoder = bool(getattr(self.runtime, "is_encoder", False))
         if kv_dtype not in ("f16", "f32"):
             raise ValueError(f"kv_dtype must be 'f16' or 'f32', got {kv_dtype!r}")
@@ -304,7 +304,7 @@ class Model:
         self._check_open()
         if not self.is_encoder:
             raise TypeError(f"rerank/classify need an encoder with a classification head (bert, nomic-bert, "
-                            f"jina-bert-v2); this model is {self.architecture!r}")
+                            f"jina-bert-v2, modern-bert); this model is {self.architecture!r}")
         return self.serialized
 
     def stream(self, prompt: str | Sequence[int], max_tokens: int | None = 256, temperature: float = D.temperature,

@@ -6,7 +6,7 @@
      "model": ..., "usage": {"prompt_tokens": n, "total_tokens": n}}
 
 The vectors are Model.embed's: the server's pooling (`serve --pooling`, by default the file's
-or mean), L2-normalized as llama-server returns them. An encoder (bert, nomic-bert, jina-bert-v2:
+or mean), L2-normalized as llama-server returns them. An encoder (bert, nomic-bert, jina-bert-v2, modern-bert:
 encoder_tasks.py) runs many texts per forward pass and takes each text whole, up to the positions
 it was trained with; a re-ranker (pooling rank) is asked for /v1/rerank instead, unless the server
 was started with a --pooling that reads its hidden states. `dimensions` would have to cut the vector

@@ -73,7 +73,7 @@ async def respond(request: Request, lease, prepare, media_type: str, headers=Non
 
 
 def refuse_encoder(served) -> None:
-    """An encoder (bert, nomic-bert, jina-bert-v2) has no LM head and no causal attention: a
+    """An encoder (bert, nomic-bert, jina-bert-v2, modern-bert) has no LM head and no causal attention: a
     generation request to it is the client's mistake, a 400 that says where to go instead."""
     model = served.model
     if getattr(model, "is_encoder", False):
