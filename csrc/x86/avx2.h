@@ -61,12 +61,13 @@ void li_panel_pack_w_avx2(const li_panel_plan *p, const uint8_t *u, const float 
                           uint8_t *dst);
 
 /* gemm_avx2.c: the GEMM tiles, LI_AVX2_Q_NW weight rows x LI_AVX2_Q_NA activation rows (integer)
- * and LI_AVX2_F_NW x LI_AVX2_F_NA (float). 4 x 3: 12 products per step for 7 loads (2 x 2 was 4
- * for 4), the maddubs no longer waiting on the loads; 4 x 3, 3 x 4 and 3 x 3 measured alike, 2 x 2
- * slower for every type (BENCHMARKS.md, "Kernel choices"). NA = 3 keeps small batches (m = 6, 9)
- * unpadded. The float tile is 4 x 3 too: 12 accumulators + 3 activations + 1 weight fill the 16
- * ymm registers, 12 FMAs per 7 loads where 4 x 2 did 8 per 6 and waited on the loads (Zen 3, one
- * core, F16 3072x768 m=512: 24.6 -> 38.1 GMAC/s; 768x3072: 24.4 -> 29.6, its 48 KiB weight tile
+ * and LI_AVX2_F_NW x LI_AVX2_F_NA (float). 4 x 3: 12 products per step; the integer step keeps its
+ * 12 accumulators, one weight and one product in registers and reads the activations as memory
+ * operands (gemm_avx2.c says why in asm). 4 x 3, 3 x 4 and 3 x 3 measured alike with the accumulators
+ * spilled, 2 x 2 slower for every type (BENCHMARKS.md, "Kernel choices"). NA = 3 keeps small batches
+ * (m = 6, 9) unpadded. The float tile is 4 x 3 too: 12 accumulators + 3 activations + 1 weight fill
+ * the 16 ymm registers, 12 FMAs per 7 loads where 4 x 2 did 8 per 6 and waited on the loads (Zen 3,
+ * one core, F16 3072x768 m=512: 24.6 -> 38.1 GMAC/s; 768x3072: 24.4 -> 29.6, its 48 KiB weight tile
  * outgrowing L1). The tile shape changes no sum. */
 #define LI_AVX2_Q_NW 4
 #define LI_AVX2_Q_NA 3
