@@ -88,7 +88,16 @@ static void task_encoder_attend(void *ctx, int ith, int nth) {
         }
         const float *qb = a->q + ((b * a->n_len + i0) * a->n_head + h) * d;
         if (padded) pad_rows(qb, ld, nq, d, dp, qf);
-        a->dot(dp, padded ? qf : qb, (int)nq, padded ? dp : ld, padded ? kf : kb, n, padded ? dp : ld, s, lp);
+        /* the keys any query of the block sees, [k0, k1): the text, or on a local layer the block's
+         * window span; P.V runs over [p0, p1), that span widened to 16-aligned ends */
+        int64_t k0 = 0, k1 = n;
+        if (a->half_swa >= 0) {
+            k0 = i0 - a->half_swa > 0 ? i0 - a->half_swa : 0;
+            k1 = i0 + nq + a->half_swa < n ? i0 + nq + a->half_swa : n;
+        }
+        const int64_t p0 = k0 / 16 * 16, p1 = up16(k1);
+        const float *kr = padded ? kf + k0 * dp : kb + k0 * ld;
+        a->dot(dp, padded ? qf : qb, (int)nq, padded ? dp : ld, kr, k1 - k0, padded ? dp : ld, s + k0, lp);
         const float slope = a->slopes ? a->slopes[h] : 0.0f;
         for (int64_t i = 0; i < nq; i++) {
             float *p = s + i * lp;
@@ -105,10 +114,13 @@ static void task_encoder_attend(void *ctx, int ith, int nth) {
             else
                 for (int64_t j = j0; j < j1; j++) p[j] *= a->scale;
             a->softmax(p + j0, j1 - j0);
-            for (int64_t j = 0; j < j0; j++) p[j] = 0.0f;
-            for (int64_t j = j1; j < np; j++) p[j] = 0.0f;
+            for (int64_t j = p0; j < j0; j++) p[j] = 0.0f;
+            for (int64_t j = j1; j < p1; j++) p[j] = 0.0f;
         }
-        a->dot(np, s, (int)nq, lp, vt, d, lp, o, ld);
+        /* Each score is its own dot, and P.V's lane l still sums the keys j = l (mod 16) in order:
+         * the keys left out of [p0, p1) only added p = 0 terms (V is finite), so these are the bits
+         * of the whole-text products, ~3x less work on a 512-token text's local layers. */
+        a->dot(p1 - p0, s + p0, (int)nq, lp, vt + p0, d, lp, o, ld);
     }
 }
 
