@@ -6,7 +6,6 @@ still has them it is trusted without hashing again.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -76,6 +75,7 @@ def remove_stamp(path: Path) -> None:
 
 
 def sha256_file(path: Path) -> str:
+    import hashlib   # only when a file is hashed: a start that trusts its stamp loads no OpenSSL
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(CHUNK):

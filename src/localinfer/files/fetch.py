@@ -17,16 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import subprocess
 import sys
-import tempfile
-import zipfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Callable
 
@@ -48,7 +43,10 @@ class CatalogEntry:
 
 
 def load_catalog() -> tuple[str, dict[str, CatalogEntry]]:
-    data = json.loads(resources.files("localinfer.models").joinpath("catalog.json").read_text())
+    # beside the package's __init__, as a data file (pyproject's package-data): read by path, since
+    # importlib.resources brings tempfile, shutil and the compression modules into every start
+    from .. import models
+    data = json.loads((Path(models.__file__).parent / "catalog.json").read_text())
     entries = {name: CatalogEntry(name=name, description=e["description"], file=e["file"], size=e["size"],
                                   sha256=e["sha256"], wheels=tuple(e["wheels"]))
                for name, e in data["models"].items()}
@@ -191,6 +189,9 @@ def _fetch_lock(target: Path):
 
 
 def _download(entry: CatalogEntry, progress: Callable[[int, int], None] | None) -> Path:
+    import hashlib   # here, not at the top: `run FILE` and a cached model start without them (~40 ms cold)
+    import tempfile
+    import zipfile
     target = cached_path(entry)
     fd, name = tempfile.mkstemp(prefix=target.name + ".", suffix=".partial", dir=target.parent)
     partial = Path(name)
@@ -225,6 +226,7 @@ def _pip_download(requirement: str, dest: Path) -> Path:
     """The wheel of `requirement` (NAME==VERSION) in `dest`: by pip, which knows the user's index
     settings, or where pip is not installed (a uv-made venv) straight from the package index."""
     import importlib.util
+    import subprocess
     if importlib.util.find_spec("pip") is None:
         from .wheel_index import download_wheel
         return download_wheel(requirement, dest)
