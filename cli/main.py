@@ -36,7 +36,7 @@ class _LazyGroup(click.Group):
         if name in self.lazy and name not in self.commands:
             import importlib
             module = importlib.import_module(f"{__package__}.{self.lazy[name]}")
-            self.add_command(getattr(module, name.replace("-", "_")), name)
+            self.add_command(getattr(module, name), name)
         return super().get_command(ctx, name)
 
 
@@ -252,7 +252,6 @@ def _memory(path: str) -> dict:
         except OSError:
             out["rss"] = 0
     return out
-
 
 
 def entry() -> None:

@@ -5,6 +5,6 @@ from PyInstaller.utils.hooks import collect_data_files
 # _kernels is a cffi module: it imports _cffi_backend from C, where the scan does not look. Without
 # it the bundle still runs, on the numpy path (the warning says why), many times slower.
 hiddenimports = ["localinfer._kernels", "_cffi_backend"]
-# The model catalog (localinfer/models/catalog.json), read with importlib.resources, and any other
-# package data files.
+# The model catalog (localinfer/models/catalog.json, read beside the package's __init__) and any
+# other package data files.
 datas = collect_data_files("localinfer")
