@@ -164,14 +164,17 @@ typedef struct {
 _Static_assert(sizeof(block_q4_K) == 4 + K_SCALE_SIZE + QK_K / 2, "wrong q4_K block size");
 
 /* Q4_K repacked (core/repack.c): the four rows' headers (d, dmin, scales as in block_q4_K), then
- * their quants row after row. */
+ * their quants in chunks of 16 bytes: chunk c of rows 0..3 side by side, so that one 64-byte load (or
+ * a 32-byte one, two rows) holds the same 32 elements of every row and one broadcast of 16
+ * activation bytes serves them all. */
+#define Q4_K_X4_CHUNK 16
 typedef struct {
     struct {
         ggml_half d;
         ggml_half dmin;
         uint8_t scales[K_SCALE_SIZE];
     } h[LI_X4_ROWS];
-    uint8_t qs[LI_X4_ROWS][QK_K / 2];
+    uint8_t qs[QK_K / 2 / Q4_K_X4_CHUNK][LI_X4_ROWS][Q4_K_X4_CHUNK];   /* [chunk][row][byte] */
 } block_q4_Kx4;
 _Static_assert(sizeof(block_q4_Kx4) == LI_X4_ROWS * sizeof(block_q4_K), "wrong q4_Kx4 block size");
 

@@ -2,9 +2,10 @@
  *
  * LI_LAYOUT_X4: rows in groups of LI_X4_ROWS; a group is the blocks i = 0 .. nb-1 of its rows, each
  * as one x4 block (quant_blocks.h: block_q4_0x4, block_q8_0x4, block_q4_Kx4, block_q6_Kx4): the four
- * rows' headers (scales), then their quants row after row. A group of four rows takes exactly the
- * bytes of those rows and starts where its first row started, so offsets, sizes and the GEMV's row
- * split are the row-major ones; only the order inside a group changes. The decode GEMV (matmul.c)
+ * rows' headers (scales), then their quants: row after row, or for Q4_K in 16-byte chunks side by
+ * side (quant_blocks.h). A group of four rows takes exactly the bytes of those rows and starts where
+ * its first row started, so offsets, sizes and the GEMV's row split are the row-major ones; only the
+ * order inside a group changes. The decode GEMV (matmul.c)
  * reads a group as one stream with the ISA's vec_dot_x4; the prefill GEMM and any ISA without that
  * dot gather a row back (li_layout_row).
  *
@@ -16,20 +17,22 @@
 #include "core/li.h"
 
 /* Block b of a row <-> its parts in x4 block g as row r: the header (the bytes before and after the
- * quants) among the four headers, the quants among the four rows' quants. One function per type, its
+ * quants) among the four headers, the quants among the four rows' quants, in chunks of CH bytes: chunk
+ * c of row r at (c * LI_X4_ROWS + r) * CH, so CH = Q_LEN is row after row. One function per type, its
  * sizes constants, so that the copies are inlined: the GEMM gathers every row of a repacked matrix. */
-#define X4_MOVE(NAME, BLOCK, Q_OFF, Q_LEN)                                                                    \
+#define X4_MOVE(NAME, BLOCK, Q_OFF, Q_LEN, CH)                                                                \
     static void NAME(int r, uint8_t *g, uint8_t *b, int to_x4) {                                             \
         enum { TS = sizeof(BLOCK), HB = TS - (Q_LEN), TAIL = TS - (Q_OFF) - (Q_LEN) };                       \
-        uint8_t *h = g + r * HB, *q = g + LI_X4_ROWS * HB + r * (Q_LEN);                                     \
+        _Static_assert((Q_LEN) % (CH) == 0, "chunks split the quants evenly");                               \
+        uint8_t *h = g + r * HB, *q = g + LI_X4_ROWS * HB + r * (CH);                                        \
         if (to_x4) {                                                                                         \
             if (Q_OFF) memcpy(h, b, (Q_OFF));                                                                \
             if (TAIL) memcpy(h + (Q_OFF), b + (Q_OFF) + (Q_LEN), TAIL);                                      \
-            memcpy(q, b + (Q_OFF), (Q_LEN));                                                                 \
+            for (int c = 0; c < (Q_LEN) / (CH); c++) memcpy(q + c * LI_X4_ROWS * (CH), b + (Q_OFF) + c * (CH), (CH)); \
         } else {                                                                                             \
             if (Q_OFF) memcpy(b, h, (Q_OFF));                                                                \
             if (TAIL) memcpy(b + (Q_OFF) + (Q_LEN), h + (Q_OFF), TAIL);                                      \
-            memcpy(b + (Q_OFF), q, (Q_LEN));                                                                 \
+            for (int c = 0; c < (Q_LEN) / (CH); c++) memcpy(b + (Q_OFF) + c * (CH), q + c * LI_X4_ROWS * (CH), (CH)); \
         }                                                                                                    \
     }                                                                                                        \
     /* row r of the group at g, all nb blocks, to out: the loop around NAME, so that its copies inline */   \
@@ -38,10 +41,10 @@
             NAME(r, (uint8_t *)g, out, 0);                                                                   \
     }
 
-X4_MOVE(move_q4_0, block_q4_0, 2, QK4_0 / 2)              /* d | qs */
-X4_MOVE(move_q8_0, block_q8_0, 2, QK8_0)                  /* d | qs */
-X4_MOVE(move_q4_K, block_q4_K, 4 + K_SCALE_SIZE, QK_K / 2)   /* d, dmin, scales | qs */
-X4_MOVE(move_q6_K, block_q6_K, 0, QK_K / 2 + QK_K / 4)       /* ql, qh | scales, d: the header after */
+X4_MOVE(move_q4_0, block_q4_0, 2, QK4_0 / 2, QK4_0 / 2)                       /* d | qs */
+X4_MOVE(move_q8_0, block_q8_0, 2, QK8_0, QK8_0)                               /* d | qs */
+X4_MOVE(move_q4_K, block_q4_K, 4 + K_SCALE_SIZE, QK_K / 2, Q4_K_X4_CHUNK)     /* d, dmin, scales | qs */
+X4_MOVE(move_q6_K, block_q6_K, 0, QK_K / 2 + QK_K / 4, QK_K / 2 + QK_K / 4)   /* ql, qh | scales, d: the header after */
 
 typedef void (*x4_move_fn)(int r, uint8_t *g, uint8_t *b, int to_x4);
 typedef void (*x4_row_fn)(int r, const uint8_t *g, uint8_t *out, size_t nb);

@@ -357,51 +357,83 @@ void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va,
     *s = hsum_ps(acc) - hsum_ps128(acc_mins);
 }
 
-/* The same over a repacked group of four rows (core/repack.c): per super-block the four rows' scales
- * are decoded first, each row into its own stack slots (one shared slot would order the rows' loads
- * behind each other's stores), then each 32 activation bytes are loaded once for the four rows, whose
- * sums run as four independent chains. Per row the integers are the row code's, exact in int32. */
+/* li_scales_mins_k4 on two rows' headers at once (lane r: {d, dmin | scales[12]} as u32 {dd, u0, u1,
+ * u2}) -> lane r: row r's bytes [8 scales | 8 mins], as scales_mins_k4 does from u0 */
+static inline __m256i scales_mins_k4_pair(__m256i h) {
+    const __m256i x = _mm256_shuffle_epi32(h, _MM_SHUFFLE(3, 2, 3, 1));   /* u0 u2 u1 u2 */
+    const __m256i y = _mm256_shuffle_epi32(h, _MM_SHUFFLE(2, 2, 1, 1));   /* u0 u0 u1 u1 */
+    const __m256i low6 = _mm256_and_si256(x, _mm256_set1_epi32(0x3f3f3f3f));
+    const __m256i nib = _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                                         _mm256_set1_epi32(0x0f0f0f0f));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(y, 2), _mm256_set1_epi32(0x30303030));
+    return _mm256_blend_epi32(low6, _mm256_or_si256(nib, top), 0xAA);
+}
+
+/* int16 lanes of 128-bit lane r <- byte s of lane r (row r's scale of sub-block s) */
+#define K4_SCALE16(s) (s), -1, (s), -1, (s), -1, (s), -1, (s), -1, (s), -1, (s), -1, (s), -1
+static inline __m256i scale_of_sub(__m256i sm, int s) {
+    return _mm256_shuffle_epi8(sm, _mm256_setr_epi8(K4_SCALE16(s), K4_SCALE16(s)));
+}
+
+/* The same over a repacked group of four rows (core/repack.c, quant_blocks.h: the quants in 16-byte
+ * chunks, chunk c of the four rows side by side). One register is a chunk of two rows (row pairs
+ * 0,1 and 2,3 in 128-bit lanes), one 128-bit broadcast its 16 activation bytes: maddubs, then the
+ * sub-block's two chunks added in int16 (|.| <= 2 * 2 * 15 * 128), then one madd per sub-block and
+ * row pair applies the rows' scales (the row code's two madds per 32 bytes and row are one per
+ * 128 bytes here). Exact in int32; the float steps run per super-block on all four rows at once. */
 void vec_dot_x4_q4_K_q8_K_avx2(int64_t n, float *s, const void *vg, const void *va, const float *as) {
     (void)as;
     const block_q4_Kx4 *g = vg;
     const block_q8_K *a = va;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[LI_X4_ROWS];
-    __m128 acc_mins[LI_X4_ROWS];
-    for (int r = 0; r < LI_X4_ROWS; r++) acc[r] = _mm256_setzero_ps(), acc_mins[r] = _mm_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
+    const __m256i dd_of_pair = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);   /* the headers' {d, dmin} */
+    __m256 acc01 = _mm256_setzero_ps(), acc23 = _mm256_setzero_ps();   /* lanes 4r'..: rows 0, 1 | 2, 3 */
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
-        const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128 da = _mm_set1_ps(a[i].d);
-        int32_t sc[LI_X4_ROWS][8] __attribute__((aligned(32)));
-        __m128 dd[LI_X4_ROWS];
-        for (int r = 0; r < LI_X4_ROWS; r++) {
-            /* reads 4 bytes past the scales: the next header or the quants, inside the x4 block */
-            const __m128i sm = scales_mins_k4(g[i].h[r].scales);
-            _mm256_store_si256((__m256i *)sc[r], _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sm),
-                                                                     _mm256_setr_epi8(Q4_K_PAIRS4(0), Q4_K_PAIRS4(4))));
-            dd[r] = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)word32(&g[i].h[r].d))), da);
-            const __m128i mins = _mm_madd_epi16(_mm_unpackhi_epi8(sm, _mm_setzero_si128()), bsum_pairs);
-            acc_mins[r] = _mm_fmadd_ps(_mm_shuffle_ps(dd[r], dd[r], 0x55), _mm_cvtepi32_ps(mins), acc_mins[r]);
-        }
-        __asm__("" : "+m"(sc));   /* the madds read the scales back as broadcast loads */
-        __m256i sumi[LI_X4_ROWS] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                                    _mm256_setzero_si256()};
-        for (int j = 0; j < 4; j++) {   /* 32 bytes of each row = sub-blocks 2j (low nibbles), 2j+1 (high) */
-            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j));
-            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32));
-            for (int r = 0; r < LI_X4_ROWS; r++) {
-                const __m256i bits = _mm256_loadu_si256((const __m256i *)(g[i].qs[r] + 32 * j));
-                const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(bits, m4), a0);
-                const __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), a1);
-                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p0, _mm256_set1_epi32(sc[r][2 * j])));
-                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p1, _mm256_set1_epi32(sc[r][2 * j + 1])));
+        const __m256i bsum_pairs =
+            _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+        const __m256i h01 = _mm256_loadu_si256((const __m256i *)&g[i].h[0]);
+        const __m256i h23 = _mm256_loadu_si256((const __m256i *)&g[i].h[2]);
+        const __m256i sm01 = scales_mins_k4_pair(h01), sm23 = scales_mins_k4_pair(h23);
+        /* each row's mins against the bsum pairs: four int32 parts in the row's lanes */
+        const __m256i mins01 = _mm256_madd_epi16(_mm256_unpackhi_epi8(sm01, zero), bsum_pairs);
+        const __m256i mins23 = _mm256_madd_epi16(_mm256_unpackhi_epi8(sm23, zero), bsum_pairs);
+        const __m128i dd4 = _mm256_castsi256_si128(_mm256_unpacklo_epi64(_mm256_permutevar8x32_epi32(h01, dd_of_pair),
+                                                                         _mm256_permutevar8x32_epi32(h23, dd_of_pair)));
+        const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(dd4), _mm256_set1_ps(a[i].d));   /* d0 m0 d1 m1 .. d3 m3 */
+        const uint8_t *q = &g[i].qs[0][0][0];
+        const int8_t *aq = a[i].qs;
+        __m256i i01 = zero, i23 = zero;
+        for (int j = 0; j < 4; j++) {   /* chunks 2j, 2j + 1: sub-blocks 2j (low nibbles), 2j + 1 (high) */
+            __m256i lo01 = zero, hi01 = zero, lo23 = zero, hi23 = zero;
+            for (int c = 0; c < 2; c++) {
+                const __m256i al = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(aq + 64 * j + 16 * c)));
+                const __m256i ah = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(aq + 64 * j + 32 + 16 * c)));
+                const __m256i w01 = _mm256_loadu_si256((const __m256i *)(q + 128 * j + 64 * c));
+                const __m256i w23 = _mm256_loadu_si256((const __m256i *)(q + 128 * j + 64 * c + 32));
+                lo01 = _mm256_add_epi16(lo01, _mm256_maddubs_epi16(_mm256_and_si256(w01, m4), al));
+                hi01 = _mm256_add_epi16(hi01, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w01, 4), m4), ah));
+                lo23 = _mm256_add_epi16(lo23, _mm256_maddubs_epi16(_mm256_and_si256(w23, m4), al));
+                hi23 = _mm256_add_epi16(hi23, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w23, 4), m4), ah));
             }
+            i01 = _mm256_add_epi32(i01, _mm256_madd_epi16(lo01, scale_of_sub(sm01, 2 * j)));
+            i01 = _mm256_add_epi32(i01, _mm256_madd_epi16(hi01, scale_of_sub(sm01, 2 * j + 1)));
+            i23 = _mm256_add_epi32(i23, _mm256_madd_epi16(lo23, scale_of_sub(sm23, 2 * j)));
+            i23 = _mm256_add_epi32(i23, _mm256_madd_epi16(hi23, scale_of_sub(sm23, 2 * j + 1)));
         }
-        for (int r = 0; r < LI_X4_ROWS; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd[r]), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        acc01 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)),
+                                _mm256_cvtepi32_ps(i01), acc01);
+        acc01 = _mm256_fnmadd_ps(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3)),
+                                 _mm256_cvtepi32_ps(mins01), acc01);
+        acc23 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)),
+                                _mm256_cvtepi32_ps(i23), acc23);
+        acc23 = _mm256_fnmadd_ps(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(5, 5, 5, 5, 7, 7, 7, 7)),
+                                 _mm256_cvtepi32_ps(mins23), acc23);
     }
-    for (int r = 0; r < LI_X4_ROWS; r++) s[r] = hsum_ps(acc[r]) - hsum_ps128(acc_mins[r]);
+    float l[2 * 8];
+    _mm256_storeu_ps(l, acc01);
+    _mm256_storeu_ps(l + 8, acc23);
+    for (int r = 0; r < LI_X4_ROWS; r++) s[r] = (l[4 * r] + l[4 * r + 1]) + (l[4 * r + 2] + l[4 * r + 3]);
 }
 
 /* Q6_K: the super-block's integers from x86/q6_K_avx2.h. One row per call, as Q4_K. */

@@ -99,19 +99,15 @@ void vec_dot_x4_q8_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void
     }
 }
 
-/* Q4_K: per super-block the activation's quants are laid out once for all four rows, 64 bytes per
- * register in the order a row's 64 quant bytes hold their elements (32 low nibbles of sub-block 4h,
- * then 4h + 2 | the high nibbles: 4h + 1, 4h + 3); per row, maddubs then dpwssd with each int16 lane's
- * sub-block scale, exact in int32; the mins meet the bsums summed in pairs. */
-static inline __m512i two_halves(const int8_t *lo, const int8_t *hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
-                              _mm256_loadu_si256((const __m256i *)hi), 1);
-}
+/* Q4_K over the chunked group (quant_blocks.h: 16-byte chunk c of the four rows side by side, one
+ * 64-byte load): one 128-bit broadcast of the chunk's 16 activation bytes serves the four rows, each
+ * in its 128-bit lane. maddubs, the sub-block's two chunks added in int16 (|.| <= 2 * 2 * 15 * 128),
+ * then one dpwssd per sub-block with every lane's row scale, exact in int32; the float steps run per
+ * super-block on the four rows at once, and the mins meet the bsums summed in pairs. */
 
 /* The four rows' headers are one 64-byte load: 128-bit lane r = row r's {d, dmin | scales[12]}, as
  * u32 {dd, u0, u1, u2}. li_scales_mins_k4 on every lane at once -> lane r = row r's bytes
- * [scales 0..3 | scales 4..7 | mins 0..3 | mins 4..7]; a scalar unpack through a 16-byte stack copy
- * stalled each row's vector load on store forwarding. */
+ * [scales 0..7 | mins 0..7]. */
 static inline __m512i scales_mins_k4_x4(__m512i h) {
     const __m512i x = _mm512_shuffle_epi32(h, _MM_SHUFFLE(3, 2, 3, 1));   /* u0 u2 u1 u2 */
     const __m512i y = _mm512_shuffle_epi32(h, _MM_SHUFFLE(2, 2, 1, 1));   /* u0 u0 u1 u1 */
@@ -122,74 +118,55 @@ static inline __m512i scales_mins_k4_x4(__m512i h) {
     return _mm512_mask_blend_epi32(0xAAAA, low6, _mm512_or_si512(nib, top));
 }
 
-/* row r's integer dot over one super-block: sm8 its [8 scales | 8 mins] */
-static inline __attribute__((always_inline)) __m512i q4_Kx4_row(const uint8_t *qs, __m128i sm8, const __m512i alo[2],
-                                                                const __m512i ahi[2], const __m512i idx[2][2]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm8));
-    __m512i isum = _mm512_setzero_si512();
-    for (int h = 0; h < 2; h++) {
-        const __m512i w = _mm512_loadu_si512((const void *)(qs + 64 * h));
-        const __m512i lo = _mm512_and_si512(w, m4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
-        /* u <= 15: maddubs pair sums <= 2 * 15 * 128, no saturation */
-        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(lo, alo[h]), _mm512_permutexvar_epi16(idx[h][0], sc16));
-        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(hi, ahi[h]), _mm512_permutexvar_epi16(idx[h][1], sc16));
-    }
-    return isum;
-}
+static inline __m512i broadcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
+
+/* int16 lanes of 128-bit lane r <- byte s of lane r: row r's scale of sub-block s (0x80: a zero byte) */
+static inline __m512i scale_of_sub(__m512i sm, int s) { return _mm512_shuffle_epi8(sm, _mm512_set1_epi16((short)(0x8000 | s))); }
 
 void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void *va, const float *as) {
     (void)as;
     const block_q4_Kx4 *g = vg;
     const block_q8_K *a = va;
-    _Static_assert(sizeof(g->h) == 64, "four Q4_K headers are one 64-byte load");
-    /* int16 lanes 0..15 take the scale of sub-block idx_lo / idx_hi's first entry, 16..31 its second */
-    const __m512i idx[2][2] = {
-        {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
-         _mm512_inserti64x4(_mm512_set1_epi16(1), _mm256_set1_epi16(3), 1)},
-        {_mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1),
-         _mm512_inserti64x4(_mm512_set1_epi16(5), _mm256_set1_epi16(7), 1)},
-    };
+    _Static_assert(sizeof(g->h) == 64 && sizeof(g->qs[0]) == 64, "four Q4_K headers, or a chunk of four rows, are one 64-byte load");
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     /* the rows' fp16 {d, dmin} (u32 lane 0 of each 128-bit lane) gathered into the low 128 bits */
     const __m512i dd_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-    /* lanes 4r..4r+3 <- dmin of row r (float lane 2r + 1 of the converted pairs) */
+    /* lanes 4r..4r+3 <- d (float lane 2r of the converted pairs), dmin (2r + 1) of row r */
+    const __m512i d_of_row = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
     const __m512i dmin_of_row = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
-    __m512 acc[LI_X4_ROWS];
-    __m512 acc_mins = _mm512_setzero_ps();   /* lanes 4r..4r+3: row r's mins term, in four parts */
-    for (int r = 0; r < LI_X4_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    __m512 acc = _mm512_setzero_ps();   /* lanes 4r..4r+3: row r, in four parts */
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const int8_t *q = a[i].qs;
-        const __m512i alo[2] = {two_halves(q, q + 64), two_halves(q + 128, q + 192)};
-        const __m512i ahi[2] = {two_halves(q + 32, q + 96), two_halves(q + 160, q + 224)};
-        /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 127): sub-block j's sum of quants, as int16 */
+        /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 128): sub-block j's sum of quants, as int16 */
         const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
         const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
         const __m512i heads = _mm512_loadu_si512((const void *)g[i].h);
         const __m512i sm = scales_mins_k4_x4(heads);
-        const float da = a[i].d;
-        float dd[8];   /* d, dmin of rows 0..3, times da */
-        const __m256 ddf = _mm256_mul_ps(_mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(dd_lanes, heads))),
-                                         _mm256_set1_ps(da));
-        _mm256_storeu_ps(dd, ddf);
-        acc[0] = _mm512_fmadd_ps(_mm512_set1_ps(dd[0]), _mm512_cvtepi32_ps(
-            q4_Kx4_row(g[i].qs[0], _mm512_castsi512_si128(sm), alo, ahi, idx)), acc[0]);
-        acc[1] = _mm512_fmadd_ps(_mm512_set1_ps(dd[2]), _mm512_cvtepi32_ps(
-            q4_Kx4_row(g[i].qs[1], _mm512_extracti32x4_epi32(sm, 1), alo, ahi, idx)), acc[1]);
-        acc[2] = _mm512_fmadd_ps(_mm512_set1_ps(dd[4]), _mm512_cvtepi32_ps(
-            q4_Kx4_row(g[i].qs[2], _mm512_extracti32x4_epi32(sm, 2), alo, ahi, idx)), acc[2]);
-        acc[3] = _mm512_fmadd_ps(_mm512_set1_ps(dd[6]), _mm512_cvtepi32_ps(
-            q4_Kx4_row(g[i].qs[3], _mm512_extracti32x4_epi32(sm, 3), alo, ahi, idx)), acc[3]);
         /* every row's mins (the high 8 bytes of its lane, as int16) against the bsum pairs: four int32
-         * parts a row (|.| <= 2 * 63 * 4064), exact in float */
-        const __m512i mins16 = _mm512_unpackhi_epi8(sm, _mm512_setzero_si512());
-        const __m512i m = _mm512_madd_epi16(mins16, _mm512_broadcast_i32x4(bsum_pairs));
-        acc_mins = _mm512_fmadd_ps(_mm512_permutexvar_ps(dmin_of_row, _mm512_castps256_ps512(ddf)),
-                                   _mm512_cvtepi32_ps(m), acc_mins);
+         * parts a row (|.| <= 2 * 63 * 4096), exact in float */
+        const __m512i mins = _mm512_madd_epi16(_mm512_unpackhi_epi8(sm, _mm512_setzero_si512()),
+                                               _mm512_broadcast_i32x4(bsum_pairs));
+        const __m256 ddf = _mm256_mul_ps(_mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(dd_lanes, heads))),
+                                         _mm256_set1_ps(a[i].d));   /* d0 m0 d1 m1 .. d3 m3, times da */
+        const int8_t *aq = a[i].qs;
+        __m512i isum = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {   /* chunks 2j, 2j + 1: sub-blocks 2j (low nibbles), 2j + 1 (high) */
+            const __m512i w0 = _mm512_loadu_si512((const void *)g[i].qs[2 * j]);
+            const __m512i w1 = _mm512_loadu_si512((const void *)g[i].qs[2 * j + 1]);
+            const __m512i lo = _mm512_add_epi16(_mm512_maddubs_epi16(_mm512_and_si512(w0, m4), broadcast16(aq + 64 * j)),
+                                                _mm512_maddubs_epi16(_mm512_and_si512(w1, m4), broadcast16(aq + 64 * j + 16)));
+            const __m512i hi = _mm512_add_epi16(
+                _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(w0, 4), m4), broadcast16(aq + 64 * j + 32)),
+                _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(w1, 4), m4), broadcast16(aq + 64 * j + 48)));
+            isum = _mm512_dpwssd_epi32(isum, lo, scale_of_sub(sm, 2 * j));
+            isum = _mm512_dpwssd_epi32(isum, hi, scale_of_sub(sm, 2 * j + 1));
+        }
+        const __m512 dd = _mm512_castps256_ps512(ddf);
+        acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(d_of_row, dd), _mm512_cvtepi32_ps(isum), acc);
+        acc = _mm512_fnmadd_ps(_mm512_permutexvar_ps(dmin_of_row, dd), _mm512_cvtepi32_ps(mins), acc);
     }
-    float mins[16];
-    _mm512_storeu_ps(mins, acc_mins);
-    for (int r = 0; r < LI_X4_ROWS; r++)
-        s[r] = _mm512_reduce_add_ps(acc[r]) - ((mins[4 * r] + mins[4 * r + 1]) + (mins[4 * r + 2] + mins[4 * r + 3]));
+    float l[16];
+    _mm512_storeu_ps(l, acc);
+    for (int r = 0; r < LI_X4_ROWS; r++) s[r] = (l[4 * r] + l[4 * r + 1]) + (l[4 * r + 2] + l[4 * r + 3]);
 }
 
 /* Q6_K: per row the integers of vec_dot_q6_K_q8_K_avx512 in the same int32 lanes (lane j: elements
