@@ -280,18 +280,19 @@ VEC_DOT_BOTH(q4_1, q8_1, NIBBLES, D_AND_M, 0, 1)
 VEC_DOT_BOTH(q5_1, q8_1, FIVE_BITS, D_AND_M, 0, 1)
 VEC_DOT_BOTH(q8_0, q8_0, SIGNED, D_TWICE, 0, 0)   /* no side term: lanes 1, 3 go unused */
 
-/* Q4_K / Q5_K: li_scales_mins_k4 on the 12 packed bytes as four u32 lanes at once -> bytes
- * [8 scales | 8 mins]. The 16-byte load reads 4 bytes past the scales, still inside the block (qs). */
-static inline __m128i scales_mins_k4(const uint8_t *packed) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)packed);   /* u0 u1 u2 (u3: not scales) */
-    const __m128i x = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));   /* u0 u2 u1 u2 */
-    const __m128i y = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));   /* u0 u0 u1 u1 */
-    /* lanes 0, 2: the low 6 bits of u0, u1 (scales 0..3, mins 0..3); lanes 1, 3: the nibbles of u2
+/* Q4_K: li_scales_mins_k4 on block headers ({d, dmin | scales[12]} as u32 {dd, u0, u1, u2}), one per
+ * 128-bit lane, all four u32 at once -> lane r: that block's bytes [8 scales | 8 mins]. The row dot
+ * passes one header, the x4 dot two rows' headers. */
+static inline __m256i scales_mins_k4(__m256i h) {
+    const __m256i x = _mm256_shuffle_epi32(h, _MM_SHUFFLE(3, 2, 3, 1));   /* u0 u2 u1 u2 */
+    const __m256i y = _mm256_shuffle_epi32(h, _MM_SHUFFLE(2, 2, 1, 1));   /* u0 u0 u1 u1 */
+    /* u32 0, 2: the low 6 bits of u0, u1 (scales 0..3, mins 0..3); u32 1, 3: the nibbles of u2
      * (low for scales 4..7, high for mins 4..7) with bits 6..7 of u0 / u1 as their bits 4..5 */
-    const __m128i low6 = _mm_and_si128(x, _mm_set1_epi32(0x3f3f3f3f));
-    const __m128i nib = _mm_and_si128(_mm_srlv_epi32(x, _mm_setr_epi32(0, 0, 0, 4)), _mm_set1_epi32(0x0f0f0f0f));
-    const __m128i top = _mm_and_si128(_mm_srli_epi32(y, 2), _mm_set1_epi32(0x30303030));
-    return _mm_blend_epi32(low6, _mm_or_si128(nib, top), 0xA);
+    const __m256i low6 = _mm256_and_si256(x, _mm256_set1_epi32(0x3f3f3f3f));
+    const __m256i nib = _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                                         _mm256_set1_epi32(0x0f0f0f0f));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(y, 2), _mm256_set1_epi32(0x30303030));
+    return _mm256_blend_epi32(low6, _mm256_or_si256(nib, top), 0xAA);
 }
 
 /* Q4_K. Per super-block the vector ports, not the loads, are the limit, so the work beside the
@@ -328,7 +329,8 @@ static inline __attribute__((always_inline)) __m256i q4_K_sumi(const uint8_t *qs
 /* one row's super-block i: acc += d * da * sumi, acc_mins (4 lanes) += dmin * da * mins */
 static inline __attribute__((always_inline)) void q4_K_block_one(const block_q4_K *w, const block_q8_K *a, __m128 da,
                                                                  __m128i bsum_pairs, __m256 *acc, __m128 *acc_mins) {
-    const __m128i sm = scales_mins_k4(w->scales);
+    const __m128i head = _mm_loadu_si128((const __m128i *)w);   /* d, dmin, scales: the block's first 16 bytes */
+    const __m128i sm = _mm256_castsi256_si128(scales_mins_k4(_mm256_castsi128_si256(head)));
     int32_t sc[8] __attribute__((aligned(32)));
     _mm256_store_si256((__m256i *)sc, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(sm),
                                                           _mm256_setr_epi8(Q4_K_PAIRS4(0), Q4_K_PAIRS4(4))));
@@ -357,23 +359,8 @@ void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va,
     *s = hsum_ps(acc) - hsum_ps128(acc_mins);
 }
 
-/* li_scales_mins_k4 on two rows' headers at once (lane r: {d, dmin | scales[12]} as u32 {dd, u0, u1,
- * u2}) -> lane r: row r's bytes [8 scales | 8 mins], as scales_mins_k4 does from u0 */
-static inline __m256i scales_mins_k4_pair(__m256i h) {
-    const __m256i x = _mm256_shuffle_epi32(h, _MM_SHUFFLE(3, 2, 3, 1));   /* u0 u2 u1 u2 */
-    const __m256i y = _mm256_shuffle_epi32(h, _MM_SHUFFLE(2, 2, 1, 1));   /* u0 u0 u1 u1 */
-    const __m256i low6 = _mm256_and_si256(x, _mm256_set1_epi32(0x3f3f3f3f));
-    const __m256i nib = _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
-                                         _mm256_set1_epi32(0x0f0f0f0f));
-    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(y, 2), _mm256_set1_epi32(0x30303030));
-    return _mm256_blend_epi32(low6, _mm256_or_si256(nib, top), 0xAA);
-}
-
-/* int16 lanes of 128-bit lane r <- byte s of lane r (row r's scale of sub-block s) */
-#define K4_SCALE16(s) (s), -1, (s), -1, (s), -1, (s), -1, (s), -1, (s), -1, (s), -1, (s), -1
-static inline __m256i scale_of_sub(__m256i sm, int s) {
-    return _mm256_shuffle_epi8(sm, _mm256_setr_epi8(K4_SCALE16(s), K4_SCALE16(s)));
-}
+/* int16 lanes of 128-bit lane r <- byte s of lane r: row r's scale of sub-block s (0x80: a zero byte) */
+static inline __m256i scale_of_sub(__m256i sm, int s) { return _mm256_shuffle_epi8(sm, _mm256_set1_epi16((short)(0x8000 | s))); }
 
 /* The same over a repacked group of four rows (core/repack.c, quant_blocks.h: the quants in 16-byte
  * chunks, chunk c of the four rows side by side). One register is a chunk of two rows (row pairs
@@ -394,7 +381,7 @@ void vec_dot_x4_q4_K_q8_K_avx2(int64_t n, float *s, const void *vg, const void *
             _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
         const __m256i h01 = _mm256_loadu_si256((const __m256i *)&g[i].h[0]);
         const __m256i h23 = _mm256_loadu_si256((const __m256i *)&g[i].h[2]);
-        const __m256i sm01 = scales_mins_k4_pair(h01), sm23 = scales_mins_k4_pair(h23);
+        const __m256i sm01 = scales_mins_k4(h01), sm23 = scales_mins_k4(h23);
         /* each row's mins against the bsum pairs: four int32 parts in the row's lanes */
         const __m256i mins01 = _mm256_madd_epi16(_mm256_unpackhi_epi8(sm01, zero), bsum_pairs);
         const __m256i mins23 = _mm256_madd_epi16(_mm256_unpackhi_epi8(sm23, zero), bsum_pairs);

@@ -107,7 +107,8 @@ void vec_dot_x4_q8_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void
 
 /* The four rows' headers are one 64-byte load: 128-bit lane r = row r's {d, dmin | scales[12]}, as
  * u32 {dd, u0, u1, u2}. li_scales_mins_k4 on every lane at once -> lane r = row r's bytes
- * [scales 0..7 | mins 0..7]. */
+ * [scales 0..7 | mins 0..7]; a scalar unpack through a 16-byte stack copy stalled each row's vector
+ * load on store forwarding. */
 static inline __m512i scales_mins_k4_x4(__m512i h) {
     const __m512i x = _mm512_shuffle_epi32(h, _MM_SHUFFLE(3, 2, 3, 1));   /* u0 u2 u1 u2 */
     const __m512i y = _mm512_shuffle_epi32(h, _MM_SHUFFLE(2, 2, 1, 1));   /* u0 u0 u1 u1 */
