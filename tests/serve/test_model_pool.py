@@ -378,12 +378,14 @@ async def main():
     pool = ModelPool({"m": sys.argv[1]}, EngineConfig(n_slots=2, n_ctx=1024), keep_alive=0.5)
     await use(pool)  # one-time costs: imported code, the kernels' pool threads
     await until_unloaded(pool)
-    out = {"before": rss()}
-    await use(pool)
-    out["loaded"] = rss()
-    t0 = time.monotonic()
-    await until_unloaded(pool)
-    out.update(after=rss(), waited=time.monotonic() - t0)
+    out = {"before": rss(), "loaded": [], "after": [], "waited": []}
+    for _ in range(3):
+        await use(pool)
+        out["loaded"].append(rss())
+        t0 = time.monotonic()
+        await until_unloaded(pool)
+        out["after"].append(rss())
+        out["waited"].append(time.monotonic() - t0)
     pool.close()
     print(json.dumps(out))
 
@@ -394,16 +396,19 @@ asyncio.run(main())
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_rss_drops_after_keep_alive_unloads(smollm2_path):
-    """In a fresh process (no other test's heap), as tests/model/test_memory.py: a model leased once
-    with a 0.5 s keep-alive is unloaded by its timer, and what stays of VmRSS is at most a tenth of
-    what the load added (bounded in the model's terms, as test_memory's close test: allocator
-    retention is 1-6 MiB either way, which 10% of the ~55 MiB before, the bound it had, did not always
-    hold; a leaked set of weights, ~94 MiB, or KV caches still fails)."""
+    """In a fresh process (no other test's heap), as tests/model/test_memory.py: a model leased with
+    a 0.5 s keep-alive is unloaded by its timer, three times over. A load adds ~113 MiB (94 of them
+    weights). What stays after an unload is the native allocator's retention: it went up and down
+    between 0 and 14 MiB over ten loads here (Python's objects and traced memory flat), and was 18 MiB
+    once in CI, above the tenth of a load this test allowed. A leak grows with every load instead. So
+    each unload may leave at most a quarter of a load: held weights fail at once, the KV caches and
+    buffers (the other ~19 MiB) held by every load fail by the second."""
     run = subprocess.run([sys.executable, "-c", _RSS_AFTER_KEEP_ALIVE, str(smollm2_path)], capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     m = json.loads(run.stdout.splitlines()[-1])
     print(m, file=sys.stderr)
-    assert m["loaded"] > m["before"] + (32 << 20)  # the weights and caches were resident
-    assert m["after"] - m["before"] <= (m["loaded"] - m["before"]) / 10
-    assert m["waited"] >= 0.4  # unloaded by the keep-alive, not at once
+    gain = min(m["loaded"]) - m["before"]
+    assert gain > 32 << 20  # the weights and caches were resident each time
+    assert max(m["after"]) - m["before"] <= gain / 4
+    assert min(m["waited"]) >= 0.4  # unloaded by the keep-alive, not at once
