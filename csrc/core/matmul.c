@@ -34,6 +34,7 @@ int li_set_gemm_min_rows(int m) {
 #define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
 #define LI_PARALLEL_MIN_WORK (1 << 16)   /* multiply-adds below which one thread is faster */
 #define LI_GEMM_PANEL_BUDGET (1u << 19)  /* bytes of activation panel a GEMM pass keeps in L2 */
+#define LI_GEMM_TILE_BUDGET (1u << 21)   /* bytes of unpacked weight tiles a thread keeps for its passes */
 
 typedef struct {
     const li_type_traits *t;       /* weight type */
@@ -179,31 +180,42 @@ static void task_gemm(void *ctx, int ith, int nth) {
     const size_t w_row = t->group ? j->plan.w_row_bytes : (size_t)j->kp * sizeof(float);
     const size_t a_row = t->group ? j->plan.a_row_bytes : (size_t)j->kp * sizeof(float);
     const int64_t n_groups = t->group ? k / t->group : 0;
-    /* one scratch block: wpanel (nw rows) | u (k bytes) | dw, mw (n_groups floats each) */
-    const size_t wp_bytes = (size_t)nw * w_row, u_bytes = t->group ? ((size_t)k + 63) / 64 * 64 : 0;
-    const size_t rb_bytes = j->layout == LI_LAYOUT_ROWS ? 0 : (j->row_bytes + 63) / 64 * 64;   /* a gathered row */
-    uint8_t *wpanel = li_scratch(LI_SCRATCH_TASK, wp_bytes + u_bytes + (size_t)n_groups * 2 * sizeof(float) + rb_bytes);
-    if (!wpanel) {
+
+    /* the activation panel is read once per weight tile: in blocks of tokens that stay in L2. Each
+     * block needs every weight tile unpacked; unpacking them again per block cost ~10% of a 1B
+     * model's prefill, so the tiles of w_block at a time are unpacked once, by the first block, and
+     * kept (LI_GEMM_TILE_BUDGET bytes: from L2 or L3 they are fast beside a tile's multiply-adds) */
+    int64_t a_block = (int64_t)(LI_GEMM_PANEL_BUDGET / ((size_t)na * a_row)) * na;
+    if (a_block < 4 * na) a_block = 4 * na;
+    const size_t tile_bytes = (size_t)nw * w_row;
+    int64_t w_block = (a_hi - a_lo) * na > a_block ? (int64_t)(LI_GEMM_TILE_BUDGET / tile_bytes) : 1;
+    if (w_block < 1) w_block = 1;
+    if (w_block > w_hi - w_lo) w_block = w_hi - w_lo;
+
+    /* one scratch block: tiles (w_block of them) | u (k bytes) | dw, mw (n_groups floats each) | a gathered row */
+    const size_t wp_bytes = (size_t)w_block * tile_bytes, u_bytes = t->group ? ((size_t)k + 63) / 64 * 64 : 0;
+    const size_t rb_bytes = j->layout == LI_LAYOUT_ROWS ? 0 : (j->row_bytes + 63) / 64 * 64;
+    uint8_t *tiles = li_scratch(LI_SCRATCH_TASK, wp_bytes + u_bytes + (size_t)n_groups * 2 * sizeof(float) + rb_bytes);
+    if (!tiles) {
         atomic_store(&j->error, LI_ENOMEM);
         return;
     }
-    uint8_t *u = t->group ? wpanel + wp_bytes : NULL;
-    float *dw = t->group ? (float *)(wpanel + wp_bytes + u_bytes) : NULL;
+    uint8_t *u = t->group ? tiles + wp_bytes : NULL;
+    float *dw = t->group ? (float *)(tiles + wp_bytes + u_bytes) : NULL;
     float *mw = dw ? dw + n_groups : NULL;
-    uint8_t *rowbuf = rb_bytes ? wpanel + wp_bytes + u_bytes + (size_t)n_groups * 2 * sizeof(float) : NULL;
+    uint8_t *rowbuf = rb_bytes ? tiles + wp_bytes + u_bytes + (size_t)n_groups * 2 * sizeof(float) : NULL;
     void (*pack_w)(const li_panel_plan *, const uint8_t *, const float *, const float *, uint8_t *) =
         j->kern->pack_w ? j->kern->pack_w : li_panel_pack_w;
 
-    /* the activation panel is read once per weight tile: in blocks of tokens that stay in L2
-     * (each block unpacks the weight tiles again, cheap beside a block's multiply-adds) */
-    int64_t a_block = (int64_t)(LI_GEMM_PANEL_BUDGET / ((size_t)na * a_row)) * na;
-    if (a_block < 4 * na) a_block = 4 * na;
+    for (int64_t wb = w_lo; wb < w_hi; wb += w_block) {
+    const int64_t wb_hi = wb + w_block < w_hi ? wb + w_block : w_hi;
     for (int64_t ab = a_lo; ab < a_hi; ab += a_block / na) {
     const int64_t ab_hi = ab + a_block / na < a_hi ? ab + a_block / na : a_hi;
-    for (int64_t wt = w_lo; wt < w_hi; wt++) {
+    for (int64_t wt = wb; wt < wb_hi; wt++) {
         const int64_t j0 = wt * nw;
         const int nwv = (int)(j->n_out - j0 < nw ? j->n_out - j0 : nw);
-        for (int r = 0; r < nw; r++) {           /* unpack this tile's weight rows */
+        uint8_t *wpanel = tiles + (size_t)(wt - wb) * tile_bytes;
+        for (int r = 0; r < nw && ab == a_lo; r++) {   /* unpack this tile's weight rows, once */
             uint8_t *dst = wpanel + (size_t)r * w_row;
             const uint8_t *src = r < nwv ? li_layout_row(j->wtype, j->layout, j->w, j->row_bytes, j0 + r, rowbuf) : NULL;
             if (r >= nwv) {
@@ -228,6 +240,7 @@ static void task_gemm(void *ctx, int ith, int nth) {
                 j->kern->gemm_f(j->kp, (const float *)wpanel, (const float *)(j->apanel + i0 * a_row), y,
                                 j->n_out, nwv, nav);
         }
+    }
     }
     }
 }

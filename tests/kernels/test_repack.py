@@ -144,3 +144,24 @@ def test_a_matrix_is_repacked_piece_by_piece(monkeypatch):
     rb = raw.shape[1]
     assert pieces == [(lo, min(lo + 8 * rb, raw.nbytes)) for lo in range(0, raw.nbytes, 8 * rb)]
     np.testing.assert_array_equal(pieced.data, whole.data)
+
+
+@pytest.mark.parametrize("isa,qtype", X4_CASES, ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_long_prompt_gives_the_bits_of_short_ones(isa, qtype, threads):
+    """A prompt too long for one pass of the GEMM (its activation rows in blocks that stay in L2, each
+    block multiplied with weight tiles unpacked once by the first and kept, LI_GEMM_TILE_BUDGET bytes
+    of them at a time) gives each row the bits that a short prompt of that row's block gives: here
+    k = 8192 makes 3 blocks of the 130 rows and more tiles than the budget keeps, for either layout."""
+    before = kernels.get_threads()
+    try:
+        kernels.set_threads(threads)
+        with kernels._isa(isa):
+            fmt, raw, rows, x4 = _pair(qtype, 260, 8192 // FORMATS[qtype].block_size, seed=11)
+            x = random_activations(130, 8192, seed=12)
+            for w in (rows, x4):
+                whole = w.matmul(x)
+                parts = np.concatenate([w.matmul(x[i:i + 10]) for i in range(0, 130, 10)])
+                np.testing.assert_array_equal(whole.view(np.uint32), parts.view(np.uint32))
+    finally:
+        kernels.set_threads(before)
