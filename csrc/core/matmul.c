@@ -13,7 +13,10 @@
  * needs (NW-row tiles; 16 rows = one cache line of y for GEMV).
  */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "core/li.h"
 #include "generic/generic.h"
@@ -33,7 +36,6 @@ int li_set_gemm_min_rows(int m) {
 #define LI_GEMV_ROW_ALIGN 16
 #define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
 #define LI_PARALLEL_MIN_WORK (1 << 16)   /* multiply-adds below which one thread is faster */
-#define LI_GEMM_PANEL_BUDGET (1u << 19)  /* bytes of activation panel a GEMM pass keeps in L2 */
 #define LI_GEMM_TILE_BUDGET (1u << 21)   /* bytes of unpacked weight tiles a thread keeps for its passes */
 
 typedef struct {
@@ -166,6 +168,48 @@ static void task_pack_a(void *ctx, int ith, int nth) {
     }
 }
 
+/* bytes of activation panel a GEMM pass keeps in L2: half of this CPU's L2 (per core), within
+ * [128 KiB, 1 MiB]; 512 KiB where the size is unknown. The whole L2, the old fixed 512 KiB on a Zen 3
+ * (512 KiB L2), measured 5-15% slower on Zen 4 (1 MiB) than half or a quarter of it (BENCHMARKS.md,
+ * "Kernel choices") */
+static size_t l2_bytes_of_this_cpu(void) {
+    long n = 0;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    n = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    for (int i = 0; i < 8 && n <= 0; i++) {   /* sysfs: the cache at level 2 that holds data */
+        char path[96], type[32] = "";
+        int level = 0;
+        long kib = 0;
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (!f) break;
+        const int ok = fscanf(f, "%d", &level) == 1;
+        fclose(f);
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        if (!ok || level != 2 || !(f = fopen(path, "r"))) continue;
+        const int typed = fscanf(f, "%31s", type) == 1;
+        fclose(f);
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!typed || strcmp(type, "Instruction") == 0 || !(f = fopen(path, "r"))) continue;
+        if (fscanf(f, "%ldK", &kib) == 1) n = kib * 1024;
+        fclose(f);
+    }
+    return n > 0 ? (size_t)n : 0;
+}
+
+static size_t gemm_panel_budget(void) {
+    static atomic_size_t budget;   /* 0: not asked yet (two threads asking at once get the same answer) */
+    size_t b = atomic_load_explicit(&budget, memory_order_relaxed);
+    if (b == 0) {
+        const size_t l2 = l2_bytes_of_this_cpu();
+        b = l2 ? l2 / 2 : (size_t)1 << 19;
+        b = b < ((size_t)1 << 17) ? (size_t)1 << 17 : b > ((size_t)1 << 20) ? (size_t)1 << 20 : b;
+        atomic_store_explicit(&budget, b, memory_order_relaxed);
+    }
+    return b;
+}
+
 static void task_gemm(void *ctx, int ith, int nth) {
     li_job *j = ctx;
     const li_type_traits *t = j->t;
@@ -185,7 +229,7 @@ static void task_gemm(void *ctx, int ith, int nth) {
      * block needs every weight tile unpacked; unpacking them again per block cost ~10% of a 1B
      * model's prefill, so the tiles of w_block at a time are unpacked once, by the first block, and
      * kept (LI_GEMM_TILE_BUDGET bytes: from L2 or L3 they are fast beside a tile's multiply-adds) */
-    int64_t a_block = (int64_t)(LI_GEMM_PANEL_BUDGET / ((size_t)na * a_row)) * na;
+    int64_t a_block = (int64_t)(gemm_panel_budget() / ((size_t)na * a_row)) * na;
     if (a_block < 4 * na) a_block = 4 * na;
     const size_t tile_bytes = (size_t)nw * w_row;
     int64_t w_block = (a_hi - a_lo) * na > a_block ? (int64_t)(LI_GEMM_TILE_BUDGET / tile_bytes) : 1;
