@@ -168,10 +168,7 @@ static void task_pack_a(void *ctx, int ith, int nth) {
     }
 }
 
-/* bytes of activation panel a GEMM pass keeps in L2: half of this CPU's L2 (per core), within
- * [128 KiB, 1 MiB]; 512 KiB where the size is unknown. The whole L2, the old fixed 512 KiB on a Zen 3
- * (512 KiB L2), measured 5-15% slower on Zen 4 (1 MiB) than half or a quarter of it (BENCHMARKS.md,
- * "Kernel choices") */
+/* this CPU's L2 per core in bytes, from sysconf, else sysfs; 0 where neither tells */
 static size_t l2_bytes_of_this_cpu(void) {
     long n = 0;
 #ifdef _SC_LEVEL2_CACHE_SIZE
@@ -198,6 +195,10 @@ static size_t l2_bytes_of_this_cpu(void) {
     return n > 0 ? (size_t)n : 0;
 }
 
+/* bytes of activation panel a GEMM pass keeps in L2: half of this CPU's L2, within [128 KiB, 1 MiB];
+ * 512 KiB where the size is unknown. A panel of the whole L2 (what the old fixed 512 KiB was on a Zen 3)
+ * measured 5-20% slower at k = 8192 on Zen 4 than half or a quarter of it, alike at k = 2048
+ * (BENCHMARKS.md, "Kernel choices") */
 static size_t gemm_panel_budget(void) {
     static atomic_size_t budget;   /* 0: not asked yet (two threads asking at once get the same answer) */
     size_t b = atomic_load_explicit(&budget, memory_order_relaxed);

@@ -152,7 +152,7 @@ def test_a_long_prompt_gives_the_bits_of_short_ones(isa, qtype, threads):
     """A prompt too long for one pass of the GEMM (its activation rows in blocks that stay in L2, each
     block multiplied with weight tiles unpacked once by the first and kept, LI_GEMM_TILE_BUDGET bytes
     of them at a time) gives each row the bits that a short prompt of that row's block gives: here
-    k = 8192 makes several blocks of the 130 rows (2 to 5, by the L2 size) and more tiles than the
+    k = 8192 makes several blocks of the 130 rows (2 or more, by the L2 size) and more tiles than the
     budget keeps, for either layout."""
     before = kernels.get_threads()
     try:
