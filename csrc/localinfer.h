@@ -46,10 +46,11 @@ int li_repack(int wtype, int layout, const void *src, size_t row_bytes, int64_t 
 int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int64_t n_out, int64_t k,
                      const float *x, int64_t m, float *y);
 
-/* li_matmul uses the GEMV (each row's result bitwise a 1-row call's) below this many rows, the
- * tiled GEMM from it on; per calling thread, default 6 (LI_GEMM_MIN_M). Speculative decoding
- * raises it while verifying drafted tokens so that each verified row rounds as a decode step.
- * Returns the previous value, or LI_EINVAL for m < 1. */
+/* With m > 0, li_matmul on the calling thread uses the GEMV below m rows, each row's result bitwise a
+ * 1-row call's, and the tiled GEMM from m on; speculative decoding sets it while verifying drafted
+ * tokens so that each verified row rounds as a decode step. 0 (the default): the GEMV below 6 rows
+ * (LI_GEMM_MIN_M), and below 16 (LI_GEMM_MIN_M_X16) through a 16-row kernel where an x4 matrix has one,
+ * whose rows are not a 1-row call's bits. Returns the previous value, or LI_EINVAL for m < 0. */
 int li_set_gemm_min_rows(int m);
 
 /* n elements of one row of `type` -> float32 (bit-identical to localinfer.formats.dequantize) */

@@ -88,6 +88,7 @@ static void merge(int v) {
         if (k->vec_dot[t]) tr.vec_dot = k->vec_dot[t];
         tr.vec_dot_rows = k->vec_dot[t] ? k->vec_dot_rows[t] : NULL;   /* only beside its own vec_dot */
         tr.vec_dot_x4 = k->vec_dot_x4[t];   /* none in generic: a repacked row is gathered for vec_dot */
+        tr.vec_dot_x16_m = k->vec_dot_x4[t] ? k->vec_dot_x16_m[t] : NULL;   /* only beside its own vec_dot_x4 */
         if (k->from_float[t]) tr.from_float = k->from_float[t];
         if (k->unpack[t]) tr.unpack = k->unpack[t];
         if (k->dequantize[t]) tr.dequantize = k->dequantize[t];

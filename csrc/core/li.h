@@ -88,6 +88,15 @@ typedef void (*li_vec_dot_rows_fn)(int64_t n, float *s, const void *w, size_t ro
  * run in another order than vec_dot's, so the results agree with it up to float rounding, and every
  * GEMV row of a repacked matrix is this function's (one activation row or several: the same bits). */
 typedef void (*li_vec_dot_x4_fn)(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
+#define LI_X4_M 4   /* activation rows a vec_dot_x16_m kernel takes at a time */
+/* Four consecutive x4 groups (16 rows, group_stride bytes apart) against m activation rows (row i at
+ * a + i * a_stride bytes, its a_sums at a_sums + i * sums_stride): s[i * s_stride + q] = dot(row q,
+ * activation row i), q < 16. The groups' quants are loaded and unpacked once for all m rows: the GEMV
+ * of several sequences decoding together, where the dots, not the memory, bound the step. Rows agree
+ * with vec_dot_x4 up to float rounding (Q6_K's: its bits), and have the same bits for any m. */
+typedef void (*li_vec_dot_x16_m_fn)(int64_t n, int64_t m, float *s, int64_t s_stride, const void *groups,
+                                    size_t group_stride, const void *a, size_t a_stride, const float *a_sums,
+                                    int64_t sums_stride);
 /* One F16 weight row against m activation rows: s[i * s_stride] = dot(w, row i of a), where a
  * (m, n) holds F16 activations widened to f32 (exactly). Bit for bit m calls of the ISA's F16
  * vec_dot; the weight row is widened once, not m times (a GEMV of a few rows: speculative
@@ -180,6 +189,7 @@ typedef struct {
     li_quantize_fn from_float;     /* for activation types */
     li_vec_dot_rows_fn vec_dot_rows;   /* set by dispatch.c from the ISA table; NULL: vec_dot row by row */
     li_vec_dot_x4_fn vec_dot_x4;   /* set by dispatch.c: the ISA's dot over a repacked group, or NULL */
+    li_vec_dot_x16_m_fn vec_dot_x16_m;   /* set by dispatch.c: four groups, several activation rows, or NULL */
 } li_type_traits;
 
 /* A SIMD variant overrides what it accelerates; NULL entries fall back to generic. */
@@ -188,6 +198,7 @@ typedef struct {
     li_vec_dot_fn vec_dot[LI_TYPE_COUNT];
     li_vec_dot_rows_fn vec_dot_rows[LI_TYPE_COUNT];
     li_vec_dot_x4_fn vec_dot_x4[LI_TYPE_COUNT];   /* repacked groups (core/repack.c); NULL: no repacking */
+    li_vec_dot_x16_m_fn vec_dot_x16_m[LI_TYPE_COUNT];   /* four groups, several activation rows; NULL: vec_dot_x4 */
     li_quantize_fn from_float[LI_TYPE_COUNT];
     li_dequantize_fn dequantize[LI_TYPE_COUNT];   /* only where bit-exact (f16 widening is) */
     li_unpack_fn unpack[LI_TYPE_COUNT];

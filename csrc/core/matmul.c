@@ -22,18 +22,23 @@
 #include "generic/generic.h"
 
 #define LI_GEMM_MIN_M 6          /* below this, unpacking weight tiles costs more than it saves */
+/* the same for an x4 matrix with a 16-row kernel (vec_dot_x16_m). llama-1b Q4_0, one decode step of n
+ * sequences, Zen 4, GEMV against GEMM: n = 8 69-76 against 112-115 ms, 16 131-144 against 153-170, 32
+ * alike. It stays at 16: from there a prompt's rows take the GEMM's bits (batching/engine.py) */
+#define LI_GEMM_MIN_M_X16 16
 
-/* The GEMV/GEMM switch of this thread (li_set_gemm_min_rows): a verification pass of speculative
- * decoding keeps the GEMV for a few more rows so that its logits are a decode step's bits. */
-static _Thread_local int gemm_min_m = LI_GEMM_MIN_M;
+/* The GEMV/GEMM switch of this thread (li_set_gemm_min_rows), 0: the default. A verification pass
+ * of speculative decoding keeps the GEMV for a few more rows, each with a decode step's bits. */
+static _Thread_local int gemm_min_m = 0;
 
 int li_set_gemm_min_rows(int m) {
-    if (m < 1) return LI_EINVAL;
+    if (m < 0) return LI_EINVAL;
     const int old = gemm_min_m;
     gemm_min_m = m;
     return old;
 }
-#define LI_GEMV_ROW_ALIGN 16
+#define LI_GEMV_ROW_ALIGN 16   /* also a whole vec_dot_x16_m call: a thread's range starts at one */
+#define LI_X16_ROWS 16
 #define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
 #define LI_PARALLEL_MIN_WORK (1 << 16)   /* multiply-adds below which one thread is faster */
 #define LI_GEMM_TILE_BUDGET (1u << 21)   /* bytes of unpacked weight tiles a thread keeps for its passes */
@@ -58,6 +63,7 @@ typedef struct {
     uint8_t *apanel;               /* GEMM: (m_pad, a_row_bytes) or (m_pad, kp) floats */
     int64_t m_pad, kp;
     int nw, na;
+    int x16;                       /* GEMV: whole 16-row blocks of an x4 matrix through vec_dot_x16_m */
     atomic_int error;
 } li_job;
 
@@ -122,6 +128,13 @@ static void task_gemv(void *ctx, int ith, int nth) {
         }
         const uint8_t *w = j->w + r * j->row_bytes;
         if (j->layout == LI_LAYOUT_X4) {   /* r is a multiple of 4 (the split's chunks are) */
+            if (j->x16 && r % LI_X16_ROWS == 0 && hi - r >= LI_X16_ROWS) {
+                /* 16 rows at once: whether a row is here depends on r and n_out, not on the thread split */
+                j->t->vec_dot_x16_m(j->k, j->m, j->y + r, j->n_out, w, LI_X4_ROWS * j->row_bytes, j->xq,
+                                    j->xq_row_bytes, j->xs, j->n_sums);
+                r += LI_X16_ROWS - step;
+                continue;
+            }
             gemv_x4(j, w, r, nr);
             continue;
         }
@@ -313,7 +326,12 @@ int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int
     const double work = (double)n_out * (double)k * (double)m;
     const int want = work >= LI_PARALLEL_MIN_WORK ? li_get_threads() : 1;
 
-    if (m < gemm_min_m) {
+    /* several activation rows against an x4 matrix with a 16-row kernel: the GEMV up to
+     * LI_GEMM_MIN_M_X16 rows (it needs no pass that unpacks the weights), through that kernel, unless
+     * this thread asked for 1-row bits (li_set_gemm_min_rows: speculative verification) */
+    const int x16 = layout == LI_LAYOUT_X4 && j.t->vec_dot_x16_m && m > 1 && gemm_min_m == 0;
+    if (m < (gemm_min_m ? gemm_min_m : LI_GEMM_MIN_M) || (x16 && m < LI_GEMM_MIN_M_X16)) {
+        j.x16 = x16;
         j.xq_row_bytes = (size_t)(k / j.at->block_size) * (size_t)j.at->type_size;
         j.n_sums = li_act_sums_count(j.t->vec_dot_type, k);
         const size_t xq_bytes = ((size_t)m * j.xq_row_bytes + 63) / 64 * 64;

@@ -16,6 +16,7 @@
 #endif
 
 #include <immintrin.h>
+#include <string.h>
 
 #include "core/li.h"
 #include "x86/avx512.h"
@@ -66,6 +67,87 @@ void vec_dot_x4_q4_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void
                                _mm512_cvtepi32_ps(q4_0x4_block(g + i, a + i)), acc0);
     }
     x4_store(_mm512_add_ps(acc0, acc1), 4, side, 8.0f, s);
+}
+
+/* Q4_0, sixteen rows (four consecutive x4 groups) against m activation rows. Each block's four
+ * 64-byte loads are transposed once for all m rows: register p holds 4-byte piece p (elements
+ * 4p..4p+3, and 16 + 4p.. in the high nibbles) of the 16 rows, int32 lane L = row L. So one dpbusd
+ * against a 4-byte broadcast of the activation does 64 products, a lane sums a row's whole block,
+ * and the float steps (convert, scale, add) run once per 16 rows and block instead of once per 4:
+ * with several rows these, not the memory, bound the step. Sums in another order than vec_dot_x4's, so
+ * rows agree with it up to float rounding, and with themselves for any m. Not for one row: its four
+ * streams read slower than vec_dot_x4's one (decode 32-38 against 38-58 t/s, llama-1b Q4_0, Zen 4). */
+#ifndef PF_AHEAD
+#define PF_AHEAD 32
+#endif
+/* 4 bytes at p in every int32 lane (vpbroadcastd from memory: a load, no shuffle) */
+static inline __m512i bcast4(const int8_t *p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
+
+static inline __attribute__((always_inline)) void q4_0x16_rows(int64_t nb, int m, float *s, int64_t s_stride,
+                                                               const block_q4_0x4 *g, size_t g_stride,
+                                                               const uint8_t *a, size_t a_stride, const float *as,
+                                                               int64_t as_stride) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    /* rows 0..7 of groups (x, y) as dwords: row j < 4 of x is dword 4j + p, row j >= 4 of y is 16 + 4(j-4) + p;
+     * lanes 0..7: piece p, lanes 8..15: piece p + 1 */
+    const __m512i pick01 = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
+    const __m512i pick23 = _mm512_add_epi32(pick01, _mm512_set1_epi32(2));
+    const block_q4_0x4 *g1 = (const block_q4_0x4 *)((const uint8_t *)g + g_stride);
+    const block_q4_0x4 *g2 = (const block_q4_0x4 *)((const uint8_t *)g + 2 * g_stride);
+    const block_q4_0x4 *g3 = (const block_q4_0x4 *)((const uint8_t *)g + 3 * g_stride);
+    __m512 acc[2][LI_X4_M], side[LI_X4_M];
+    for (int r = 0; r < m; r++) acc[0][r] = acc[1][r] = side[r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i += 2) {
+        for (int c = 0; c < 2 && i + c < nb; c++) {   /* chain c: the even, the odd blocks */
+            const int64_t b = i + c;
+            const __m512i q0 = _mm512_loadu_si512((const void *)g[b].qs), q1 = _mm512_loadu_si512((const void *)g1[b].qs);
+            const __m512i q2 = _mm512_loadu_si512((const void *)g2[b].qs), q3 = _mm512_loadu_si512((const void *)g3[b].qs);
+            const __m512i x01 = _mm512_permutex2var_epi32(q0, pick01, q1), x23 = _mm512_permutex2var_epi32(q2, pick01, q3);
+            const __m512i y01 = _mm512_permutex2var_epi32(q0, pick23, q1), y23 = _mm512_permutex2var_epi32(q2, pick23, q3);
+            __m512i lo[4], hi[4], pc[4];   /* piece p of the 16 rows: rows 0..7 from x01/y01, 8..15 from x23/y23 */
+            pc[0] = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(1, 0, 1, 0));
+            pc[1] = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(3, 2, 3, 2));
+            pc[2] = _mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(1, 0, 1, 0));
+            pc[3] = _mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(3, 2, 3, 2));
+            for (int p = 0; p < 4; p++)
+                lo[p] = _mm512_and_si512(pc[p], m4), hi[p] = _mm512_and_si512(_mm512_srli_epi16(pc[p], 4), m4);
+            const __m128i d01 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)g[b].d), _mm_loadl_epi64((const __m128i *)g1[b].d));
+            const __m128i d23 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)g2[b].d), _mm_loadl_epi64((const __m128i *)g3[b].d));
+            const __m256i d16 = _mm256_inserti128_si256(_mm256_castsi128_si256(d01), d23, 1);   /* the 16 rows' fp16 scales */
+            const __m512 dw = _mm512_cvtph_ps(d16);
+            for (int r = 0; r < m; r++) {
+                const block_q8_0 *ab = (const block_q8_0 *)(a + (size_t)r * a_stride) + b;
+                const float *ar = as + r * as_stride + 2 * b;
+                const int8_t *aq = ab->qs;   /* its 4-byte pieces, each broadcast from memory */
+                __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(aq));
+                __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(aq + 16));
+                for (int p = 1; p < 4; p++) {   /* two chains: their latency, not the ports, bounds one row */
+                    dl = _mm512_dpbusd_epi32(dl, lo[p], bcast4(aq + 4 * p));
+                    dh = _mm512_dpbusd_epi32(dh, hi[p], bcast4(aq + 16 + 4 * p));
+                }
+                const __m512i d = _mm512_add_epi32(dl, dh);
+                side[r] = _mm512_fmadd_ps(dw, _mm512_set1_ps(ar[1]), side[r]);
+                acc[c][r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(ar[0])), _mm512_cvtepi32_ps(d), acc[c][r]);
+            }
+        }
+    }
+    for (int r = 0; r < m; r++)
+        _mm512_storeu_ps(s + r * s_stride, _mm512_fnmadd_ps(_mm512_set1_ps(8.0f), side[r], _mm512_add_ps(acc[0][r], acc[1][r])));
+}
+
+void vec_dot_x16_m_q4_0_q8_0_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
+                                    const void *va, size_t a_stride, const float *as, int64_t as_stride) {
+    const uint8_t *a = va;
+    for (int64_t r = 0; r < m; r += LI_X4_M) {
+        const int64_t left = m - r;
+        float *sr = s + r * s_stride;
+        const uint8_t *ar = a + (size_t)r * a_stride;
+        const float *asr = as + r * as_stride;
+        if (left >= 4) q4_0x16_rows(n / QK4_0, 4, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
+        else if (left == 3) q4_0x16_rows(n / QK4_0, 3, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
+        else if (left == 2) q4_0x16_rows(n / QK4_0, 2, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
+        else q4_0x16_rows(n / QK4_0, 1, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
+    }
 }
 
 void vec_dot_x4_q8_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void *va, const float *as) {
@@ -214,6 +296,60 @@ void vec_dot_x4_q6_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
             acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(g[i].h[r].d) * a[i].d), _mm512_cvtepi32_ps(sumi[r]), acc[r]);
     }
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+/* Q6_K, one group against up to LI_X4_M activation rows: each block's quants unpacked, and each row's
+ * scales spread over the int16 lanes, once for all of them (into this buffer), then every activation
+ * row takes the integer and float steps of vec_dot_x4_q6_K_q8_K_avx512, so each row has its bits. */
+static inline __attribute__((always_inline)) void q6_Kx4_rows(int64_t nb, int m, float *s, int64_t s_stride,
+                                                              const block_q6_Kx4 *g, const uint8_t *a, size_t a_stride) {
+    const __m512i sub = _mm512_set_epi32(0x30003, 0x30003, 0x30003, 0x30003, 0x20002, 0x20002, 0x20002, 0x20002,
+                                         0x10001, 0x10001, 0x10001, 0x10001, 0, 0, 0, 0);
+    __m512 acc[LI_X4_M][LI_X4_ROWS];
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < LI_X4_ROWS; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        for (int r = 0; r < LI_X4_ROWS; r++) {   /* weight row r: its elements in four 64s, their scales */
+            __m512i u[4], sp[4];
+            const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)g[b].h[r].scales));
+            const __m512i sc16 = _mm512_castsi256_si512(sc);
+            for (int h = 0; h < 2; h++) {
+                q6_K_unpack_half(g[b].q[r] + 64 * h, g[b].q[r] + QK_K / 2 + 32 * h, &u[2 * h], &u[2 * h + 1]);
+                for (int e = 0; e < 2; e++)
+                    sp[2 * h + e] = _mm512_permutexvar_epi16(_mm512_add_epi16(sub, _mm512_set1_epi16((short)(4 * (2 * h + e)))), sc16);
+            }
+            const float dw = _cvtsh_ss(g[b].h[r].d);
+            for (int i = 0; i < m; i++) {
+                const block_q8_K *ab = (const block_q8_K *)(a + (size_t)i * a_stride) + b;
+                const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab->bsums);
+                __m512i sumi = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(),
+                                                                       _mm256_slli_epi32(_mm256_madd_epi16(sc, bsums), 5)));
+                for (int q = 0; q < 4; q++)
+                    sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[q], _mm512_loadu_si512((const void *)(ab->qs + 64 * q))),
+                                               sp[q]);
+                acc[i][r] = _mm512_fmadd_ps(_mm512_set1_ps(dw * ab->d), _mm512_cvtepi32_ps(sumi), acc[i][r]);
+            }
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < LI_X4_ROWS; r++) s[i * s_stride + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+void vec_dot_x16_m_q6_K_q8_K_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
+                                    const void *va, size_t a_stride, const float *as, int64_t as_stride) {
+    (void)as, (void)as_stride;
+    for (int q = 0; q < 4; q++) {
+        const block_q6_Kx4 *g = (const block_q6_Kx4 *)((const uint8_t *)vg + (size_t)q * g_stride);
+        for (int64_t r = 0; r < m; r += LI_X4_M) {
+            const int64_t left = m - r;
+            float *sr = s + r * s_stride + LI_X4_ROWS * q;
+            const uint8_t *ar = (const uint8_t *)va + (size_t)r * a_stride;
+            if (left >= 4) q6_Kx4_rows(n / QK_K, 4, sr, s_stride, g, ar, a_stride);
+            else if (left == 3) q6_Kx4_rows(n / QK_K, 3, sr, s_stride, g, ar, a_stride);
+            else if (left == 2) q6_Kx4_rows(n / QK_K, 2, sr, s_stride, g, ar, a_stride);
+            else q6_Kx4_rows(n / QK_K, 1, sr, s_stride, g, ar, a_stride);
+        }
+    }
 }
 
 #if defined(__clang__)

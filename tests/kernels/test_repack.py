@@ -1,9 +1,11 @@
 """Repacked weights (csrc/core/repack.c): groups of four rows interleaved for the decode GEMV.
 
-The GEMM (prefill, m >= 6) gathers each row back, so it gives the row-major bits; the GEMV reads a
-group with the ISA's x4 dot, whose sums run in another order than vec_dot's: the two agree within
-a bound from the arithmetic. Every GEMV row of a repacked matrix is the same function's, so one
-activation row or several give the same bits (what batching and speculative decoding rely on)."""
+The GEMM (prefill, from 16 rows) gathers each row back, so it gives the row-major bits; the GEMV reads
+a group with the ISA's x4 dot, whose sums run in another order than vec_dot's: the two agree within
+a bound from the arithmetic. Where a type has a 16-row kernel (several sequences decoding together),
+2 to 15 activation rows go through it: each row again within that bound, with the same bits for any
+number of rows. Under kernels.gemv_rows every row is the 1-row call's, bit for bit (what speculative
+decoding's verification relies on)."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,6 +24,8 @@ X4_TYPES_OF = {"avx2": [T.Q4_0, T.Q8_0, T.Q4_K], "avx512": X4_TYPES}
 # x4 dots that repeat their ISA's row dot per row (the same integers in the same lanes, the same float
 # steps): their GEMV gives the row-major bits, not only a result within rounding of them
 X4_SAME_BITS = [T.Q6_K]
+# types with a 16-row kernel (vec_dot_x16_m): 2 to 15 activation rows go through it, not the GEMM
+X16_TYPES_OF = {"avx512": [T.Q4_0, T.Q6_K]}
 SIMD_ISAS = [isa for isa in ISAS if isa in ("avx2", "avx512")]
 X4_CASES = [(isa, t) for isa in SIMD_ISAS for t in X4_TYPES_OF[isa]]
 
@@ -48,14 +52,18 @@ def test_repacked_gemv_agrees_and_gemm_is_exact(isa, qtype, n_out, n_blocks):
         fmt, raw, rows, x4 = _pair(qtype, n_out, n_blocks, seed=n_out + n_blocks)
         assert x4.layout == kernels.LAYOUT_X4 and rows.layout == kernels.LAYOUT_ROWS
         k = n_blocks * fmt.block_size
-        for m in (1, 2, 5):
-            x = random_activations(m, k, seed=m)
-            got, want = x4.matmul(x), rows.matmul(x)
-            assert np.all(np.abs(got.astype(np.float64) - want) <= _bound(raw, qtype, x)), (m, isa)
-            # each activation row alone gives that row of the batch, bit for bit
+        x = random_activations(15, k, seed=15)
+        several = x4.matmul(x)
+        for m in (1, 2, 5, 15):
+            got, want = x4.matmul(x[:m]), rows.matmul(x[:m])
+            assert np.all(np.abs(got.astype(np.float64) - want) <= _bound(raw, qtype, x[:m])), (m, isa)
+            if m > 1 and qtype in X16_TYPES_OF.get(isa, ()):  # its 16-row kernel: the same bits for any m
+                np.testing.assert_array_equal(got.view(np.uint32), several[:m].view(np.uint32))
+            with kernels.gemv_rows(m):  # each activation row alone gives that row, bit for bit
+                one_row_bits = x4.matmul(x[:m])
             for i in range(m):
-                np.testing.assert_array_equal(x4.matmul(x[i]).view(np.uint32), got[i].view(np.uint32))
-        x = random_activations(9, k, seed=9)  # the GEMM: rows gathered back, the row-major bits
+                np.testing.assert_array_equal(x4.matmul(x[i]).view(np.uint32), one_row_bits[i].view(np.uint32))
+        x = random_activations(17, k, seed=17)  # the GEMM: rows gathered back, the row-major bits
         np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), rows.matmul(x).view(np.uint32))
 
 
@@ -66,9 +74,11 @@ def test_the_x4_dots_that_repeat_the_row_dot_give_its_bits(isa, qtype, n_out, n_
     with kernels._isa(isa):
         fmt, raw, rows, x4 = _pair(qtype, n_out, n_blocks, seed=n_out + n_blocks)
         assert x4.layout == kernels.LAYOUT_X4
-        for m in (1, 3):
+        for m in (1, 3, 9):  # 9: the 16-row kernel's rows in fours and one
             x = random_activations(m, n_blocks * fmt.block_size, seed=m)
-            np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), rows.matmul(x).view(np.uint32))
+            with kernels.gemv_rows(m):  # the row dot's bits (9 row-major rows would be the GEMM's)
+                want = rows.matmul(x)
+            np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.parametrize("qtype", X4_TYPES, ids=lambda t: t.name)
@@ -151,7 +161,8 @@ def test_a_matrix_is_repacked_piece_by_piece(monkeypatch):
 def test_a_long_prompt_gives_the_bits_of_short_ones(isa, qtype, threads):
     """A prompt too long for one pass of the GEMM (its activation rows in blocks that stay in L2, each
     block multiplied with weight tiles unpacked once by the first and kept, LI_GEMM_TILE_BUDGET bytes
-    of them at a time) gives each row the bits that a short prompt of that row's block gives: here
+    of them at a time) gives each row the bits that a short prompt (still a GEMM's 16 rows or more)
+    of that row's block gives: here
     k = 8192 makes several blocks of the 130 rows (2 or more, by the L2 size) and more tiles than the
     budget keeps, for either layout."""
     before = kernels.get_threads()
@@ -162,7 +173,7 @@ def test_a_long_prompt_gives_the_bits_of_short_ones(isa, qtype, threads):
             x = random_activations(130, 8192, seed=12)
             for w in (rows, x4):
                 whole = w.matmul(x)
-                parts = np.concatenate([w.matmul(x[i:i + 10]) for i in range(0, 130, 10)])
+                parts = np.concatenate([w.matmul(x[i:i + 26]) for i in range(0, 130, 26)])
                 np.testing.assert_array_equal(whole.view(np.uint32), parts.view(np.uint32))
     finally:
         kernels.set_threads(before)

@@ -15,10 +15,11 @@ pytestmark = pytest.mark.slow  # whole-model forward passes of both models
 
 REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "llamacpp_embeddings.json").read_text())
 POOLINGS = ("mean", "last", "cls")
-# Texts of at least 6 tokens each: alone, each still runs the GEMM path (csrc/core/matmul.c
-# LI_GEMM_MIN_M), so its rows see the same arithmetic as in a batch with others.
-TEXTS = ["The quick brown fox jumps over the lazy dog.",
-         "Embeddings map a text to one vector per sentence.",
+# Texts of at least 16 tokens each: alone, each still runs the GEMM path (csrc/core/matmul.c
+# LI_GEMM_MIN_M, LI_GEMM_MIN_M_X16 for a repacked matrix with a 16-row kernel), so its rows see the
+# same arithmetic as in a batch with others.
+TEXTS = ["The quick brown fox jumps over the lazy dog, and then it runs back into the dark green forest.",
+         "Embeddings map a text to one vector per sentence, so that texts of like meaning lie close together.",
          "Paris is the capital of France, and Berlin is the capital of Germany; " * 4]
 
 
