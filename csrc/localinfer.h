@@ -49,7 +49,7 @@ int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int
 /* With m > 0, li_matmul on the calling thread uses the GEMV below m rows, each row's result bitwise a
  * 1-row call's, and the tiled GEMM from m on; speculative decoding sets it while verifying drafted
  * tokens so that each verified row rounds as a decode step. 0 (the default): the GEMV below 6 rows
- * (LI_GEMM_MIN_M), and below 16 (LI_GEMM_MIN_M_X16) through a 16-row kernel where an x4 matrix has one,
+ * (LI_GEMM_MIN_M), and 3 to 15 rows of an x4 matrix through a 16-row kernel where its type has one,
  * whose rows are not a 1-row call's bits. Returns the previous value, or LI_EINVAL for m < 0. */
 int li_set_gemm_min_rows(int m);
 

@@ -93,7 +93,8 @@ typedef void (*li_vec_dot_x4_fn)(int64_t n, float *s, const void *group, const v
  * a + i * a_stride bytes, its a_sums at a_sums + i * sums_stride): s[i * s_stride + q] = dot(row q,
  * activation row i), q < 16. The groups' quants are loaded and unpacked once for all m rows: the GEMV
  * of several sequences decoding together, where the dots, not the memory, bound the step. Rows agree
- * with vec_dot_x4 up to float rounding (Q6_K's: its bits), and have the same bits for any m. */
+ * with vec_dot_x4 up to float rounding (Q6_K's: its bits), and have the same bits for any m. The matmul
+ * calls it for 3 to 15 rows (core/matmul.c LI_X16_MIN_M, LI_GEMM_MIN_M_X16). */
 typedef void (*li_vec_dot_x16_m_fn)(int64_t n, int64_t m, float *s, int64_t s_stride, const void *groups,
                                     size_t group_stride, const void *a, size_t a_stride, const float *a_sums,
                                     int64_t sums_stride);

@@ -26,6 +26,9 @@
  * sequences, Zen 4, GEMV against GEMM: n = 8 69-76 against 112-115 ms, 16 131-144 against 153-170, 32
  * alike. It stays at 16: from there a prompt's rows take the GEMM's bits (batching/engine.py) */
 #define LI_GEMM_MIN_M_X16 16
+/* and from this many rows on: its 16 rows are four streams, which one row or two read slower than one
+ * x4 group at a time (llama-1b Q4_0, 2 sequences: AVX2 36-39 against 33-34 ms, AVX-512 alike) */
+#define LI_X16_MIN_M 3
 
 /* The GEMV/GEMM switch of this thread (li_set_gemm_min_rows), 0: the default. A verification pass
  * of speculative decoding keeps the GEMV for a few more rows, each with a decode step's bits. */
@@ -326,10 +329,10 @@ int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int
     const double work = (double)n_out * (double)k * (double)m;
     const int want = work >= LI_PARALLEL_MIN_WORK ? li_get_threads() : 1;
 
-    /* several activation rows against an x4 matrix with a 16-row kernel: the GEMV up to
-     * LI_GEMM_MIN_M_X16 rows (it needs no pass that unpacks the weights), through that kernel, unless
+    /* 3 to 15 activation rows against an x4 matrix with a 16-row kernel: the GEMV (it needs no pass
+     * that unpacks the weights), through that kernel, unless
      * this thread asked for 1-row bits (li_set_gemm_min_rows: speculative verification) */
-    const int x16 = layout == LI_LAYOUT_X4 && j.t->vec_dot_x16_m && m > 1 && gemm_min_m == 0;
+    const int x16 = layout == LI_LAYOUT_X4 && j.t->vec_dot_x16_m && m >= LI_X16_MIN_M && gemm_min_m == 0;
     if (m < (gemm_min_m ? gemm_min_m : LI_GEMM_MIN_M) || (x16 && m < LI_GEMM_MIN_M_X16)) {
         j.x16 = x16;
         j.xq_row_bytes = (size_t)(k / j.at->block_size) * (size_t)j.at->type_size;

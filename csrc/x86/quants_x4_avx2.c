@@ -56,6 +56,79 @@ void vec_dot_x4_q4_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *
     }
 }
 
+/* Q4_0, sixteen rows (four consecutive x4 groups) against m activation rows, as the AVX-512
+ * vec_dot_x16_m (quants_x4_avx512.c): each half of the rows (two groups) is transposed once per block
+ * (unpacklo/hi of dwords, then of qwords) into four registers, register p holding 4-byte piece p of
+ * the eight rows, lane j row {0, 2, 4, 6, 1, 3, 5, 7}[j], and split into nibbles, for all m rows. Then
+ * per activation row and half: 8 maddubs against 4-byte broadcasts summed in int16 (|.| <= 8 * 2 * 15
+ * * 128), one madd, and the float steps once per eight rows instead of once per two. Rows agree with
+ * vec_dot_x4 up to float rounding and have the same bits for any m; one row keeps vec_dot_x4. */
+static inline __m256i bcast4_avx2(const int8_t *p) { return _mm256_broadcastd_epi32(_mm_loadu_si32(p)); }
+
+static inline __attribute__((always_inline)) void q4_0x16_rows_avx2(int64_t nb, int m, float *s, int64_t s_stride,
+                                                                    const uint8_t *g, size_t g_stride,
+                                                                    const uint8_t *a, size_t a_stride,
+                                                                    const float *as, int64_t as_stride) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i lane_rows = _mm256_set_epi32(7, 5, 3, 1, 6, 4, 2, 0);   /* lane j holds row lane_rows[j] */
+    __m256 acc[LI_X4_M][2], side[LI_X4_M][2];   /* per activation row and half */
+    for (int r = 0; r < m; r++)
+        for (int h = 0; h < 2; h++) acc[r][h] = side[r][h] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wq[2][8];   /* per half: the low nibbles of pieces 0..3, then the high ones */
+        __m256 dw[2];
+        for (int h = 0; h < 2; h++) {
+            const block_q4_0x4 *ga = (const block_q4_0x4 *)(g + 2 * h * g_stride) + b;
+            const block_q4_0x4 *gb = (const block_q4_0x4 *)(g + (2 * h + 1) * g_stride) + b;
+            const __m256i a0 = _mm256_loadu_si256((const __m256i *)ga->qs), b0 = _mm256_loadu_si256((const __m256i *)(ga->qs + 32));
+            const __m256i a1 = _mm256_loadu_si256((const __m256i *)gb->qs), b1 = _mm256_loadu_si256((const __m256i *)(gb->qs + 32));
+            const __m256i t0 = _mm256_unpacklo_epi32(a0, b0), t1 = _mm256_unpackhi_epi32(a0, b0);
+            const __m256i t2 = _mm256_unpacklo_epi32(a1, b1), t3 = _mm256_unpackhi_epi32(a1, b1);
+            const __m256i pc[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                                   _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+            for (int p = 0; p < 4; p++) {
+                wq[h][p] = _mm256_and_si256(pc[p], m4);
+                wq[h][4 + p] = _mm256_and_si256(_mm256_srli_epi16(pc[p], 4), m4);
+            }
+            const __m128i d8 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)ga->d), _mm_loadl_epi64((const __m128i *)gb->d));
+            dw[h] = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(d8), lane_rows);
+        }
+        for (int r = 0; r < m; r++) {
+            const int8_t *aq = ((const block_q8_0 *)(a + (size_t)r * a_stride) + b)->qs;
+            const float *ar = as + r * as_stride + 2 * b;
+            __m256i av[8];
+            for (int p = 0; p < 8; p++) av[p] = bcast4_avx2(aq + 4 * p);   /* lo pieces pair with 0..15, hi with 16..31 */
+            for (int h = 0; h < 2; h++) {
+                __m256i t = _mm256_maddubs_epi16(wq[h][0], av[0]);
+                for (int p = 1; p < 8; p++) t = _mm256_add_epi16(t, _mm256_maddubs_epi16(wq[h][p], av[p]));
+                const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(t, ones));
+                side[r][h] = _mm256_fmadd_ps(dw[h], _mm256_set1_ps(ar[1]), side[r][h]);
+                acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(dw[h], _mm256_set1_ps(ar[0])), f, acc[r][h]);
+            }
+        }
+    }
+    const __m256i row_lanes = _mm256_set_epi32(7, 3, 6, 2, 5, 1, 4, 0);   /* row j sits in lane row_lanes[j] */
+    for (int r = 0; r < m; r++)
+        for (int h = 0; h < 2; h++) {
+            const __m256 v = _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), side[r][h], acc[r][h]);
+            _mm256_storeu_ps(s + r * s_stride + 8 * h, _mm256_permutevar8x32_ps(v, row_lanes));
+        }
+}
+
+void vec_dot_x16_m_q4_0_q8_0_avx2(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
+                                  const void *va, size_t a_stride, const float *as, int64_t as_stride) {
+    for (int64_t r = 0; r < m; r += LI_X4_M) {
+        const int64_t left = m - r;
+        float *sr = s + r * s_stride;
+        const uint8_t *ar = (const uint8_t *)va + (size_t)r * a_stride;
+        const float *asr = as + r * as_stride;
+        if (left >= 4) q4_0x16_rows_avx2(n / QK4_0, 4, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
+        else if (left == 3) q4_0x16_rows_avx2(n / QK4_0, 3, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
+        else if (left == 2) q4_0x16_rows_avx2(n / QK4_0, 2, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
+        else q4_0x16_rows_avx2(n / QK4_0, 1, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
+    }
+}
+
 void vec_dot_x4_q8_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *va, const float *as) {
     const block_q8_0x4 *g = vg;
     const block_q8_0 *a = va;

@@ -3,7 +3,7 @@
 The GEMM (prefill, from 16 rows) gathers each row back, so it gives the row-major bits; the GEMV reads
 a group with the ISA's x4 dot, whose sums run in another order than vec_dot's: the two agree within
 a bound from the arithmetic. Where a type has a 16-row kernel (several sequences decoding together),
-2 to 15 activation rows go through it: each row again within that bound, with the same bits for any
+3 to 15 activation rows go through it: each row again within that bound, with the same bits for any
 number of rows. Under kernels.gemv_rows every row is the 1-row call's, bit for bit (what speculative
 decoding's verification relies on)."""
 from __future__ import annotations
@@ -24,8 +24,8 @@ X4_TYPES_OF = {"avx2": [T.Q4_0, T.Q8_0, T.Q4_K], "avx512": X4_TYPES}
 # x4 dots that repeat their ISA's row dot per row (the same integers in the same lanes, the same float
 # steps): their GEMV gives the row-major bits, not only a result within rounding of them
 X4_SAME_BITS = [T.Q6_K]
-# types with a 16-row kernel (vec_dot_x16_m): 2 to 15 activation rows go through it, not the GEMM
-X16_TYPES_OF = {"avx512": [T.Q4_0, T.Q6_K]}
+# types with a 16-row kernel (vec_dot_x16_m): 3 to 15 activation rows go through it, not the GEMM
+X16_TYPES_OF = {"avx2": [T.Q4_0], "avx512": [T.Q4_0, T.Q6_K]}
 SIMD_ISAS = [isa for isa in ISAS if isa in ("avx2", "avx512")]
 X4_CASES = [(isa, t) for isa in SIMD_ISAS for t in X4_TYPES_OF[isa]]
 
@@ -54,10 +54,10 @@ def test_repacked_gemv_agrees_and_gemm_is_exact(isa, qtype, n_out, n_blocks):
         k = n_blocks * fmt.block_size
         x = random_activations(15, k, seed=15)
         several = x4.matmul(x)
-        for m in (1, 2, 5, 15):
+        for m in (1, 2, 3, 5, 15):
             got, want = x4.matmul(x[:m]), rows.matmul(x[:m])
             assert np.all(np.abs(got.astype(np.float64) - want) <= _bound(raw, qtype, x[:m])), (m, isa)
-            if m > 1 and qtype in X16_TYPES_OF.get(isa, ()):  # its 16-row kernel: the same bits for any m
+            if m >= 3 and qtype in X16_TYPES_OF.get(isa, ()):  # its 16-row kernel: the same bits for any m
                 np.testing.assert_array_equal(got.view(np.uint32), several[:m].view(np.uint32))
             with kernels.gemv_rows(m):  # each activation row alone gives that row, bit for bit
                 one_row_bits = x4.matmul(x[:m])

@@ -166,7 +166,7 @@ GEMM_MIN_ROWS = 6  # csrc/core/matmul.c LI_GEMM_MIN_M: matmul's default GEMV/GEM
 @contextlib.contextmanager
 def gemv_rows(m: int) -> Iterator[None]:
     """Inside: matmul on this thread uses the GEMV for up to m rows, each row's result with the bits
-    of a 1-row call (by default 6 rows or more go through the GEMM, 2 or more of a repacked matrix
+    of a 1-row call (by default 6 rows or more go through the GEMM, 3 or more of a repacked matrix
     through a 16-row kernel where its type has one: both round otherwise). Speculative decoding
     verifies its drafted tokens with this, so they round as decode steps (speculative/verify.py)."""
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= 4096:
