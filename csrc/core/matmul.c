@@ -4,7 +4,9 @@
  * vec_dot_type (traits), then:
  *   m < LI_GEMM_MIN_M (decode): GEMV -- each thread takes a range of output rows
  *     and calls the type's vec_dot on the raw weight row, once per activation row
- *     (the row stays in L1 across them);
+ *     (the row stays in L1 across them); a repacked matrix whose type has a 16-row
+ *     kernel takes the GEMV for 3 to 15 rows too, 16 weight rows against all
+ *     activation rows at once (several sequences decoding together);
  *   otherwise (prefill): tiled GEMM -- the activations are laid out once as a
  *     panel (panel.c); each thread unpacks NW weight rows at a time into a small
  *     panel and runs the ISA's microkernel over all activation tiles, so every
@@ -330,8 +332,8 @@ int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int
     const int want = work >= LI_PARALLEL_MIN_WORK ? li_get_threads() : 1;
 
     /* 3 to 15 activation rows against an x4 matrix with a 16-row kernel: the GEMV (it needs no pass
-     * that unpacks the weights), through that kernel, unless
-     * this thread asked for 1-row bits (li_set_gemm_min_rows: speculative verification) */
+     * that unpacks the weights), through that kernel, unless this thread asked for 1-row bits
+     * (li_set_gemm_min_rows: speculative verification) */
     const int x16 = layout == LI_LAYOUT_X4 && j.t->vec_dot_x16_m && m >= LI_X16_MIN_M && gemm_min_m == 0;
     if (m < (gemm_min_m ? gemm_min_m : LI_GEMM_MIN_M) || (x16 && m < LI_GEMM_MIN_M_X16)) {
         j.x16 = x16;

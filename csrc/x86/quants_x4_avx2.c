@@ -3,7 +3,8 @@
  * register for Q4_0 (16 nibble bytes each), one row per register for Q8_0 (signed times signed
  * through the sign trick, as quants_avx2.c's Q8_0 dot). No Q6_K: its row dot over the mapped rows,
  * with the GEMV's prefetch, reads faster than the row dot repeated over an x4 group did
- * (BENCHMARKS.md, "Kernel choices"), so AVX2 leaves Q6_K unrepacked.
+ * (BENCHMARKS.md, "Kernel choices"), so AVX2 leaves Q6_K unrepacked. Q4_0 also has a 16-row kernel
+ * (vec_dot_x16_m) for several activation rows, each block of four groups unpacked once for all of them.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
@@ -62,7 +63,7 @@ void vec_dot_x4_q4_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *
  * the eight rows, lane j row {0, 2, 4, 6, 1, 3, 5, 7}[j], and split into nibbles, for all m rows. Then
  * per activation row and half: 8 maddubs against 4-byte broadcasts summed in int16 (|.| <= 8 * 2 * 15
  * * 128), one madd, and the float steps once per eight rows instead of once per two. Rows agree with
- * vec_dot_x4 up to float rounding and have the same bits for any m; one row keeps vec_dot_x4. */
+ * vec_dot_x4 up to float rounding and have the same bits for any m; one or two rows keep vec_dot_x4. */
 static inline __m256i bcast4_avx2(const int8_t *p) { return _mm256_broadcastd_epi32(_mm_loadu_si32(p)); }
 
 static inline __attribute__((always_inline)) void q4_0x16_rows_avx2(int64_t nb, int m, float *s, int64_t s_stride,

@@ -7,6 +7,8 @@
  * unpacks and re-pairs every row's blocks), so the GEMV is limited by memory, not by these dots.
  * Unsigned u times the signed activation, as there: Q4_0's u - 8 and Q8_0's (q + 128) - 128 through
  * the activation's d * sum(q) (a_sums), so the integer parts stay exact.
+ * With several activation rows (sequences decoding together) the dots bound the step: the 16-row
+ * kernels (vec_dot_x16_m, Q4_0 and Q6_K) unpack each block of four groups once for all of the rows.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
@@ -16,7 +18,6 @@
 #endif
 
 #include <immintrin.h>
-#include <string.h>
 
 #include "core/li.h"
 #include "x86/avx512.h"
@@ -75,11 +76,9 @@ void vec_dot_x4_q4_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void
  * against a 4-byte broadcast of the activation does 64 products, a lane sums a row's whole block,
  * and the float steps (convert, scale, add) run once per 16 rows and block instead of once per 4:
  * with several rows these, not the memory, bound the step. Sums in another order than vec_dot_x4's, so
- * rows agree with it up to float rounding, and with themselves for any m. Not for one row: its four
- * streams read slower than vec_dot_x4's one (decode 32-38 against 38-58 t/s, llama-1b Q4_0, Zen 4). */
-#ifndef PF_AHEAD
-#define PF_AHEAD 32
-#endif
+ * rows agree with it up to float rounding, and with themselves for any m. Not for one or two rows
+ * (core/matmul.c LI_X16_MIN_M): its four streams read slower than vec_dot_x4's one (one row's decode
+ * 32-38 against 38-58 t/s, llama-1b Q4_0, Zen 4). */
 /* 4 bytes at p in every int32 lane (vpbroadcastd from memory: a load, no shuffle) */
 static inline __m512i bcast4(const int8_t *p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
 
@@ -298,9 +297,9 @@ void vec_dot_x4_q6_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-/* Q6_K, one group against up to LI_X4_M activation rows: each block's quants unpacked, and each row's
- * scales spread over the int16 lanes, once for all of them (into this buffer), then every activation
- * row takes the integer and float steps of vec_dot_x4_q6_K_q8_K_avx512, so each row has its bits. */
+/* Q6_K, one group against up to LI_X4_M activation rows: each weight row's quants of a block unpacked,
+ * and its scales spread over the int16 lanes, once for all of them; then every activation row takes
+ * the integer and float steps of vec_dot_x4_q6_K_q8_K_avx512, so each row has that dot's bits. */
 static inline __attribute__((always_inline)) void q6_Kx4_rows(int64_t nb, int m, float *s, int64_t s_stride,
                                                               const block_q6_Kx4 *g, const uint8_t *a, size_t a_stride) {
     const __m512i sub = _mm512_set_epi32(0x30003, 0x30003, 0x30003, 0x30003, 0x20002, 0x20002, 0x20002, 0x20002,

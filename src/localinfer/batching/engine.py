@@ -46,9 +46,10 @@ from .speculation import forward_rows, speculative_for
 # The C kernels take another summation order for a few rows than for many: the matmul below
 # csrc/core/matmul.c LI_GEMM_MIN_M (6) rows is a GEMV (below LI_GEMM_MIN_M_X16 (16) for a repacked
 # matrix with a 16-row kernel), and attention below csrc/core/attention.c LI_ATTN_BATCH (16) queries
-# sums P.V key after key. From this many rows on, each row's result is independent of the others. So a prompt whose prefix comes from the cache still computes at least
-# this many rows, and a chunked prefill never leaves fewer for last: a request's logits are then
-# bitwise the same whether its prefix was cached or not (when it runs alone), and a seed repeats.
+# sums P.V key after key. From this many rows on, each row's result is independent of the others.
+# So a prompt whose prefix comes from the cache still computes at least this many rows, and a
+# chunked prefill never leaves fewer for last: a request's logits are then bitwise the same whether
+# its prefix was cached or not (when it runs alone), and a seed repeats.
 MIN_PREFILL_ROWS = 16
 
 # A slot scoring its prompt (Request.prompt_logprobs: /v1/completions echo with logprobs) gets every
