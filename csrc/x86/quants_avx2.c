@@ -423,6 +423,97 @@ void vec_dot_x4_q4_K_q8_K_avx2(int64_t n, float *s, const void *vg, const void *
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = (l[4 * r] + l[4 * r + 1]) + (l[4 * r + 2] + l[4 * r + 3]);
 }
 
+/* Q4_K, one x4 group against up to LI_X4_M activation rows: each super-block's scales and mins decoded,
+ * its quants split into nibbles and the rows' d and dmin widened once for all of them; then every
+ * activation row takes vec_dot_x4_q4_K_q8_K_avx2's integer and float steps (its d times the rows' d
+ * and dmin rounded once, as there), so each row has that dot's bits. */
+static inline __attribute__((always_inline)) void q4_Kx4_rows_avx2(int64_t nb, int m, float *s, int64_t s_stride,
+                                                                   const block_q4_Kx4 *g, const uint8_t *a, size_t a_stride) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
+    const __m256i dd_of_pair = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    const __m256i d01 = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), m01 = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+    const __m256i d23 = _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6), m23 = _mm256_setr_epi32(5, 5, 5, 5, 7, 7, 7, 7);
+    __m256 acc[LI_X4_M][2];
+    for (int i = 0; i < m; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i h01 = _mm256_loadu_si256((const __m256i *)&g[b].h[0]);
+        const __m256i h23 = _mm256_loadu_si256((const __m256i *)&g[b].h[2]);
+        const __m256i sm01 = scales_mins_k4(h01), sm23 = scales_mins_k4(h23);
+        const __m256i mn01 = _mm256_unpackhi_epi8(sm01, zero), mn23 = _mm256_unpackhi_epi8(sm23, zero);
+        const __m128i dd4 = _mm256_castsi256_si128(_mm256_unpacklo_epi64(_mm256_permutevar8x32_epi32(h01, dd_of_pair),
+                                                                         _mm256_permutevar8x32_epi32(h23, dd_of_pair)));
+        const __m256 ddw = _mm256_cvtph_ps(dd4);   /* d0 m0 d1 m1 .. d3 m3 */
+        const __m256 dw01 = _mm256_permutevar8x32_ps(ddw, d01), mw01 = _mm256_permutevar8x32_ps(ddw, m01);
+        const __m256 dw23 = _mm256_permutevar8x32_ps(ddw, d23), mw23 = _mm256_permutevar8x32_ps(ddw, m23);
+        const uint8_t *q = &g[b].qs[0][0][0];
+        __m256i w[4][2][4];   /* chunk pair j, c: low nibbles of rows 0,1 | 2,3, high nibbles of rows 0,1 | 2,3 */
+        __m256i sc[4][4];     /* pair j: sub-block 2j's scales of rows 0,1 | 2,3, then 2j + 1's */
+        for (int j = 0; j < 4; j++) {
+            for (int c = 0; c < 2; c++) {
+                const __m256i w01 = _mm256_loadu_si256((const __m256i *)(q + 128 * j + 64 * c));
+                const __m256i w23 = _mm256_loadu_si256((const __m256i *)(q + 128 * j + 64 * c + 32));
+                w[j][c][0] = _mm256_and_si256(w01, m4), w[j][c][1] = _mm256_and_si256(w23, m4);
+                w[j][c][2] = _mm256_and_si256(_mm256_srli_epi16(w01, 4), m4);
+                w[j][c][3] = _mm256_and_si256(_mm256_srli_epi16(w23, 4), m4);
+            }
+            sc[j][0] = scale_of_sub(sm01, 2 * j), sc[j][1] = scale_of_sub(sm23, 2 * j);
+            sc[j][2] = scale_of_sub(sm01, 2 * j + 1), sc[j][3] = scale_of_sub(sm23, 2 * j + 1);
+        }
+        for (int i = 0; i < m; i++) {
+            const block_q8_K *ab = (const block_q8_K *)(a + (size_t)i * a_stride) + b;
+            const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ab->bsums), _mm256_set1_epi16(1));
+            const __m256i bsum_pairs =
+                _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+            const __m256i mins01 = _mm256_madd_epi16(mn01, bsum_pairs), mins23 = _mm256_madd_epi16(mn23, bsum_pairs);
+            const int8_t *aq = ab->qs;
+            __m256i i01 = zero, i23 = zero;
+            for (int j = 0; j < 4; j++) {
+                __m256i lo01 = zero, hi01 = zero, lo23 = zero, hi23 = zero;
+                for (int c = 0; c < 2; c++) {
+                    const __m256i al = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(aq + 64 * j + 16 * c)));
+                    const __m256i ah = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(aq + 64 * j + 32 + 16 * c)));
+                    lo01 = _mm256_add_epi16(lo01, _mm256_maddubs_epi16(w[j][c][0], al));
+                    hi01 = _mm256_add_epi16(hi01, _mm256_maddubs_epi16(w[j][c][2], ah));
+                    lo23 = _mm256_add_epi16(lo23, _mm256_maddubs_epi16(w[j][c][1], al));
+                    hi23 = _mm256_add_epi16(hi23, _mm256_maddubs_epi16(w[j][c][3], ah));
+                }
+                i01 = _mm256_add_epi32(i01, _mm256_madd_epi16(lo01, sc[j][0]));
+                i01 = _mm256_add_epi32(i01, _mm256_madd_epi16(hi01, sc[j][2]));
+                i23 = _mm256_add_epi32(i23, _mm256_madd_epi16(lo23, sc[j][1]));
+                i23 = _mm256_add_epi32(i23, _mm256_madd_epi16(hi23, sc[j][3]));
+            }
+            const __m256 da = _mm256_set1_ps(ab->d);
+            acc[i][0] = _mm256_fmadd_ps(_mm256_mul_ps(dw01, da), _mm256_cvtepi32_ps(i01), acc[i][0]);
+            acc[i][0] = _mm256_fnmadd_ps(_mm256_mul_ps(mw01, da), _mm256_cvtepi32_ps(mins01), acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(_mm256_mul_ps(dw23, da), _mm256_cvtepi32_ps(i23), acc[i][1]);
+            acc[i][1] = _mm256_fnmadd_ps(_mm256_mul_ps(mw23, da), _mm256_cvtepi32_ps(mins23), acc[i][1]);
+        }
+    }
+    for (int i = 0; i < m; i++) {
+        float l[2 * 8];
+        _mm256_storeu_ps(l, acc[i][0]);
+        _mm256_storeu_ps(l + 8, acc[i][1]);
+        for (int r = 0; r < LI_X4_ROWS; r++) s[i * s_stride + r] = (l[4 * r] + l[4 * r + 1]) + (l[4 * r + 2] + l[4 * r + 3]);
+    }
+}
+
+void vec_dot_x16_m_q4_K_q8_K_avx2(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
+                                  const void *va, size_t a_stride, const float *as, int64_t as_stride) {
+    (void)as, (void)as_stride;
+    for (int q = 0; q < 4; q++) {
+        const block_q4_Kx4 *g = (const block_q4_Kx4 *)((const uint8_t *)vg + (size_t)q * g_stride);
+        for (int64_t r = 0; r < m; r += LI_X4_M) {
+            const int64_t left = m - r;
+            float *sr = s + r * s_stride + LI_X4_ROWS * q;
+            const uint8_t *ar = (const uint8_t *)va + (size_t)r * a_stride;
+            if (left >= 4) q4_Kx4_rows_avx2(n / QK_K, 4, sr, s_stride, g, ar, a_stride);
+            else if (left == 3) q4_Kx4_rows_avx2(n / QK_K, 3, sr, s_stride, g, ar, a_stride);
+            else if (left == 2) q4_Kx4_rows_avx2(n / QK_K, 2, sr, s_stride, g, ar, a_stride);
+            else q4_Kx4_rows_avx2(n / QK_K, 1, sr, s_stride, g, ar, a_stride);
+        }
+    }
+}
+
 /* Q6_K: the super-block's integers from x86/q6_K_avx2.h. One row per call, as Q4_K. */
 void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {
     (void)as;

@@ -8,7 +8,7 @@
  * Unsigned u times the signed activation, as there: Q4_0's u - 8 and Q8_0's (q + 128) - 128 through
  * the activation's d * sum(q) (a_sums), so the integer parts stay exact.
  * With several activation rows (sequences decoding together) the dots bound the step: the 16-row
- * kernels (vec_dot_x16_m, Q4_0 and Q6_K) unpack each block of four groups once for all of the rows.
+ * kernels (vec_dot_x16_m: Q4_0, Q4_K, Q6_K) unpack each block of four groups once for all of the rows.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
@@ -249,6 +249,74 @@ void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
     float l[16];
     _mm512_storeu_ps(l, acc);
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = (l[4 * r] + l[4 * r + 1]) + (l[4 * r + 2] + l[4 * r + 3]);
+}
+
+/* Q4_K, one group against up to LI_X4_M activation rows: each super-block's scales and mins decoded,
+ * its quants split into nibbles and the rows' d and dmin widened once for all of them; then every
+ * activation row takes the integer and float steps of vec_dot_x4_q4_K_q8_K_avx512 (its d times the
+ * rows' d and dmin rounded once, as there), so each row has that dot's bits. */
+static inline __attribute__((always_inline)) void q4_Kx4_rows(int64_t nb, int m, float *s, int64_t s_stride,
+                                                              const block_q4_Kx4 *g, const uint8_t *a, size_t a_stride) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i dd_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+    const __m512i d_of_row = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
+    const __m512i dmin_of_row = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
+    __m512 acc[LI_X4_M];
+    for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512i heads = _mm512_loadu_si512((const void *)g[b].h);
+        const __m512i sm = scales_mins_k4_x4(heads);
+        const __m512i mins16 = _mm512_unpackhi_epi8(sm, _mm512_setzero_si512());
+        const __m512 dm = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(dd_lanes, heads))));
+        const __m512 d_r = _mm512_permutexvar_ps(d_of_row, dm), dmin_r = _mm512_permutexvar_ps(dmin_of_row, dm);
+        __m512i lo[8], hi[8], sc[8];   /* chunk c's low and high nibbles; sub-block k's scales */
+        for (int c = 0; c < 8; c++) {
+            const __m512i w = _mm512_loadu_si512((const void *)g[b].qs[c]);
+            lo[c] = _mm512_and_si512(w, m4), hi[c] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+            sc[c] = scale_of_sub(sm, c);
+        }
+        for (int i = 0; i < m; i++) {
+            const block_q8_K *ab = (const block_q8_K *)(a + (size_t)i * a_stride) + b;
+            const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ab->bsums), _mm256_set1_epi16(1));
+            const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            const __m512i mins = _mm512_madd_epi16(mins16, _mm512_broadcast_i32x4(bsum_pairs));
+            const int8_t *aq = ab->qs;
+            __m512i isum = _mm512_setzero_si512();
+            for (int j = 0; j < 4; j++) {
+                const __m512i l = _mm512_add_epi16(_mm512_maddubs_epi16(lo[2 * j], broadcast16(aq + 64 * j)),
+                                                   _mm512_maddubs_epi16(lo[2 * j + 1], broadcast16(aq + 64 * j + 16)));
+                const __m512i h = _mm512_add_epi16(_mm512_maddubs_epi16(hi[2 * j], broadcast16(aq + 64 * j + 32)),
+                                                   _mm512_maddubs_epi16(hi[2 * j + 1], broadcast16(aq + 64 * j + 48)));
+                isum = _mm512_dpwssd_epi32(isum, l, sc[2 * j]);
+                isum = _mm512_dpwssd_epi32(isum, h, sc[2 * j + 1]);
+            }
+            const __m512 da = _mm512_set1_ps(ab->d);
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d_r, da), _mm512_cvtepi32_ps(isum), acc[i]);
+            acc[i] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin_r, da), _mm512_cvtepi32_ps(mins), acc[i]);
+        }
+    }
+    for (int i = 0; i < m; i++) {
+        float l[16];
+        _mm512_storeu_ps(l, acc[i]);
+        for (int r = 0; r < LI_X4_ROWS; r++) s[i * s_stride + r] = (l[4 * r] + l[4 * r + 1]) + (l[4 * r + 2] + l[4 * r + 3]);
+    }
+}
+
+void vec_dot_x16_m_q4_K_q8_K_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
+                                    const void *va, size_t a_stride, const float *as, int64_t as_stride) {
+    (void)as, (void)as_stride;
+    for (int q = 0; q < 4; q++) {
+        const block_q4_Kx4 *g = (const block_q4_Kx4 *)((const uint8_t *)vg + (size_t)q * g_stride);
+        for (int64_t r = 0; r < m; r += LI_X4_M) {
+            const int64_t left = m - r;
+            float *sr = s + r * s_stride + LI_X4_ROWS * q;
+            const uint8_t *ar = (const uint8_t *)va + (size_t)r * a_stride;
+            if (left >= 4) q4_Kx4_rows(n / QK_K, 4, sr, s_stride, g, ar, a_stride);
+            else if (left == 3) q4_Kx4_rows(n / QK_K, 3, sr, s_stride, g, ar, a_stride);
+            else if (left == 2) q4_Kx4_rows(n / QK_K, 2, sr, s_stride, g, ar, a_stride);
+            else q4_Kx4_rows(n / QK_K, 1, sr, s_stride, g, ar, a_stride);
+        }
+    }
 }
 
 /* Q6_K: per row the integers of vec_dot_q6_K_q8_K_avx512 in the same int32 lanes (lane j: elements

@@ -25,7 +25,9 @@ X4_TYPES_OF = {"avx2": [T.Q4_0, T.Q8_0, T.Q4_K], "avx512": X4_TYPES}
 # steps): their GEMV gives the row-major bits, not only a result within rounding of them
 X4_SAME_BITS = [T.Q6_K]
 # types with a 16-row kernel (vec_dot_x16_m): 3 to 15 activation rows go through it, not the GEMM
-X16_TYPES_OF = {"avx2": [T.Q4_0], "avx512": [T.Q4_0, T.Q6_K]}
+X16_TYPES_OF = {"avx2": [T.Q4_0, T.Q4_K], "avx512": [T.Q4_0, T.Q4_K, T.Q6_K]}
+# 16-row kernels that repeat the x4 dot's steps per row: rows with its (1-row) bits
+X16_SAME_AS_X4 = [T.Q4_K, T.Q6_K]
 SIMD_ISAS = [isa for isa in ISAS if isa in ("avx2", "avx512")]
 X4_CASES = [(isa, t) for isa in SIMD_ISAS for t in X4_TYPES_OF[isa]]
 
@@ -63,6 +65,8 @@ def test_repacked_gemv_agrees_and_gemm_is_exact(isa, qtype, n_out, n_blocks):
                 one_row_bits = x4.matmul(x[:m])
             for i in range(m):
                 np.testing.assert_array_equal(x4.matmul(x[i]).view(np.uint32), one_row_bits[i].view(np.uint32))
+            if qtype in X16_SAME_AS_X4 and qtype in X16_TYPES_OF.get(isa, ()):
+                np.testing.assert_array_equal(got.view(np.uint32), one_row_bits.view(np.uint32))
         x = random_activations(17, k, seed=17)  # the GEMM: rows gathered back, the row-major bits
         np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), rows.matmul(x).view(np.uint32))
 
