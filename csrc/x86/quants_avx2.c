@@ -21,6 +21,7 @@
 #include "x86/avx2.h"
 #include "x86/q6_K_avx2.h"
 #include "x86/reduce_avx2.h"
+#include "x86/x4_x86.h"
 
 static inline int hsum_epi32(__m256i x) {
     __m128i r = _mm_add_epi32(_mm256_extracti128_si256(x, 1), _mm256_castsi256_si128(x));
@@ -497,22 +498,7 @@ static inline __attribute__((always_inline)) void q4_Kx4_rows_avx2(int64_t nb, i
     }
 }
 
-void vec_dot_x16_m_q4_K_q8_K_avx2(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
-                                  const void *va, size_t a_stride, const float *as, int64_t as_stride) {
-    (void)as, (void)as_stride;
-    for (int q = 0; q < 4; q++) {
-        const block_q4_Kx4 *g = (const block_q4_Kx4 *)((const uint8_t *)vg + (size_t)q * g_stride);
-        for (int64_t r = 0; r < m; r += LI_X4_M) {
-            const int64_t left = m - r;
-            float *sr = s + r * s_stride + LI_X4_ROWS * q;
-            const uint8_t *ar = (const uint8_t *)va + (size_t)r * a_stride;
-            if (left >= 4) q4_Kx4_rows_avx2(n / QK_K, 4, sr, s_stride, g, ar, a_stride);
-            else if (left == 3) q4_Kx4_rows_avx2(n / QK_K, 3, sr, s_stride, g, ar, a_stride);
-            else if (left == 2) q4_Kx4_rows_avx2(n / QK_K, 2, sr, s_stride, g, ar, a_stride);
-            else q4_Kx4_rows_avx2(n / QK_K, 1, sr, s_stride, g, ar, a_stride);
-        }
-    }
-}
+LI_X16_M_BY_GROUP(vec_dot_x16_m_q4_K_q8_K_avx2, q4_Kx4_rows_avx2, block_q4_Kx4, QK_K)
 
 /* Q6_K: the super-block's integers from x86/q6_K_avx2.h. One row per call, as Q4_K. */
 void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va, const float *as) {

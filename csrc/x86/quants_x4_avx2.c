@@ -118,16 +118,9 @@ static inline __attribute__((always_inline)) void q4_0x16_rows_avx2(int64_t nb, 
 
 void vec_dot_x16_m_q4_0_q8_0_avx2(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
                                   const void *va, size_t a_stride, const float *as, int64_t as_stride) {
-    for (int64_t r = 0; r < m; r += LI_X4_M) {
-        const int64_t left = m - r;
-        float *sr = s + r * s_stride;
-        const uint8_t *ar = (const uint8_t *)va + (size_t)r * a_stride;
-        const float *asr = as + r * as_stride;
-        if (left >= 4) q4_0x16_rows_avx2(n / QK4_0, 4, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
-        else if (left == 3) q4_0x16_rows_avx2(n / QK4_0, 3, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
-        else if (left == 2) q4_0x16_rows_avx2(n / QK4_0, 2, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
-        else q4_0x16_rows_avx2(n / QK4_0, 1, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
-    }
+    for (int64_t r = 0; r < m; r += LI_X4_M)
+        LI_X4_M_CALL(m - r, q4_0x16_rows_avx2, n / QK4_0, s + r * s_stride, s_stride, vg, g_stride,
+                     (const uint8_t *)va + (size_t)r * a_stride, a_stride, as + r * as_stride, as_stride);
 }
 
 void vec_dot_x4_q8_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *va, const float *as) {

@@ -136,17 +136,9 @@ static inline __attribute__((always_inline)) void q4_0x16_rows(int64_t nb, int m
 
 void vec_dot_x16_m_q4_0_q8_0_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
                                     const void *va, size_t a_stride, const float *as, int64_t as_stride) {
-    const uint8_t *a = va;
-    for (int64_t r = 0; r < m; r += LI_X4_M) {
-        const int64_t left = m - r;
-        float *sr = s + r * s_stride;
-        const uint8_t *ar = a + (size_t)r * a_stride;
-        const float *asr = as + r * as_stride;
-        if (left >= 4) q4_0x16_rows(n / QK4_0, 4, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
-        else if (left == 3) q4_0x16_rows(n / QK4_0, 3, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
-        else if (left == 2) q4_0x16_rows(n / QK4_0, 2, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
-        else q4_0x16_rows(n / QK4_0, 1, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride);
-    }
+    for (int64_t r = 0; r < m; r += LI_X4_M)
+        LI_X4_M_CALL(m - r, q4_0x16_rows, n / QK4_0, s + r * s_stride, s_stride, vg, g_stride,
+                     (const uint8_t *)va + (size_t)r * a_stride, a_stride, as + r * as_stride, as_stride);
 }
 
 void vec_dot_x4_q8_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void *va, const float *as) {
@@ -302,22 +294,7 @@ static inline __attribute__((always_inline)) void q4_Kx4_rows(int64_t nb, int m,
     }
 }
 
-void vec_dot_x16_m_q4_K_q8_K_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
-                                    const void *va, size_t a_stride, const float *as, int64_t as_stride) {
-    (void)as, (void)as_stride;
-    for (int q = 0; q < 4; q++) {
-        const block_q4_Kx4 *g = (const block_q4_Kx4 *)((const uint8_t *)vg + (size_t)q * g_stride);
-        for (int64_t r = 0; r < m; r += LI_X4_M) {
-            const int64_t left = m - r;
-            float *sr = s + r * s_stride + LI_X4_ROWS * q;
-            const uint8_t *ar = (const uint8_t *)va + (size_t)r * a_stride;
-            if (left >= 4) q4_Kx4_rows(n / QK_K, 4, sr, s_stride, g, ar, a_stride);
-            else if (left == 3) q4_Kx4_rows(n / QK_K, 3, sr, s_stride, g, ar, a_stride);
-            else if (left == 2) q4_Kx4_rows(n / QK_K, 2, sr, s_stride, g, ar, a_stride);
-            else q4_Kx4_rows(n / QK_K, 1, sr, s_stride, g, ar, a_stride);
-        }
-    }
-}
+LI_X16_M_BY_GROUP(vec_dot_x16_m_q4_K_q8_K_avx512, q4_Kx4_rows, block_q4_Kx4, QK_K)
 
 /* Q6_K: per row the integers of vec_dot_q6_K_q8_K_avx512 in the same int32 lanes (lane j: elements
  * 4j..4j+3 of each 64, times their sub-block's scale; the offset 32 from the bsums in lanes 0..7), and
@@ -402,22 +379,7 @@ static inline __attribute__((always_inline)) void q6_Kx4_rows(int64_t nb, int m,
         for (int r = 0; r < LI_X4_ROWS; r++) s[i * s_stride + r] = _mm512_reduce_add_ps(acc[i][r]);
 }
 
-void vec_dot_x16_m_q6_K_q8_K_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
-                                    const void *va, size_t a_stride, const float *as, int64_t as_stride) {
-    (void)as, (void)as_stride;
-    for (int q = 0; q < 4; q++) {
-        const block_q6_Kx4 *g = (const block_q6_Kx4 *)((const uint8_t *)vg + (size_t)q * g_stride);
-        for (int64_t r = 0; r < m; r += LI_X4_M) {
-            const int64_t left = m - r;
-            float *sr = s + r * s_stride + LI_X4_ROWS * q;
-            const uint8_t *ar = (const uint8_t *)va + (size_t)r * a_stride;
-            if (left >= 4) q6_Kx4_rows(n / QK_K, 4, sr, s_stride, g, ar, a_stride);
-            else if (left == 3) q6_Kx4_rows(n / QK_K, 3, sr, s_stride, g, ar, a_stride);
-            else if (left == 2) q6_Kx4_rows(n / QK_K, 2, sr, s_stride, g, ar, a_stride);
-            else q6_Kx4_rows(n / QK_K, 1, sr, s_stride, g, ar, a_stride);
-        }
-    }
-}
+LI_X16_M_BY_GROUP(vec_dot_x16_m_q6_K_q8_K_avx512, q6_Kx4_rows, block_q6_Kx4, QK_K)
 
 #if defined(__clang__)
 #pragma clang attribute pop
