@@ -53,6 +53,13 @@ int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int
  * whose rows are not a 1-row call's bits. Returns the previous value, or LI_EINVAL for m < 0. */
 int li_set_gemm_min_rows(int m);
 
+/* on != 0: li_matmul on the calling thread takes the tiled GEMM, and li_attention_f16 its batched P.V
+ * (V widened once per call), for any number of rows, so that each row has the bits it has among many
+ * (from 16 rows on, each row's result is independent of the others). A prompt whose first tokens'
+ * K/V came from a cache computes its last few rows this way and gets the logits of the whole prompt
+ * computed at once. Overrides li_set_gemm_min_rows while set. Returns the previous value. */
+int li_set_batched_rows(int on);
+
 /* n elements of one row of `type` -> float32 (bit-identical to localinfer.formats.dequantize) */
 int li_dequantize_row(int type, const void *src, float *dst, int64_t n);
 

@@ -133,7 +133,7 @@ int li_attention_f16(const float *q, const void *k, const void *v, float *out, i
     a.round = kern->round_f16 ? kern->round_f16 : li_round_f16_generic;
     a.widen = kern->widen_f16 ? kern->widen_f16 : li_widen_f16_generic;
     const int in_place = head_dim % 16 == 0;
-    const int widen_k = !in_place, widen_v = !in_place || n_q >= LI_ATTN_BATCH;
+    const int widen_k = !in_place, widen_v = !in_place || n_q >= LI_ATTN_BATCH || li_batched_rows();
     const size_t k_floats = widen_k ? (size_t)n_kv * (size_t)a.dp : 0;
     const size_t v_floats = widen_v ? (size_t)head_dim * (size_t)a.n_kvp : 0;
     if (widen_k || widen_v) {

@@ -52,6 +52,7 @@ typedef struct {
     const int64_t *pos;
     uint8_t *ring_kv;              /* ring_stride bytes per sequence: its gathered keys | values */
     size_t ring_stride;
+    int batched;                   /* the caller's li_batched_rows(), for the pool's threads too */
     atomic_int rc;
 } attn_seqs_job;
 
@@ -102,10 +103,12 @@ static int attend_seq(attn_seqs_job *j, int s) {
 
 static void task_attend_seqs(void *ctx, int ith, int nth) {
     attn_seqs_job *j = ctx;
+    const int was = li_set_batched_rows(j->batched);
     for (int s = ith; s < j->n_seqs; s += nth) {
         const int rc = attend_seq(j, s);
         if (rc != LI_OK) atomic_store(&j->rc, rc);
     }
+    li_set_batched_rows(was);
 }
 
 int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers, int n_layers, float *x,
@@ -183,7 +186,7 @@ int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers
         }
         if (c->q_scale > 0.0f)
             for (int64_t i = 0; i < n * q_dim; i++) q[i] *= c->q_scale;
-        attn_seqs_job job = {c, L, seqs, n_seqs, seq_row, q, k, v, a, pos, ring_kv, ring_stride, 0};
+        attn_seqs_job job = {c, L, seqs, n_seqs, seq_row, q, k, v, a, pos, ring_kv, ring_stride, li_batched_rows(), 0};
         /* a decode step of several sequences: one sequence per pool slot (each attention is too small
          * to split); otherwise sequence after sequence, each attention over the pool's threads */
         li_pool_run(task_attend_seqs, &job, n_seqs > 1 && max_tokens <= 4 ? 2 : 1);

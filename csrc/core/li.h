@@ -255,6 +255,9 @@ int li_x4_type(int wtype);
 enum { LI_SCRATCH_CALL, LI_SCRATCH_TASK, LI_SCRATCH_SLOTS };
 void *li_scratch(int slot, size_t bytes);
 
+/* matmul.c: whether this thread asked for the batched path at any row count (li_set_batched_rows) */
+int li_batched_rows(void);
+
 /* threadpool.c */
 typedef void (*li_task_fn)(void *ctx, int ith, int nth);
 /* fn(ctx, ith, nth) on every pool thread (want > 1) or inline (want <= 1); returns the nth used */

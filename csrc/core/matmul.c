@@ -42,6 +42,17 @@ int li_set_gemm_min_rows(int m) {
     gemm_min_m = m;
     return old;
 }
+
+/* li_set_batched_rows: the GEMM (and attention's batched path) for any row count on this thread */
+static _Thread_local int batched_rows = 0;
+
+int li_set_batched_rows(int on) {
+    const int old = batched_rows;
+    batched_rows = on != 0;
+    return old;
+}
+
+int li_batched_rows(void) { return batched_rows; }
 #define LI_GEMV_ROW_ALIGN 16   /* also a whole vec_dot_x16_m call: a thread's range starts at one */
 #define LI_X16_ROWS 16
 #define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
@@ -335,7 +346,7 @@ int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int
      * that unpacks the weights), through that kernel, unless this thread asked for 1-row bits
      * (li_set_gemm_min_rows: speculative verification) */
     const int x16 = layout == LI_LAYOUT_X4 && j.t->vec_dot_x16_m && m >= LI_X16_MIN_M && gemm_min_m == 0;
-    if (m < (gemm_min_m ? gemm_min_m : LI_GEMM_MIN_M) || (x16 && m < LI_GEMM_MIN_M_X16)) {
+    if (!batched_rows && (m < (gemm_min_m ? gemm_min_m : LI_GEMM_MIN_M) || (x16 && m < LI_GEMM_MIN_M_X16))) {
         j.x16 = x16;
         j.xq_row_bytes = (size_t)(k / j.at->block_size) * (size_t)j.at->type_size;
         j.n_sums = li_act_sums_count(j.t->vec_dot_type, k);

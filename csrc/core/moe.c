@@ -358,7 +358,7 @@ int li_moe_ffn(const li_moe *m, const float *h, int64_t n, float *out, const flo
         add_bias(&m->router, logits, n, 0, ne, ne);
         for (int64_t t = 0; t < n; t++)
             route_token(m, logits + t * ne, p, taken, experts + t * k, weights + t * k);
-        rc = n == 1 ? one_token(m, h, experts, weights, out, glu_table)
+        rc = n == 1 && !li_batched_rows() ? one_token(m, h, experts, weights, out, glu_table)
                     : many_tokens(m, h, n, experts, weights, out, glu_table);
         if (rc == LI_OK && m->shexp_gate_inp) rc = shared_expert(m, h, n, out, glu_table);
     }

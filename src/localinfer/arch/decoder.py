@@ -99,12 +99,20 @@ class DecoderModel:
         or (1, n_vocab) for the last token only with `last_only`."""
         return self.forward_batch([(tokens, cache)], last_only)[0]
 
-    def forward_batch(self, seqs, last_only: bool = False, n_last: list[int] | None = None) -> list[np.ndarray]:
+    def forward_batch(self, seqs, last_only: bool = False, n_last: list[int] | None = None,
+                      batched: bool = False) -> list[np.ndarray]:
         """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward().
         n_last: per sequence, logits of its last n_last[i] rows only (speculative verification
-        needs several rows of a decoding sequence, a prefilling one its last)."""
+        needs several rows of a decoding sequence, a prefilling one its last). batched: the layers
+        give each row the bits of a pass of many rows, however few there are (ops.batched_rows: the
+        rest of a prompt whose first tokens came from a cache); the output matrix keeps its own
+        row count's path, as in the pass of the whole prompt."""
         batch = Batch(seqs)
-        x = self._run_layers(batch)
+        if batched:
+            with self.ops.batched_rows():
+                x = self._run_layers(batch)
+        else:
+            x = self._run_layers(batch)
         if n_last is not None:
             rows = np.concatenate([np.arange(s.stop - n, s.stop) for s, n in zip(batch.spans, n_last)])
             logits = self.head(x[rows])

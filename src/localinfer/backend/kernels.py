@@ -40,7 +40,8 @@ except ImportError as _err:  # not built: the numpy path is used instead
 
 __all__ = [
     "KernelsUnavailable", "available", "unavailable_reason", "isa", "supported_isas", "built_isas",
-    "set_threads", "get_threads", "matmul", "prepare", "PreparedMatrix", "repack_layout", "LAYOUT_ROWS", "LAYOUT_X4",
+    "set_threads", "get_threads", "batched_rows", "matmul", "prepare", "PreparedMatrix", "repack_layout",
+    "LAYOUT_ROWS", "LAYOUT_X4",
     "dequantize_row",
     "quantize_activations", "ACTIVATION_TYPES", "memory_bandwidth", "quantize_kv", "attention_kv", "KV_CACHE_TYPES",
 ]
@@ -178,6 +179,21 @@ def gemv_rows(m: int) -> Iterator[None]:
         yield
     finally:
         lib.li_set_gemm_min_rows(old)
+
+
+@contextlib.contextmanager
+def batched_rows() -> Iterator[None]:
+    """Inside: matmul and attention on this thread take their batched paths (the GEMM; V widened once
+    per call) for any number of rows, so each row has the bits it has in a pass of many rows, where
+    each row's result is independent of the others. A prompt whose first tokens' K/V come from a cache
+    computes its remaining rows so, and its logits are bitwise those of the whole prompt at once
+    (batching/engine.py). Outranks gemv_rows while inside."""
+    lib = _need_lib()
+    old = lib.li_set_batched_rows(1)
+    try:
+        yield
+    finally:
+        lib.li_set_batched_rows(old)
 
 
 # --- validation helpers ---------------------------------------------------------------------

@@ -16,6 +16,11 @@ from .kernels import _check, _ffi, _lib, available  # noqa: F401  (the same comp
 rope_freqs = reference.rope_freqs
 
 
+def batched_rows():
+    """Inside: matmul and attention take their many-row paths for any row count (kernels.batched_rows)."""
+    return kernels.batched_rows() if available() else reference.batched_rows()
+
+
 def _gelu_f16_table() -> np.ndarray:
     """(65536,) float32: the reference GELU at every f16 value, rounded to f16 (ggml's table)."""
     x = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)

@@ -6,9 +6,17 @@ The arithmetic follows ggml's CPU ops where that changes results (noted per func
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..kv.cache_types import dequantize_rows, quantize_rows
+
+
+def batched_rows() -> contextlib.AbstractContextManager:
+    """Inside: every row as in a pass of many rows (the C core's kernels.batched_rows). numpy's
+    results do not depend on the row count, so nothing to do."""
+    return contextlib.nullcontext()
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
