@@ -47,9 +47,11 @@ from .speculation import forward_rows, speculative_for
 # csrc/core/matmul.c LI_GEMM_MIN_M (6) rows is a GEMV (below LI_GEMM_MIN_M_X16 (16) for a repacked
 # matrix with a 16-row kernel), and attention below csrc/core/attention.c LI_ATTN_BATCH (16) queries
 # sums P.V key after key. From this many rows on, each row's result is independent of the others.
-# So a prompt whose prefix comes from the cache still computes at least this many rows, and a
-# chunked prefill never leaves fewer for last: a request's logits are then bitwise the same whether
-# its prefix was cached or not (when it runs alone), and a seed repeats.
+# So a step that computes rows of a prompt this long runs under kernels.batched_rows (the many-row
+# paths for any row count): a prompt whose prefix came from the cache computes only the rest, as few
+# as one token, and chunked prefills may end on any size, yet a request's logits are bitwise the
+# same as the whole prompt's at once (when it runs alone), and a seed repeats. A shorter prompt keeps
+# the GEMV (its time to the first token) and is never served from the cache.
 MIN_PREFILL_ROWS = 16
 
 # A slot scoring its prompt (Request.prompt_logprobs: /v1/completions echo with logprobs) gets every
@@ -355,8 +357,10 @@ class Engine:
         if slot.leader is not None:  # a choice of n: its prompt's K/V come from the leader (_fork)
             self.metrics.count("prompt_tokens_shared", len(r.prompt))
         elif self.prefix_cache is not None and r.prompt_logprobs is None:  # scoring needs every row's logits
-            # the last prompt tokens are always computed: they give the logits
-            reused = self.prefix_cache.restore(r.prompt, slot.cache, limit=len(r.prompt) - MIN_PREFILL_ROWS)
+            # the last prompt token is always computed (it gives the logits), and a prompt too short
+            # for the batched paths all of it
+            limit = len(r.prompt) - 1 if len(r.prompt) >= MIN_PREFILL_ROWS else 0
+            reused = self.prefix_cache.restore(r.prompt, slot.cache, limit=limit)
         slot.tokens = list(r.prompt[:reused])
         slot.todo = list(r.prompt[reused:]) if slot.leader is None else []
         slot.scores = [TokenLogprob(r.prompt[0], None, [])] if r.prompt_logprobs is not None else None
@@ -382,8 +386,6 @@ class Engine:
                     n = self._score_chunk(slot, budget)
                     if not n:
                         continue
-                elif 0 < len(slot.todo) - n < MIN_PREFILL_ROWS:  # never leave a GEMV-sized tail
-                    n = max(1, len(slot.todo) - MIN_PREFILL_ROWS)
                 chunk = slot.todo[:n]
                 budget -= n
                 rows.append((slot, chunk))
@@ -392,8 +394,9 @@ class Engine:
         if not rows:
             return
         try:
+            batched = any(s.todo and len(s.request.prompt) >= MIN_PREFILL_ROWS for s, _ in rows)
             logits = forward_rows(self.runtime, [(t, s.cache) for s, t in rows], [bool(s.gen.drafted) for s, _ in rows],
-                                  [s.scores is not None and bool(s.todo) for s, _ in rows])
+                                  [s.scores is not None and bool(s.todo) for s, _ in rows], batched)
         except Exception as e:  # nothing is half-done: every sequence of the batch fails cleanly
             for slot, _ in rows:
                 self._finish(slot, e)

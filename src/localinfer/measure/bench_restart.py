@@ -150,6 +150,6 @@ def markdown(results: list[ModelResult], command: str, isa: str) -> str:
             f"{statistics.median(r.cached):.0f} | "
             f"{', '.join(f'{x * 1000:.0f}' for x in r.cold)} | {', '.join(f'{x * 1000:.0f}' for x in r.restart)} |")
     lines += ["", "After the restart the request still computes the tail of its prompt past the last whole 32-token "
-              "block (at least 16 tokens, MIN_PREFILL_ROWS in batching/engine.py), attending over every restored "
-              "position, and reads ~20 KiB of K/V per cached token from the folder.", ""]
+              "block, attending over every restored position, and reads ~20 KiB of K/V per cached token from the "
+              "folder.", ""]
     return "\n".join(lines)
