@@ -19,6 +19,14 @@ from .kv.cache import ContextFullError, KVCache
 N_UBATCH = 256
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens a and b share."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    differ = np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64)
+    return int(differ.argmax()) if differ.any() else n
+
 class Context:
     def __init__(self, model, n_ctx: int, kv_dtype=np.float16):
         self.model = model  # an architecture model: forward(tokens, cache) -> logits
@@ -33,12 +41,7 @@ class Context:
         return self.cache.n_ctx
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
-        n = 0
-        for a, b in zip(self.tokens, tokens):
-            if a != b:
-                break
-            n += 1
-        return n
+        return common_prefix(self.tokens, tokens)
 
     def evaluate(self, tokens: Sequence[int]) -> np.ndarray:
         """Hold exactly `tokens`; returns the logits (n_vocab,) after the last one."""

@@ -9,6 +9,7 @@ import pytest
 
 import localinfer
 from localinfer.arch import build_model
+from localinfer.context import common_prefix
 from localinfer.files.gguf_file import GGUFFile
 from localinfer.kv.cache import ContextFullError, InterleavedKVCache, KVCache
 from localinfer.batching import Engine, QueueFullError, Request, SamplingParams
@@ -125,7 +126,9 @@ def test_engine_batches_requests_and_reuses_prefixes(runtime, model):
         assert all(r.timings.generated_tokens == 6 for r in reqs)
         assert engine.state()["steps"] - steps_before <= 8  # one prefill step and decodes shared by all three
         whole_blocks = len(shared) // 16 * 16
-        assert all(r.timings.prompt_cached == whole_blocks for r in reqs)  # the shared prompt came from the cache
+        # the shared prompt came from the cache: the slot of the first request still holds it and
+        # " Question", the others got its whole blocks
+        assert sorted(r.timings.prompt_cached for r in reqs) == [whole_blocks, whole_blocks, len(shared) + 1]
         assert all(texts)
         assert engine.metrics.counters["completed"] == 4
     finally:
@@ -197,12 +200,69 @@ def test_a_cached_prefix_changes_nothing_a_seed_repeats(runtime, model):
         params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, seed=11)
         runs = [engine.submit(Request(prompt, max_tokens=8, params=params, logprobs=3)) for _ in range(2)]
         chunks = [list(r.chunks()) for r in runs]
-        # all whole blocks but the last token's from the cache: fewer rows than the GEMM takes by
-        # itself, yet computed as the whole prompt's last rows
-        assert runs[0].timings.prompt_cached == 0
-        assert runs[1].timings.prompt_cached == (len(prompt) - 1) // 16 * 16 > len(prompt) - 16
+        # all but the last token kept in the slot's cache: one row, computed as the whole prompt's last
+        assert runs[0].timings.prompt_cached == 0 and runs[1].timings.prompt_cached == len(prompt) - 1
         assert [t for c in chunks[0] for t in c.tokens] == [t for c in chunks[1] for t in c.tokens]
         assert [c.logprobs for c in chunks[0]] == [c.logprobs for c in chunks[1]]  # the very same logits
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kept_by", ["slot", "blocks"])
+def test_a_reused_prefix_gives_the_logits_of_the_whole_prompt(runtime, model, kept_by):
+    """The next request shares a system prompt with the last one: the slot's cache still holds it
+    (any length), or, erased, the prefix cache's whole blocks give it; either way the few rows left
+    give the logits a server without reuse computes from the whole prompt."""
+    system = {"role": "system", "content": "You answer in one short sentence about the weather in Paris."}
+    first, second = (model.chat_tokens([system, {"role": "user", "content": q}]) for q in ("Rain?", "Sun today?"))
+    n_shared = common_prefix(first, second)
+    params = SamplingParams(temperature=0.7, seed=5)
+
+    def run(engine, prompts):
+        reqs = [engine.submit(Request(p, max_tokens=6, params=params, logprobs=2)) for p in prompts]
+        return reqs, [[(c.tokens, c.logprobs) for c in r.chunks()] for r in reqs]
+
+    fresh = Engine(runtime, model.tokenizer, n_slots=1, n_ctx=256, prefix_cache_bytes=0, completion_cache_tokens=0)
+    engine = Engine(runtime, model.tokenizer, n_slots=1, n_ctx=256, prefix_block=16, completion_cache_tokens=0)
+    try:
+        _, want = run(fresh, [second])
+        run(engine, [first])
+        if kept_by == "blocks":
+            engine.call(lambda: engine.slots[0].__setattr__("held", []))  # as slot_files.erase leaves it
+        reqs, got = run(engine, [second])
+        cached = reqs[0].timings.prompt_cached
+        assert cached == (n_shared if kept_by == "slot" else n_shared // 16 * 16)
+        assert 0 < len(second) - cached < 16  # fewer rows than the GEMM takes by itself
+        assert got == want
+    finally:
+        engine.close()
+        fresh.close()
+
+
+def test_a_request_takes_the_slot_that_holds_its_conversation(runtime, model):
+    """Two chats alternate over two slots: each next turn goes to the slot holding its last turn
+    (the one idle longest when none does), and reuses all it shares with it, not only whole blocks."""
+    engine = Engine(runtime, model.tokenizer, n_slots=2, n_ctx=256, prefix_cache_bytes=1 << 20, prefix_block=64,
+                    completion_cache_tokens=0)
+    try:
+        questions = ("Rivers, lakes, the sea, the rain that feeds them and the boats on them: tell me a story.",
+                     "Which mountains have glaciers, snow on their peaks all the year round, huts for the night and "
+                     "people who climb them every summer, and why?")
+        chats = [[{"role": "user", "content": q}] for q in questions]
+        slots = {}
+        for turn in range(2):
+            for i, chat in enumerate(chats):
+                prompt = model.chat_tokens(chat)
+                shared = common_prefix(engine.slots[slots[i]].held, prompt) if turn else 0
+                r = engine.submit(Request(prompt, max_tokens=4, params=GREEDY))
+                text = "".join(c.text for c in r.chunks())
+                wait_engine_idle(engine)
+                slot = next(s.index for s in engine.slots if s.held[:len(prompt)] == prompt)
+                if turn:
+                    assert slot == slots[i] and r.timings.prompt_cached == shared > 20  # (blocks of 64: none)
+                slots[i] = slot
+                chat += [{"role": "assistant", "content": text}, {"role": "user", "content": "And then?"}]
+        assert slots[0] != slots[1]
     finally:
         engine.close()
 

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..context import common_prefix
 from ..generate import Generation, GenerationChunk, check_prompt_fits
 from ..sampling.logprobs import TokenLogprob, token_logprob
 from .completion_cache import CompletionCache
@@ -87,6 +88,7 @@ class Slot:
     followers: list = field(default_factory=list)  # the leader's waiting choices
     scores: list | None = None  # the prompt's TokenLogprobs so far, when the request scores its prompt
     held: list[int] = field(default_factory=list)  # idle: the tokens whose K/V the cache still holds (slot_files.py)
+    admitted: int = 0  # when the slot last took a request (the engine's count of admissions)
 
     @property
     def busy(self) -> bool:
@@ -96,7 +98,8 @@ class Slot:
         """Idle again: every per-request field as a new slot has it; the cache and proposer kept, and
         what the cache holds (`held`) until the next request resets it."""
         n = self.cache.offset if self.cache is not None else 0
-        self.__dict__.update(Slot(self.index, self.cache, self.proposer, held=self.tokens[:n]).__dict__)
+        self.__dict__.update(Slot(self.index, self.cache, self.proposer, held=self.tokens[:n],
+                                  admitted=self.admitted).__dict__)
 
 
 class Engine:
@@ -128,6 +131,7 @@ class Engine:
         self.completion_cache = CompletionCache(completion_cache_tokens) if completion_cache_tokens else None
         self.metrics = metrics or Metrics()
         self._queue: deque[Request] = deque()
+        self._admissions = 0
         self._followers: dict[int, list[Request]] = {}  # a queued group's leader id -> the other choices
         self._wake = threading.Condition()
         self._closed = False
@@ -338,7 +342,11 @@ class Engine:
             group = self._followers.get(self._queue[0].id, [])
             if len(free) < 1 + len(group):
                 break  # first come, first served: a group waits for its slots, and holds the queue
-            leader = free[0]
+            leader = self._pick_slot(free, self._queue[0].prompt)
+            free.remove(leader)
+            free.insert(0, leader)
+            self._admissions += 1
+            leader.admitted = self._admissions
             leader.request = self._queue.popleft()
             self._followers.pop(leader.request.id, None)
             out.append(leader)
@@ -348,19 +356,29 @@ class Engine:
                 out.append(slot)
         return out
 
+    @staticmethod
+    def _pick_slot(free: list[Slot], prompt: list[int]) -> Slot:
+        """The free slot whose cache holds the longest start of the prompt, if more than half of it
+        (the next turn of its conversation), else the one idle longest, so that what the others
+        hold stays for their next turn (llama-server's choice, its --slot-prompt-similarity 0.5)."""
+        def similar(s: Slot) -> int:
+            n = common_prefix(s.held, prompt)
+            return n if 2 * n > len(prompt) else 0
+        return max(free, key=lambda s: (similar(s), -s.admitted))
+
     def _start(self, slot: Slot) -> None:
         r = slot.request
         if slot.cache is None:
             slot.cache = self.runtime.new_cache(self.n_ctx, self.kv_dtype)
-        slot.cache.reset()
         reused = 0
         if slot.leader is not None:  # a choice of n: its prompt's K/V come from the leader (_fork)
+            slot.cache.reset()
             self.metrics.count("prompt_tokens_shared", len(r.prompt))
         elif self.prefix_cache is not None and r.prompt_logprobs is None:  # scoring needs every row's logits
-            # the last prompt token is always computed (it gives the logits), and a prompt too short
-            # for the batched paths all of it
-            limit = len(r.prompt) - 1 if len(r.prompt) >= MIN_PREFILL_ROWS else 0
-            reused = self.prefix_cache.restore(r.prompt, slot.cache, limit=limit)
+            reused = self._reuse(slot, r.prompt)
+        else:
+            slot.cache.reset()
+        slot.held = []
         slot.tokens = list(r.prompt[:reused])
         slot.todo = list(r.prompt[reused:]) if slot.leader is None else []
         slot.scores = [TokenLogprob(r.prompt[0], None, [])] if r.prompt_logprobs is not None else None
@@ -372,6 +390,20 @@ class Engine:
         if slot.leader is None:  # a group's prompt is received, and counted, once
             self.metrics.count("prompt_tokens", len(r.prompt))
             self.metrics.count("prompt_tokens_cached", reused)
+
+    def _reuse(self, slot: Slot, prompt: list[int]) -> int:
+        """Leaves in the slot's cache the K/V of as many of the prompt's first tokens as are known:
+        those its last request left there (`held`: any length, llama-server's cache_prompt; the
+        next turn of a chat holds the last answer too), or the prefix cache's whole blocks,
+        whichever is longer. Returns how many. The last prompt token is always computed (it gives
+        the logits), and a prompt too short for the batched paths (MIN_PREFILL_ROWS) all of it."""
+        limit = len(prompt) - 1 if len(prompt) >= MIN_PREFILL_ROWS else 0
+        held = min(common_prefix(slot.held, prompt), limit)
+        if held and held >= self.prefix_cache.cached_length(prompt, limit) and slot.cache.can_trim_to(held):
+            slot.cache.trim(held)
+            return held
+        slot.cache.reset()
+        return self.prefix_cache.restore(prompt, slot.cache, limit=limit)
 
     def _step(self) -> None:
         rows, budget = [], self.prefill_chunk

@@ -77,6 +77,17 @@ class PrefixCache:
             out.append(key)
         return out
 
+    def cached_length(self, tokens: Sequence[int], limit: int) -> int:
+        """How many of the first `limit` tokens of `tokens` whole blocks in memory hold (what restore
+        would copy, not counting the folder's blocks nor a sliding window's needs)."""
+        n = 0
+        with self._lock:
+            for key in self.keys(tokens[:max(0, limit)]):
+                if key not in self._blocks:
+                    break
+                n += self.block_size
+        return n
+
     def restore(self, tokens: Sequence[int], cache, limit: int) -> int:
         """Copies the longest cached prefix of `tokens` (at most `limit` tokens, whole blocks) into
         the empty `cache`; returns its length (the cache's new offset)."""

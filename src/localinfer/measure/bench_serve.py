@@ -21,15 +21,15 @@ import numpy as np
 from .bench_suite import machine
 from ..backend.kernels import isa
 from ..serve.app import BackgroundServer
-from ..batching.engine import MIN_PREFILL_ROWS
 from .serve_load import Level, run_level, stream_request
 
 WORDS = ("the river morning garden letter window village evening stone quiet market winter harbour "
          "lantern travel story friend mountain silver candle forest bridge music summer orchard").split()
 
 
-NOTE = ("With the cache the request still computes the tail of its prompt (the part past the last whole "
-        f"32-token block, at least {MIN_PREFILL_ROWS} tokens), and those tokens attend over every cached position.")
+NOTE = ("With the cache the request computes only the part of its prompt past what the server still holds "
+        "(its one slot keeps the last request's tokens, the prefix cache whole 32-token blocks), and those tokens "
+        "attend over every cached position.")
 
 
 def system_prompt(model, n_tokens: int) -> str:
