@@ -18,6 +18,16 @@ from .kv.cache import ContextFullError, KVCache
 # tokens, a small share of the prefill's time.
 N_UBATCH = 256
 
+# The C kernels take another summation order for a few rows than for many: the matmul below
+# csrc/core/matmul.c LI_GEMM_MIN_M (6) rows is a GEMV (and a repacked matrix's 16-row kernels run
+# decode steps of several sequences), and attention below csrc/core/attention.c LI_ATTN_BATCH (16)
+# queries sums P.V key after key. So the rows of a prompt this long are computed batched
+# (kernels.batched_rows: the many-row paths for any row count, where each row's result is
+# independent of the others): the part of a prompt past a cached prefix, or the last of its passes,
+# however few its rows, gives the logits of the whole prompt computed at once, bit for bit, and a
+# seed repeats. A shorter prompt keeps the GEMV (its time to the first token) and is computed whole.
+MIN_PREFILL_ROWS = 16
+
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens a and b share."""
@@ -43,8 +53,10 @@ class Context:
     def common_prefix(self, tokens: Sequence[int]) -> int:
         return common_prefix(self.tokens, tokens)
 
-    def evaluate(self, tokens: Sequence[int]) -> np.ndarray:
-        """Hold exactly `tokens`; returns the logits (n_vocab,) after the last one."""
+    def evaluate(self, tokens: Sequence[int], batched: bool = True) -> np.ndarray:
+        """Hold exactly `tokens`; returns the logits (n_vocab,) after the last one. A prompt of
+        MIN_PREFILL_ROWS tokens or more is computed batched (the bits of the whole prompt at once,
+        whatever was cached); batched=False: not (a draft model catching up a few tokens)."""
         if not len(tokens):
             raise ValueError("cannot evaluate an empty token sequence")
         if len(tokens) > self.n_ctx:
@@ -54,18 +66,21 @@ class Context:
         if not self.cache.can_trim_to(keep):
             keep = 0  # a sliding-window cache no longer holds the keys the token after `keep` needs
         self.truncate(keep)
-        return self.append(tokens[keep:], last_only=True)[-1]
+        batched = batched and len(tokens) >= MIN_PREFILL_ROWS
+        return self.append(tokens[keep:], last_only=True, batched=batched)[-1]
 
-    def append(self, tokens: Sequence[int], last_only: bool = False) -> np.ndarray:
+    def append(self, tokens: Sequence[int], last_only: bool = False, batched: bool = False) -> np.ndarray:
         """Run `tokens` after what is cached; returns their logits (n, n_vocab), or (1, n_vocab)
-        for the last token only (all a prompt needs: the output matmul is skipped for the rest)."""
+        for the last token only (all a prompt needs: the output matmul is skipped for the rest).
+        batched: each row with the bits of a pass of many rows, however few there are (prompt rows;
+        not decode steps, which keep the GEMV)."""
         tokens = np.asarray(tokens, dtype=np.int64)
         # passes of equal size: no short last pass, which a GEMV would compute with other roundings
         n_passes = max(1, -(-len(tokens) // N_UBATCH))
         bounds = [len(tokens) * i // n_passes for i in range(n_passes + 1)]
         parts = []
         for i, (start, end) in enumerate(zip(bounds, bounds[1:])):
-            logits = self.model.forward(tokens[start:end], self.cache, last_only=last_only)
+            logits = self.model.forward(tokens[start:end], self.cache, last_only=last_only, batched=batched)
             if not last_only or i == n_passes - 1:
                 parts.append(logits)
             self.tokens.extend(tokens[start:end].tolist())

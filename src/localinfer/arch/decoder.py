@@ -94,10 +94,10 @@ class DecoderModel:
             self._fused = FusedLayers.build(self) or False
         return self._fused or None
 
-    def forward(self, tokens: np.ndarray, cache, last_only: bool = False) -> np.ndarray:
+    def forward(self, tokens: np.ndarray, cache, last_only: bool = False, batched: bool = False) -> np.ndarray:
         """tokens: (n,) int ids at positions cache.offset.. -> logits (n, n_vocab) float32,
-        or (1, n_vocab) for the last token only with `last_only`."""
-        return self.forward_batch([(tokens, cache)], last_only)[0]
+        or (1, n_vocab) for the last token only with `last_only`; batched as forward_batch."""
+        return self.forward_batch([(tokens, cache)], last_only, batched=batched)[0]
 
     def forward_batch(self, seqs, last_only: bool = False, n_last: list[int] | None = None,
                       batched: bool = False) -> list[np.ndarray]:
@@ -123,9 +123,12 @@ class DecoderModel:
 
     def hidden_batch(self, seqs) -> list[np.ndarray]:
         """seqs as forward_batch -> each sequence's final hidden states (n_i, n_embd) float32,
-        after output_norm and before the output matrix (what embeddings pool; no logits made)."""
+        after output_norm and before the output matrix (what embeddings pool; no logits made).
+        Batched (forward_batch): a text's vector does not depend on the texts beside it."""
         batch = Batch(seqs)
-        return batch.split(self.output_norm(self._run_layers(batch)), last_only=False)
+        with self.ops.batched_rows():
+            x = self._run_layers(batch)
+        return batch.split(self.output_norm(x), last_only=False)
 
     def _run_layers(self, batch: Batch) -> np.ndarray:
         """The batch's tokens through embed and every layer -> (n_rows, n_embd); caches advanced."""

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..context import common_prefix
+from ..context import MIN_PREFILL_ROWS, common_prefix
 from ..generate import Generation, GenerationChunk, check_prompt_fits
 from ..sampling.logprobs import TokenLogprob, token_logprob
 from .completion_cache import CompletionCache
@@ -44,16 +44,6 @@ from .request import Cancelled, Request
 from .speculation import forward_rows, speculative_for
 
 
-# The C kernels take another summation order for a few rows than for many: the matmul below
-# csrc/core/matmul.c LI_GEMM_MIN_M (6) rows is a GEMV (below LI_GEMM_MIN_M_X16 (16) for a repacked
-# matrix with a 16-row kernel), and attention below csrc/core/attention.c LI_ATTN_BATCH (16) queries
-# sums P.V key after key. From this many rows on, each row's result is independent of the others.
-# So a step that computes rows of a prompt this long runs under kernels.batched_rows (the many-row
-# paths for any row count): a prompt whose prefix came from the cache computes only the rest, as few
-# as one token, and chunked prefills may end on any size, yet a request's logits are bitwise the
-# same as the whole prompt's at once (when it runs alone), and a seed repeats. A shorter prompt keeps
-# the GEMV (its time to the first token) and is never served from the cache.
-MIN_PREFILL_ROWS = 16
 
 # A slot scoring its prompt (Request.prompt_logprobs: /v1/completions echo with logprobs) gets every
 # row's logits of its prefill chunks, so its chunks are bounded in bytes of logits (float32) rather

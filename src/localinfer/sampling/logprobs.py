@@ -18,6 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..context import MIN_PREFILL_ROWS
+
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs; the library allows up to this many too
 
 
@@ -62,9 +64,9 @@ def prompt_logprobs(logits: np.ndarray, tokens: Sequence[int], n_top: int = 0) -
 
 def score_prompt(model, tokens: Sequence[int], n_top: int = 0, chunk: int = 256) -> list[TokenLogprob]:
     """prompt_logprobs of `tokens` through a fresh context of `model` (a Model), `chunk` rows of
-    logits at a time so a long prompt never holds (len, n_vocab) floats at once. Every chunk has
-    at least 16 rows (batching/engine.py MIN_PREFILL_ROWS): from that many on each row's result is
-    independent of the others, so the rows are Model.logits(tokens)'s, bit for bit."""
+    logits at a time so a long prompt never holds (len, n_vocab) floats at once. The chunks are
+    computed batched (context.py MIN_PREFILL_ROWS), so the rows are Model.logits(tokens)'s, bit for
+    bit."""
     if not len(tokens):
         return []
     ctx = model.new_context(len(tokens))
@@ -72,9 +74,8 @@ def score_prompt(model, tokens: Sequence[int], n_top: int = 0, chunk: int = 256)
     start = 0
     while start < len(tokens):
         end = min(len(tokens), start + chunk)
-        if len(tokens) - end < 16:  # no short last chunk
-            end = len(tokens)
-        rows = ctx.append(tokens[start:end])  # (end - start, n_vocab): position j's row predicts token j+1
+        batched = len(tokens) >= MIN_PREFILL_ROWS  # as Model.logits and the engine's prefill
+        rows = ctx.append(tokens[start:end], batched=batched)  # (end - start, n_vocab): row j predicts token j+1
         for j in range(start, min(end, len(tokens) - 1)):
             out.append(token_logprob(rows[j - start], tokens[j + 1], n_top))
         start = end

@@ -64,7 +64,8 @@ class DraftProposer:
         n = min(n, self.ctx.n_ctx - len(history))
         if n <= 0:
             return [], None
-        logits = self.ctx.evaluate(history)  # reuses what it holds: the rejected tail goes (rolled back)
+        # reuses what it holds: the rejected tail goes (rolled back), a few new tokens on the GEMV
+        logits = self.ctx.evaluate(history, batched=False)
         tokens, q = [], []
         while True:
             check_logits(logits)   # a broken draft model is an error, not drafts of token 0

@@ -4,12 +4,13 @@ Like llama-cpp-python's, a Llama holds one context (a KV cache and the tokens in
 generates in it, reusing the prefix it shares with the previous one, save_state/load_state copy
 it, eval() extends it. Unlike there, a reused prefix never changes an answer: only K/V computed in
 passes of at least MIN_PREFILL_ROWS rows are kept, and at least that many prompt tokens are
-computed again (from that many rows on, a row's result does not depend on the pass it is in:
-batching/engine.py), so a call gives the bits a fresh context would. llama-cpp-python recomputes
-the last prompt token alone, and a repeated greedy call can part from the first at a near tie. Calls from several threads take turns (llama-cpp-python leaves that to the
-caller); a new call on the thread of a stream left open ends that stream first, which llama-cpp-
-python's single context would have garbled. Generation runs through Model.stream in that context:
-sampling, grammars, logprobs, stop strings and prompt-lookup drafting are localinfer's own.
+computed again (batched: a row's result does not depend on the pass it is in, context.py), so a
+call gives the bits a fresh context would. llama-cpp-python recomputes the last prompt token
+alone, and a repeated greedy call can part from the first at a near tie. Calls from several
+threads take turns (llama-cpp-python leaves that to the caller); a new call on the thread of a
+stream left open ends that stream first, which llama-cpp-python's single context would have
+garbled. Generation runs through Model.stream in that context: sampling, grammars, logprobs, stop
+strings and prompt-lookup drafting are localinfer's own.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ...batching.engine import MIN_PREFILL_ROWS
+from ...context import MIN_PREFILL_ROWS
 from . import options as opts
 from . import state as llama_state
 from .completion import Answer, prompt_tokens
@@ -152,7 +153,7 @@ class Llama:
         with self._held():
             n = self.n_tokens
             if ids:
-                self._ctx.append(ids, last_only=True)
+                self._ctx.append(ids, last_only=True, batched=len(ids) >= MIN_PREFILL_ROWS)
             if self._exact == n and len(ids) >= MIN_PREFILL_ROWS:
                 self._exact = n + len(ids)
 
