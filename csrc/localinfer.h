@@ -49,8 +49,9 @@ int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int
 /* With m > 0, li_matmul on the calling thread uses the GEMV below m rows, each row's result bitwise a
  * 1-row call's, and the tiled GEMM from m on; speculative decoding sets it while verifying drafted
  * tokens so that each verified row rounds as a decode step. 0 (the default): the GEMV below 6 rows
- * (LI_GEMM_MIN_M), and 3 to 15 rows of an x4 matrix through a 16-row kernel where its type has one,
- * whose rows are not a 1-row call's bits. Returns the previous value, or LI_EINVAL for m < 0. */
+ * (LI_GEMM_MIN_M), and from 3 rows to 15 (23 on AVX-512) of an x4 matrix through a 16-row kernel
+ * where its type has one, whose rows are not a 1-row call's bits. Returns the previous value, or
+ * LI_EINVAL for m < 0. */
 int li_set_gemm_min_rows(int m);
 
 /* on != 0: li_matmul on the calling thread takes the tiled GEMM, and li_attention_f16 its batched P.V

@@ -94,7 +94,7 @@ typedef void (*li_vec_dot_x4_fn)(int64_t n, float *s, const void *group, const v
  * activation row i), q < 16. The groups' quants are loaded and unpacked once for all m rows: the GEMV
  * of several sequences decoding together, where the dots, not the memory, bound the step. Rows agree
  * with vec_dot_x4 up to float rounding (Q6_K's: its bits), and have the same bits for any m. The matmul
- * calls it for 3 to 15 rows (core/matmul.c LI_X16_MIN_M, LI_GEMM_MIN_M_X16). */
+ * calls it from 3 rows to 15, or to 23 (the ISA table's x16_gemm_min_m; core/matmul.c). */
 typedef void (*li_vec_dot_x16_m_fn)(int64_t n, int64_t m, float *s, int64_t s_stride, const void *groups,
                                     size_t group_stride, const void *a, size_t a_stride, const float *a_sums,
                                     int64_t sums_stride);
@@ -200,6 +200,7 @@ typedef struct {
     li_vec_dot_rows_fn vec_dot_rows[LI_TYPE_COUNT];
     li_vec_dot_x4_fn vec_dot_x4[LI_TYPE_COUNT];   /* repacked groups (core/repack.c); NULL: no repacking */
     li_vec_dot_x16_m_fn vec_dot_x16_m[LI_TYPE_COUNT];   /* four groups, several activation rows; NULL: vec_dot_x4 */
+    int x16_gemm_min_m;   /* activation rows from which the GEMM beats those (core/matmul.c); 0: 16 */
     li_quantize_fn from_float[LI_TYPE_COUNT];
     li_dequantize_fn dequantize[LI_TYPE_COUNT];   /* only where bit-exact (f16 widening is) */
     li_unpack_fn unpack[LI_TYPE_COUNT];

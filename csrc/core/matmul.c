@@ -5,8 +5,8 @@
  *   m < LI_GEMM_MIN_M (decode): GEMV -- each thread takes a range of output rows
  *     and calls the type's vec_dot on the raw weight row, once per activation row
  *     (the row stays in L1 across them); a repacked matrix whose type has a 16-row
- *     kernel takes the GEMV for 3 to 15 rows too, 16 weight rows against all
- *     activation rows at once (several sequences decoding together);
+ *     kernel takes the GEMV from 3 rows to 15 (23 on AVX-512) too, 16 weight rows
+ *     against all activation rows at once (several sequences decoding together);
  *   otherwise (prefill): tiled GEMM -- the activations are laid out once as a
  *     panel (panel.c); each thread unpacks NW weight rows at a time into a small
  *     panel and runs the ISA's microkernel over all activation tiles, so every
@@ -24,9 +24,11 @@
 #include "generic/generic.h"
 
 #define LI_GEMM_MIN_M 6          /* below this, unpacking weight tiles costs more than it saves */
-/* the same for an x4 matrix with a 16-row kernel (vec_dot_x16_m). llama-1b Q4_0, one decode step of n
- * sequences, Zen 4, GEMV against GEMM: n = 8 69-76 against 112-115 ms, 16 131-144 against 153-170, 32
- * alike. It stays at 16: from there a prompt's rows take the GEMM's bits (batching/engine.py) */
+/* the same for an x4 matrix with a 16-row kernel (vec_dot_x16_m), unless the ISA's table says
+ * (x16_gemm_min_m). llama-1b Q4_0, one decode step of n sequences, Zen 4, GEMV against GEMM: AVX-512
+ * n = 8 69-76 against 112-115 ms, 16 129-153 against 157-205, 20 159-187 against 188-235, 24 alike
+ * (so 24 there); AVX2 16 alike, 20 227-247 against 224. A prompt's rows take the GEMM whatever
+ * their count (li_set_batched_rows), so this only moves decode steps. */
 #define LI_GEMM_MIN_M_X16 16
 /* and from this many rows on: its 16 rows are four streams, which one row or two read slower than one
  * x4 group at a time (llama-1b Q4_0, 2 sequences: AVX2 36-39 against 33-34 ms, AVX-512 alike) */
@@ -342,11 +344,12 @@ int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int
     const double work = (double)n_out * (double)k * (double)m;
     const int want = work >= LI_PARALLEL_MIN_WORK ? li_get_threads() : 1;
 
-    /* 3 to 15 activation rows against an x4 matrix with a 16-row kernel: the GEMV (it needs no pass
+    /* from 3 activation rows against an x4 matrix with a 16-row kernel: the GEMV (it needs no pass
      * that unpacks the weights), through that kernel, unless this thread asked for 1-row bits
-     * (li_set_gemm_min_rows: speculative verification) */
+     * (li_set_gemm_min_rows: speculative verification) or the many-row bits (li_set_batched_rows) */
     const int x16 = layout == LI_LAYOUT_X4 && j.t->vec_dot_x16_m && m >= LI_X16_MIN_M && gemm_min_m == 0;
-    if (!batched_rows && (m < (gemm_min_m ? gemm_min_m : LI_GEMM_MIN_M) || (x16 && m < LI_GEMM_MIN_M_X16))) {
+    const int x16_until = j.kern->x16_gemm_min_m ? j.kern->x16_gemm_min_m : LI_GEMM_MIN_M_X16;
+    if (!batched_rows && (m < (gemm_min_m ? gemm_min_m : LI_GEMM_MIN_M) || (x16 && m < x16_until))) {
         j.x16 = x16;
         j.xq_row_bytes = (size_t)(k / j.at->block_size) * (size_t)j.at->type_size;
         j.n_sums = li_act_sums_count(j.t->vec_dot_type, k);

@@ -24,8 +24,9 @@ X4_TYPES_OF = {"avx2": [T.Q4_0, T.Q8_0, T.Q4_K], "avx512": X4_TYPES}
 # x4 dots that repeat their ISA's row dot per row (the same integers in the same lanes, the same float
 # steps): their GEMV gives the row-major bits, not only a result within rounding of them
 X4_SAME_BITS = [T.Q6_K]
-# types with a 16-row kernel (vec_dot_x16_m): 3 to 15 activation rows go through it, not the GEMM
+# types with a 16-row kernel (vec_dot_x16_m): from 3 activation rows to 15 (23 on AVX-512) through it
 X16_TYPES_OF = {"avx2": [T.Q4_0, T.Q4_K], "avx512": [T.Q4_0, T.Q4_K, T.Q6_K]}
+X16_MAX_M = {"avx2": 15, "avx512": 23}  # the ISA table's x16_gemm_min_m - 1
 # 16-row kernels that repeat the x4 dot's steps per row: rows with its (1-row) bits
 X16_SAME_AS_X4 = [T.Q4_K, T.Q6_K]
 SIMD_ISAS = [isa for isa in ISAS if isa in ("avx2", "avx512")]
@@ -54,20 +55,20 @@ def test_repacked_gemv_agrees_and_gemm_is_exact(isa, qtype, n_out, n_blocks):
         fmt, raw, rows, x4 = _pair(qtype, n_out, n_blocks, seed=n_out + n_blocks)
         assert x4.layout == kernels.LAYOUT_X4 and rows.layout == kernels.LAYOUT_ROWS
         k = n_blocks * fmt.block_size
-        x = random_activations(15, k, seed=15)
-        several = x4.matmul(x)
-        for m in (1, 2, 3, 5, 15):
+        x = random_activations(23, k, seed=15)
+        several = x4.matmul(x[:X16_MAX_M[isa]])  # the most rows the 16-row kernel takes
+        for m in (1, 2, 3, 5, 15, 23):
             got, want = x4.matmul(x[:m]), rows.matmul(x[:m])
             assert np.all(np.abs(got.astype(np.float64) - want) <= _bound(raw, qtype, x[:m])), (m, isa)
-            if m >= 3 and qtype in X16_TYPES_OF.get(isa, ()):  # its 16-row kernel: the same bits for any m
+            if 3 <= m <= X16_MAX_M[isa] and qtype in X16_TYPES_OF[isa]:  # its 16-row kernel: the same bits, any m
                 np.testing.assert_array_equal(got.view(np.uint32), several[:m].view(np.uint32))
             with kernels.gemv_rows(m):  # each activation row alone gives that row, bit for bit
                 one_row_bits = x4.matmul(x[:m])
             for i in range(m):
                 np.testing.assert_array_equal(x4.matmul(x[i]).view(np.uint32), one_row_bits[i].view(np.uint32))
-            if qtype in X16_SAME_AS_X4 and qtype in X16_TYPES_OF.get(isa, ()):
+            if m <= X16_MAX_M[isa] and qtype in X16_SAME_AS_X4 and qtype in X16_TYPES_OF[isa]:
                 np.testing.assert_array_equal(got.view(np.uint32), one_row_bits.view(np.uint32))
-        x = random_activations(17, k, seed=17)  # the GEMM: rows gathered back, the row-major bits
+        x = random_activations(24, k, seed=17)  # the GEMM: rows gathered back, the row-major bits
         np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), rows.matmul(x).view(np.uint32))
 
 
