@@ -52,21 +52,23 @@ static void task_widen(void *ctx, int ith, int nth) {
     attn_job *a = ctx;
     const int64_t per = (a->n_kv + nth - 1) / nth, lo = ith * per, hi = lo + per < a->n_kv ? lo + per : a->n_kv;
     const int64_t d = a->d, dp = a->dp, n_kvp = a->n_kvp;
-    float *tmp = li_scratch(LI_SCRATCH_TASK, sizeof(float) * (size_t)d);
+    float *tmp = li_scratch(LI_SCRATCH_TASK, sizeof(float) * (size_t)(16 * d));   /* 16 keys' V rows */
     if (!tmp) { atomic_store(&a->error, LI_ENOMEM); return; }
     for (int64_t hk = 0; hk < a->n_head_kv; hk++) {
         for (int64_t j = lo; j < hi; j++) {
-            const int64_t row = (j * a->n_head_kv + hk) * d;
-            if (a->kf) {
-                float *kr = a->kf + (hk * a->n_kv + j) * dp;
-                a->widen(a->k16 + row, kr, d);
-                for (int64_t i = d; i < dp; i++) kr[i] = 0.0f;
-            }
-            if (a->vt) {
-                float *vt = a->vt + hk * d * n_kvp;
-                a->widen(a->v16 + row, tmp, d);
-                for (int64_t i = 0; i < d; i++) vt[i * n_kvp + j] = tmp[i];
-            }
+            if (!a->kf) break;
+            float *kr = a->kf + (hk * a->n_kv + j) * dp;
+            a->widen(a->k16 + (j * a->n_head_kv + hk) * d, kr, d);
+            for (int64_t i = d; i < dp; i++) kr[i] = 0.0f;
+        }
+        /* V transposed 16 keys at a time: each of Vt's rows gets 16 adjacent floats (a cache line)
+         * at once, not one float per key scattered over d lines */
+        for (int64_t j0 = lo; a->vt && j0 < hi; j0 += 16) {
+            const int64_t nj = hi - j0 < 16 ? hi - j0 : 16;
+            for (int64_t jj = 0; jj < nj; jj++) a->widen(a->v16 + ((j0 + jj) * a->n_head_kv + hk) * d, tmp + jj * d, d);
+            float *vt = a->vt + hk * d * n_kvp + j0;
+            for (int64_t i = 0; i < d; i++)
+                for (int64_t jj = 0; jj < nj; jj++) vt[i * n_kvp + jj] = tmp[jj * d + i];
         }
         if (a->vt && ith == nth - 1)   /* the zero columns past n_kv */
             for (int64_t i = 0; i < d; i++)
