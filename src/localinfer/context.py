@@ -37,6 +37,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     differ = np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64)
     return int(differ.argmax()) if differ.any() else n
 
+
 class Context:
     def __init__(self, model, n_ctx: int, kv_dtype=np.float16):
         self.model = model  # an architecture model: forward(tokens, cache) -> logits

@@ -44,7 +44,6 @@ from .request import Cancelled, Request
 from .speculation import forward_rows, speculative_for
 
 
-
 # A slot scoring its prompt (Request.prompt_logprobs: /v1/completions echo with logprobs) gets every
 # row's logits of its prefill chunks, so its chunks are bounded in bytes of logits (float32) rather
 # than by prefill_chunk alone: 32 rows of a 262k vocabulary, 170 of a 49k one.
