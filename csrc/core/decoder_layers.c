@@ -186,7 +186,8 @@ int li_decoder_layers(const li_decoder_config *c, const li_decoder_layer *layers
         }
         if (c->q_scale > 0.0f)
             for (int64_t i = 0; i < n * q_dim; i++) q[i] *= c->q_scale;
-        attn_seqs_job job = {c, L, seqs, n_seqs, seq_row, q, k, v, a, pos, ring_kv, ring_stride, li_batched_rows(), 0};
+        attn_seqs_job job = {c, L, seqs, n_seqs, seq_row, q, k, v, a, pos, ring_kv, ring_stride,
+                             li_batched_rows(), 0};
         /* a decode step of several sequences: one sequence per pool slot (each attention is too small
          * to split); otherwise sequence after sequence, each attention over the pool's threads */
         li_pool_run(task_attend_seqs, &job, n_seqs > 1 && max_tokens <= 4 ? 2 : 1);

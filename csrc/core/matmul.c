@@ -55,6 +55,7 @@ int li_set_batched_rows(int on) {
 }
 
 int li_batched_rows(void) { return batched_rows; }
+
 #define LI_GEMV_ROW_ALIGN 16   /* also a whole vec_dot_x16_m call: a thread's range starts at one */
 #define LI_X16_ROWS 16
 #define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
