@@ -11,6 +11,7 @@ docs/architectures.md says how.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, ClassVar
 
 import numpy as np
@@ -100,26 +101,31 @@ class DecoderModel:
         return self.forward_batch([(tokens, cache)], last_only, batched=batched)[0]
 
     def forward_batch(self, seqs, last_only: bool = False, n_last: list[int] | None = None,
-                      batched: bool = False) -> list[np.ndarray]:
+                      batched: bool = False, alone: list[bool] | None = None) -> list[np.ndarray]:
         """seqs: [(tokens, cache), ...], each sequence with its own cache -> its logits, as forward().
         n_last: per sequence, logits of its last n_last[i] rows only (speculative verification
-        needs several rows of a decoding sequence, a prefilling one its last). batched: the layers
-        give each row the bits of a pass of many rows, however few there are (ops.batched_rows: the
-        rest of a prompt whose first tokens came from a cache); the output matrix keeps its own
-        row count's path, as in the pass of the whole prompt."""
+        needs several rows of a decoding sequence, a prefilling one its last). batched: each row
+        has the bits of a pass of many rows, however few there are (ops.batched_rows: the rest of a
+        prompt whose first tokens came from a cache, a prompt scored in chunks) -- the output matrix
+        too, except for last_only's last rows, which the pass of a whole prompt computes alone.
+        alone (with n_last): per sequence, whether its last row's logits are also computed by
+        themselves, as a decode step or the last row of a plain prompt gets them (the token after a
+        scored prompt: its logits as without the scoring)."""
         batch = Batch(seqs)
-        if batched:
-            with self.ops.batched_rows():
-                x = self._run_layers(batch)
-        else:
+        with self.ops.batched_rows() if batched else contextlib.nullcontext():
             x = self._run_layers(batch)
-        if n_last is not None:
-            rows = np.concatenate([np.arange(s.stop - n, s.stop) for s, n in zip(batch.spans, n_last)])
-            logits = self.head(x[rows])
-            return np.split(logits, np.cumsum(n_last)[:-1])
-        if last_only:
-            x = batch.last_rows(x)
-        return batch.split(self.head(x), last_only)
+            if n_last is not None:
+                rows = np.concatenate([np.arange(s.stop - n, s.stop) for s, n in zip(batch.spans, n_last)])
+                out = np.split(self.head(x[rows]), np.cumsum(n_last)[:-1])
+            elif not last_only:
+                return batch.split(self.head(x), last_only=False)
+        if n_last is None:
+            return batch.split(self.head(batch.last_rows(x)), last_only=True)
+        for i, span in enumerate(batch.spans):
+            if alone is not None and alone[i]:
+                out[i] = out[i].copy()
+                out[i][-1] = self.head(x[span.stop - 1:span.stop])[0]
+        return out
 
     def hidden_batch(self, seqs) -> list[np.ndarray]:
         """seqs as forward_batch -> each sequence's final hidden states (n_i, n_embd) float32,

@@ -416,8 +416,9 @@ class Engine:
             return
         try:
             batched = any(s.todo and len(s.request.prompt) >= MIN_PREFILL_ROWS for s, _ in rows)
+            scoring = [s.scores is not None and bool(s.todo) for s, _ in rows]
             logits = forward_rows(self.runtime, [(t, s.cache) for s, t in rows], [bool(s.gen.drafted) for s, _ in rows],
-                                  [s.scores is not None and bool(s.todo) for s, _ in rows], batched)
+                                  scoring, batched, [len(s.todo) == len(t) for s, t in rows])
         except Exception as e:  # nothing is half-done: every sequence of the batch fails cleanly
             for slot, _ in rows:
                 self._finish(slot, e)

@@ -29,16 +29,19 @@ def speculative_for(engine, slot, params) -> Speculator | None:
 
 
 def forward_rows(runtime, seqs, verifying: list[bool], scoring: list[bool] | None = None,
-                 batched: bool = False) -> list[np.ndarray]:
+                 batched: bool = False, sampled: list[bool] | None = None) -> list[np.ndarray]:
     """forward_batch for one step: the last row's logits of each sequence, every row's of the
     sequences being verified or scored (a prompt whose logprobs are asked for). batched: the step
-    computes prompt rows, each with the bits of a many-row pass (Decoder.forward_batch, engine.py)."""
+    computes prompt rows, each with the bits of a many-row pass (Decoder.forward_batch, engine.py).
+    sampled: per sequence, whether a token is drawn from its last row this step (a scored prompt's
+    last chunk: that row as a plain prompt's, computed alone)."""
     scoring = scoring or [False] * len(seqs)
     if not any(verifying) and not any(scoring):
         return runtime.forward_batch(seqs, last_only=True, batched=batched)
     n_last = [len(tokens) if v or s else 1 for (tokens, _), v, s in zip(seqs, verifying, scoring)]
-    if batched:
-        return runtime.forward_batch(seqs, n_last=n_last, batched=True)
+    alone = [bool(s and d) for s, d in zip(scoring, sampled or [False] * len(seqs))]
+    if batched or any(alone):
+        return runtime.forward_batch(seqs, n_last=n_last, batched=batched, alone=alone)
     n_rows = sum(len(tokens) for tokens, _ in seqs)
     no_prefill_rows = n_rows == sum(n_last) and not any(scoring)  # a scored prompt's rows are prefill rows
     if no_prefill_rows and n_rows <= MAX_GEMV_ROWS and kernels.available():
