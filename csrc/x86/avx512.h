@@ -77,6 +77,8 @@ void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *group, const v
 void vec_dot_x4_q6_K_q8_K_avx512(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
 void vec_dot_x16_m_q4_0_q8_0_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *groups, size_t group_stride,
                                     const void *a, size_t a_stride, const float *a_sums, int64_t sums_stride);
+void vec_dot_x16_m_q8_0_q8_0_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *groups, size_t group_stride,
+                                    const void *a, size_t a_stride, const float *a_sums, int64_t sums_stride);
 void vec_dot_x16_m_q4_K_q8_K_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *groups, size_t group_stride,
                                     const void *a, size_t a_stride, const float *a_sums, int64_t sums_stride);
 void vec_dot_x16_m_q6_K_q8_K_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *groups, size_t group_stride,

@@ -8,7 +8,7 @@
  * Unsigned u times the signed activation, as there: Q4_0's u - 8 and Q8_0's (q + 128) - 128 through
  * the activation's d * sum(q) (a_sums), so the integer parts stay exact.
  * With several activation rows (sequences decoding together) the dots bound the step: the 16-row
- * kernels (vec_dot_x16_m: Q4_0, Q4_K, Q6_K) unpack each block of four groups once for all of the rows.
+ * kernels (vec_dot_x16_m: Q4_0, Q8_0, Q4_K, Q6_K) unpack each block of four groups once for all of the rows.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
@@ -70,9 +70,9 @@ void vec_dot_x4_q4_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void
     x4_store(_mm512_add_ps(acc0, acc1), 4, side, 8.0f, s);
 }
 
-/* Q4_0, sixteen rows (four consecutive x4 groups) against m activation rows. Each block's four
- * 64-byte loads are transposed once for all m rows: register p holds 4-byte piece p (elements
- * 4p..4p+3, and 16 + 4p.. in the high nibbles) of the 16 rows, int32 lane L = row L. So one dpbusd
+/* Q4_0 and Q8_0, sixteen rows (four consecutive x4 groups) against m activation rows. Each block of
+ * the four groups is loaded and transposed once for all m rows into w[8]: register p holds 4-byte
+ * piece p (elements 4p..4p+3, as unsigned bytes) of the 16 rows, int32 lane L = row L. So one dpbusd
  * against a 4-byte broadcast of the activation does 64 products, a lane sums a row's whole block,
  * and the float steps (convert, scale, add) run once per 16 rows and block instead of once per 4:
  * with several rows these, not the memory, bound the step. Sums in another order than vec_dot_x4's, so
@@ -82,79 +82,131 @@ void vec_dot_x4_q4_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void
 /* 4 bytes at p in every int32 lane (vpbroadcastd from memory: a load, no shuffle) */
 static inline __m512i bcast4(const int8_t *p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
 
-/* activation rows a pass of q4_0x16_rows takes: their accumulators (2 x 6), the block's unpacked 16
- * rows (8) and the constants stay in the 32 registers, and each block is transposed once per six
- * rows instead of four. llama-1b Q4_0, one step of 16 sequences, Zen 4: 112-140 against 119-161 ms
- * with four rows and two accumulation chains a row, 8 alike or worse (spills). */
-#define Q4_0_X16_M 6
+/* the 16 rows' fp16 scales of block b of the groups at g + q * g_stride, q < 4 (d: the first field) */
+static inline __m512 x16_scales(const uint8_t *g, size_t g_stride, size_t block_bytes, int64_t b) {
+    const uint8_t *p = g + (size_t)b * block_bytes;
+    const __m128i d01 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p), _mm_loadl_epi64((const __m128i *)(p + g_stride)));
+    const __m128i d23 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(p + 2 * g_stride)),
+                                           _mm_loadl_epi64((const __m128i *)(p + 3 * g_stride)));
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(d01), d23, 1));
+}
 
-static inline __attribute__((always_inline)) void q4_0x16_rows(int64_t nb, int m, float *s, int64_t s_stride,
-                                                               const block_q4_0x4 *g, size_t g_stride,
-                                                               const uint8_t *a, size_t a_stride, const float *as,
-                                                               int64_t as_stride) {
+/* Q4_0 block b: nibble bytes of rows 0..7 of groups (x, y) as dwords: row j < 4 of x is dword 4j + p,
+ * row j >= 4 of y is 16 + 4(j-4) + p; after the two permutes lanes 0..7 hold piece p, 8..15 piece
+ * p + 1; the low nibbles are elements 4p.., the high ones 16 + 4p.. */
+static inline __attribute__((always_inline)) void q4_0x16_block(const uint8_t *g, size_t g_stride, int64_t b,
+                                                                __m512i w[8]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    /* rows 0..7 of groups (x, y) as dwords: row j < 4 of x is dword 4j + p, row j >= 4 of y is 16 + 4(j-4) + p;
-     * lanes 0..7: piece p, lanes 8..15: piece p + 1 */
     const __m512i pick01 = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
     const __m512i pick23 = _mm512_add_epi32(pick01, _mm512_set1_epi32(2));
-    const block_q4_0x4 *g1 = (const block_q4_0x4 *)((const uint8_t *)g + g_stride);
-    const block_q4_0x4 *g2 = (const block_q4_0x4 *)((const uint8_t *)g + 2 * g_stride);
-    const block_q4_0x4 *g3 = (const block_q4_0x4 *)((const uint8_t *)g + 3 * g_stride);
-    __m512 acc[Q4_0_X16_M], side[Q4_0_X16_M];   /* one chain a row: the rows' chains interleave */
-    for (int r = 0; r < m; r++) acc[r] = side[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const __m512i q0 = _mm512_loadu_si512((const void *)g[b].qs), q1 = _mm512_loadu_si512((const void *)g1[b].qs);
-        const __m512i q2 = _mm512_loadu_si512((const void *)g2[b].qs), q3 = _mm512_loadu_si512((const void *)g3[b].qs);
-        const __m512i x01 = _mm512_permutex2var_epi32(q0, pick01, q1), x23 = _mm512_permutex2var_epi32(q2, pick01, q3);
-        const __m512i y01 = _mm512_permutex2var_epi32(q0, pick23, q1), y23 = _mm512_permutex2var_epi32(q2, pick23, q3);
-        __m512i lo[4], hi[4], pc[4];   /* piece p of the 16 rows: rows 0..7 from x01/y01, 8..15 from x23/y23 */
-        pc[0] = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(1, 0, 1, 0));
-        pc[1] = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(3, 2, 3, 2));
-        pc[2] = _mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(1, 0, 1, 0));
-        pc[3] = _mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(3, 2, 3, 2));
-        for (int p = 0; p < 4; p++)
-            lo[p] = _mm512_and_si512(pc[p], m4), hi[p] = _mm512_and_si512(_mm512_srli_epi16(pc[p], 4), m4);
-        const __m128i d01 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)g[b].d), _mm_loadl_epi64((const __m128i *)g1[b].d));
-        const __m128i d23 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)g2[b].d), _mm_loadl_epi64((const __m128i *)g3[b].d));
-        const __m256i d16 = _mm256_inserti128_si256(_mm256_castsi128_si256(d01), d23, 1);   /* the 16 rows' fp16 scales */
-        const __m512 dw = _mm512_cvtph_ps(d16);
-        for (int r = 0; r < m; r++) {
-            const block_q8_0 *ab = (const block_q8_0 *)(a + (size_t)r * a_stride) + b;
-            const float *ar = as + r * as_stride + 2 * b;
-            const int8_t *aq = ab->qs;   /* its 4-byte pieces, each broadcast from memory */
-            __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(aq));
-            __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(aq + 16));
-            for (int p = 1; p < 4; p++) {
-                dl = _mm512_dpbusd_epi32(dl, lo[p], bcast4(aq + 4 * p));
-                dh = _mm512_dpbusd_epi32(dh, hi[p], bcast4(aq + 16 + 4 * p));
-            }
-            side[r] = _mm512_fmadd_ps(dw, _mm512_set1_ps(ar[1]), side[r]);
-            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(ar[0])), _mm512_cvtepi32_ps(_mm512_add_epi32(dl, dh)),
-                                     acc[r]);
-        }
-    }
-    for (int r = 0; r < m; r++)
-        _mm512_storeu_ps(s + r * s_stride, _mm512_fnmadd_ps(_mm512_set1_ps(8.0f), side[r], acc[r]));
+    const block_q4_0x4 *x[4];
+    for (int q = 0; q < 4; q++) x[q] = (const block_q4_0x4 *)(g + q * g_stride) + b;
+    const __m512i q0 = _mm512_loadu_si512((const void *)x[0]->qs), q1 = _mm512_loadu_si512((const void *)x[1]->qs);
+    const __m512i q2 = _mm512_loadu_si512((const void *)x[2]->qs), q3 = _mm512_loadu_si512((const void *)x[3]->qs);
+    const __m512i x01 = _mm512_permutex2var_epi32(q0, pick01, q1), x23 = _mm512_permutex2var_epi32(q2, pick01, q3);
+    const __m512i y01 = _mm512_permutex2var_epi32(q0, pick23, q1), y23 = _mm512_permutex2var_epi32(q2, pick23, q3);
+    __m512i pc[4];   /* piece p of the 16 rows: rows 0..7 from x01/y01, 8..15 from x23/y23 */
+    pc[0] = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(1, 0, 1, 0));
+    pc[1] = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(3, 2, 3, 2));
+    pc[2] = _mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(1, 0, 1, 0));
+    pc[3] = _mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(3, 2, 3, 2));
+    for (int p = 0; p < 4; p++)
+        w[p] = _mm512_and_si512(pc[p], m4), w[4 + p] = _mm512_and_si512(_mm512_srli_epi16(pc[p], 4), m4);
 }
 
-void vec_dot_x16_m_q4_0_q8_0_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
-                                    const void *va, size_t a_stride, const float *as, int64_t as_stride) {
-    _Static_assert(Q4_0_X16_M == 6, "the switch below spells out 1 to 6 rows");
-    for (int64_t r = 0; r < m; r += Q4_0_X16_M) {
-        const int64_t nb = n / QK4_0;
-        float *sr = s + r * s_stride;
-        const uint8_t *ar = (const uint8_t *)va + (size_t)r * a_stride;
-        const float *asr = as + r * as_stride;
-        switch (m - r < Q4_0_X16_M ? (int)(m - r) : Q4_0_X16_M) {   /* a constant count: the row loops unroll */
-        case 1: q4_0x16_rows(nb, 1, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride); break;
-        case 2: q4_0x16_rows(nb, 2, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride); break;
-        case 3: q4_0x16_rows(nb, 3, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride); break;
-        case 4: q4_0x16_rows(nb, 4, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride); break;
-        case 5: q4_0x16_rows(nb, 5, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride); break;
-        default: q4_0x16_rows(nb, 6, sr, s_stride, vg, g_stride, ar, a_stride, asr, as_stride); break;
-        }
+/* Q8_0 block b: group q's 128 bytes are rows 0,1 (first 64) and 2,3 of its four, 8 dwords a row. Per
+ * group two permutes gather pieces 0..3 and 4..7 as lanes 4c + r (piece c, row r); then 128-bit
+ * shuffles put each piece's four-row chunks of the four groups side by side. The bytes as unsigned:
+ * q + 128 (xor 0x80), its 128 * sum(a) taken off at the end. */
+static inline __attribute__((always_inline)) void q8_0x16_block(const uint8_t *g, size_t g_stride, int64_t b,
+                                                                __m512i w[8]) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    /* lane 4c + r <- row r's dword c: rows 0, 1 at 0 and 8 of the first 64 bytes, rows 2, 3 at 16, 24 */
+    const __m512i pick_lo = _mm512_set_epi32(27, 19, 11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
+    const __m512i pick_hi = _mm512_add_epi32(pick_lo, _mm512_set1_epi32(4));
+    __m512i t[2][4];   /* pieces 4h..4h+3 of group q: lanes 4c + r (piece 4h + c, row r) */
+    for (int q = 0; q < 4; q++) {
+        const block_q8_0x4 *x = (const block_q8_0x4 *)(g + q * g_stride) + b;
+        const __m512i r01 = _mm512_xor_si512(_mm512_loadu_si512((const void *)x->qs), flip);
+        const __m512i r23 = _mm512_xor_si512(_mm512_loadu_si512((const void *)(x->qs + 64)), flip);
+        t[0][q] = _mm512_permutex2var_epi32(r01, pick_lo, r23);
+        t[1][q] = _mm512_permutex2var_epi32(r01, pick_hi, r23);
+    }
+    for (int h = 0; h < 2; h++) {
+        /* u = chunks c, c + 1 of groups 0 and 1, v of groups 2 and 3; then piece 4h + c is chunk c of each */
+        const __m512i u0 = _mm512_shuffle_i64x2(t[h][0], t[h][1], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i v0 = _mm512_shuffle_i64x2(t[h][2], t[h][3], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i u2 = _mm512_shuffle_i64x2(t[h][0], t[h][1], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i v2 = _mm512_shuffle_i64x2(t[h][2], t[h][3], _MM_SHUFFLE(3, 2, 3, 2));
+        w[4 * h + 0] = _mm512_shuffle_i64x2(u0, v0, _MM_SHUFFLE(2, 0, 2, 0));
+        w[4 * h + 1] = _mm512_shuffle_i64x2(u0, v0, _MM_SHUFFLE(3, 1, 3, 1));
+        w[4 * h + 2] = _mm512_shuffle_i64x2(u2, v2, _MM_SHUFFLE(2, 0, 2, 0));
+        w[4 * h + 3] = _mm512_shuffle_i64x2(u2, v2, _MM_SHUFFLE(3, 1, 3, 1));
     }
 }
+
+/* activation rows a pass takes: their accumulators (2 x 6), the block's 16 rows (8) and the
+ * constants stay in the 32 registers, and each block is transposed once per six rows instead of
+ * four. llama-1b Q4_0, one step of 16 sequences, Zen 4: 112-140 against 119-161 ms with four rows
+ * and two accumulation chains a row, 8 alike or worse (spills). */
+#define X16_M 6
+
+/* NAME(nb, m, ...): m <= X16_M activation rows against the 16 rows, BLOCK(g, g_stride, b, w) the
+ * type's unpack, BLOCK_T its x4 block, OFFSET what the unsigned bytes add (Q4_0 8, Q8_0 128) */
+#define X16_ROWS(NAME, BLOCK, BLOCK_T, OFFSET)                                                                   \
+    static inline __attribute__((always_inline)) void NAME(int64_t nb, int m, float *s, int64_t s_stride,         \
+                                                           const uint8_t *g, size_t g_stride, const uint8_t *a,    \
+                                                           size_t a_stride, const float *as, int64_t as_stride) { \
+        __m512 acc[X16_M], side[X16_M];   /* one chain a row: the rows' chains interleave */                      \
+        for (int r = 0; r < m; r++) acc[r] = side[r] = _mm512_setzero_ps();                                       \
+        for (int64_t b = 0; b < nb; b++) {                                                                        \
+            __m512i w[8];                                                                                         \
+            BLOCK(g, g_stride, b, w);                                                                             \
+            const __m512 dw = x16_scales(g, g_stride, sizeof(BLOCK_T), b);                                        \
+            for (int r = 0; r < m; r++) {                                                                         \
+                const block_q8_0 *ab = (const block_q8_0 *)(a + (size_t)r * a_stride) + b;                        \
+                const float *ar = as + r * as_stride + 2 * b;                                                     \
+                const int8_t *aq = ab->qs;   /* its 4-byte pieces, each broadcast from memory */                  \
+                __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast4(aq));                       \
+                __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], bcast4(aq + 16));                  \
+                for (int p = 1; p < 4; p++) {                                                                     \
+                    dl = _mm512_dpbusd_epi32(dl, w[p], bcast4(aq + 4 * p));                                       \
+                    dh = _mm512_dpbusd_epi32(dh, w[4 + p], bcast4(aq + 16 + 4 * p));                              \
+                }                                                                                                 \
+                side[r] = _mm512_fmadd_ps(dw, _mm512_set1_ps(ar[1]), side[r]);                                    \
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(ar[0])),                                \
+                                         _mm512_cvtepi32_ps(_mm512_add_epi32(dl, dh)), acc[r]);                   \
+            }                                                                                                     \
+        }                                                                                                         \
+        for (int r = 0; r < m; r++)                                                                               \
+            _mm512_storeu_ps(s + r * s_stride, _mm512_fnmadd_ps(_mm512_set1_ps(OFFSET), side[r], acc[r]));       \
+    }
+
+/* vec_dot_x16_m NAME over ROWS, X16_M activation rows at a time (a constant count: the loops unroll) */
+#define X16_M_ENTRY(NAME, ROWS, QK)                                                                               \
+    void NAME(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride, const void *va,  \
+              size_t a_stride, const float *as, int64_t as_stride) {                                              \
+        _Static_assert(X16_M == 6, "the switch spells out 1 to 6 rows");                                          \
+        for (int64_t r = 0; r < m; r += X16_M) {                                                                  \
+            const int64_t nb = n / (QK);                                                                          \
+            float *sr = s + r * s_stride;                                                                         \
+            const uint8_t *g = vg, *ar = (const uint8_t *)va + (size_t)r * a_stride;                             \
+            const float *asr = as + r * as_stride;                                                                \
+            switch (m - r < X16_M ? (int)(m - r) : X16_M) {                                                       \
+            case 1: ROWS(nb, 1, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                 \
+            case 2: ROWS(nb, 2, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                 \
+            case 3: ROWS(nb, 3, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                 \
+            case 4: ROWS(nb, 4, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                 \
+            case 5: ROWS(nb, 5, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                 \
+            default: ROWS(nb, 6, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+
+X16_ROWS(q4_0x16_rows, q4_0x16_block, block_q4_0x4, 8.0f)
+X16_M_ENTRY(vec_dot_x16_m_q4_0_q8_0_avx512, q4_0x16_rows, QK4_0)
+X16_ROWS(q8_0x16_rows, q8_0x16_block, block_q8_0x4, 128.0f)
+X16_M_ENTRY(vec_dot_x16_m_q8_0_q8_0_avx512, q8_0x16_rows, QK8_0)
 
 void vec_dot_x4_q8_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void *va, const float *as) {
     const block_q8_0x4 *g = vg;

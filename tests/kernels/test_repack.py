@@ -25,7 +25,7 @@ X4_TYPES_OF = {"avx2": [T.Q4_0, T.Q8_0, T.Q4_K], "avx512": X4_TYPES}
 # steps): their GEMV gives the row-major bits, not only a result within rounding of them
 X4_SAME_BITS = [T.Q6_K]
 # types with a 16-row kernel (vec_dot_x16_m): from 3 activation rows to 15 (23 on AVX-512) through it
-X16_TYPES_OF = {"avx2": [T.Q4_0, T.Q4_K], "avx512": [T.Q4_0, T.Q4_K, T.Q6_K]}
+X16_TYPES_OF = {"avx2": [T.Q4_0, T.Q4_K], "avx512": [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K]}
 X16_MAX_M = {"avx2": 15, "avx512": 23}  # the ISA table's x16_gemm_min_m - 1
 # 16-row kernels that repeat the x4 dot's steps per row: rows with its (1-row) bits
 X16_SAME_AS_X4 = [T.Q4_K, T.Q6_K]
