@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from localinfer.compat.llama_cpp import Llama, LlamaGrammar
+from localinfer.context import common_prefix
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +174,28 @@ def test_states_fit_only_their_context(llm, smollm2_path):
         assert other.n_tokens == 0
     finally:
         other.close()
+
+
+def test_a_call_reuses_the_shared_prompt_and_answers_as_a_fresh_context(llm, smollm2_path, monkeypatch):
+    story = "Once upon a time, in a village by the sea, there lived an old fisherman and his daughter. "
+    prompts = [llm.tokenize((story + end).encode()) for end in ("One morning", "Every evening")]
+    cached, evaluate = [], llm._ctx.evaluate
+
+    def spy(tokens, *args, **kwargs):  # how much of each prompt the context kept
+        out = evaluate(tokens, *args, **kwargs)
+        cached.append(len(tokens) - llm._ctx.last_n_computed)
+        return out
+    monkeypatch.setattr(llm._ctx, "evaluate", spy)
+    assert llm(story + "One morning", max_tokens=4, temperature=0)["choices"][0]["text"]
+    second = llm(story + "Every evening", max_tokens=6, temperature=0, logprobs=2)
+    assert cached[-1] == common_prefix(*prompts) > len(prompts[1]) - 16  # not 16 tokens computed again
+    fresh = Llama(model_path=str(smollm2_path), n_ctx=512, n_threads=2, verbose=False)
+    try:
+        want = fresh(story + "Every evening", max_tokens=6, temperature=0, logprobs=2)
+    finally:
+        fresh.close()
+    assert second["choices"][0]["text"] == want["choices"][0]["text"]
+    assert second["choices"][0]["logprobs"] == want["choices"][0]["logprobs"]  # the very same logits
 
 
 def test_a_new_call_ends_a_stream_left_open(llm):

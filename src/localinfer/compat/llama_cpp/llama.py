@@ -2,11 +2,12 @@
 
 Like llama-cpp-python's, a Llama holds one context (a KV cache and the tokens in it): each call
 generates in it, reusing the prefix it shares with the previous one, save_state/load_state copy
-it, eval() extends it. Unlike there, a reused prefix never changes an answer: only K/V computed in
-passes of at least MIN_PREFILL_ROWS rows are kept, and at least that many prompt tokens are
-computed again (batched: a row's result does not depend on the pass it is in, context.py), so a
-call gives the bits a fresh context would. llama-cpp-python recomputes the last prompt token
-alone, and a repeated greedy call can part from the first at a near tie. Calls from several
+it, eval() extends it, and a call computes only what its prompt does not share with what the
+context holds, the last prompt token at least. Unlike there, a reused prefix never changes an
+answer: only the K/V of prompts of MIN_PREFILL_ROWS tokens or more are kept, computed batched (a
+row's result does not depend on the pass it is in, context.py), not a generated token's, so a call
+gives the bits a fresh context would; with llama-cpp-python a repeated greedy call can part from
+the first at a near tie. Calls from several
 threads take turns (llama-cpp-python leaves that to the caller); a new call on the thread of a
 stream left open ends that stream first, which llama-cpp-python's single context would have
 garbled. Generation runs through Model.stream in that context: sampling, grammars, logprobs, stop
@@ -152,9 +153,10 @@ class Llama:
             raise ValueError(f"Requested tokens ({self.n_tokens + len(ids)}) exceed context window of {self.n_ctx()}")
         with self._held():
             n = self.n_tokens
+            batched = n + len(ids) >= MIN_PREFILL_ROWS  # as the whole prompt would be computed
             if ids:
-                self._ctx.append(ids, last_only=True, batched=len(ids) >= MIN_PREFILL_ROWS)
-            if self._exact == n and len(ids) >= MIN_PREFILL_ROWS:
+                self._ctx.append(ids, last_only=True, batched=batched)
+            if self._exact == n and batched:
                 self._exact = n + len(ids)
 
     def save_state(self) -> LlamaState:
@@ -210,8 +212,9 @@ class Llama:
         owner = object()
         self._claim(owner, chunks)
         try:
-            keep = min(self._ctx.common_prefix(tokens), self._exact, len(tokens) - MIN_PREFILL_ROWS)
-            self._ctx.truncate(max(0, keep))
+            # the rest of a prompt this long is computed batched (Context.evaluate): the whole prompt's bits
+            keep = min(self._ctx.common_prefix(tokens), self._exact, len(tokens) - 1)
+            self._ctx.truncate(keep if len(tokens) >= MIN_PREFILL_ROWS else 0)
             self._exact = len(tokens) if len(tokens) >= MIN_PREFILL_ROWS else 0
             yield from chunks
         finally:
