@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..backend import ops_reference
-from ..context import MIN_PREFILL_ROWS
 from ..files.gguf_file import GGUFFile
 from ..kv.cache import InterleavedKVCache, KVCache
 from .batch import Batch
@@ -131,10 +130,9 @@ class DecoderModel:
     def hidden_batch(self, seqs) -> list[np.ndarray]:
         """seqs as forward_batch -> each sequence's final hidden states (n_i, n_embd) float32,
         after output_norm and before the output matrix (what embeddings pool; no logits made).
-        Batched (forward_batch) from MIN_PREFILL_ROWS rows, as prompts are: the vector of a text that
-        long does not depend on the texts beside it; a short text alone keeps the GEMV."""
+        Batched (forward_batch): a text's vector does not depend on the texts beside it."""
         batch = Batch(seqs)
-        with self.ops.batched_rows() if batch.n_rows >= MIN_PREFILL_ROWS else contextlib.nullcontext():
+        with self.ops.batched_rows():
             x = self._run_layers(batch)
         return batch.split(self.output_norm(x), last_only=False)
 
