@@ -183,24 +183,13 @@ static inline __attribute__((always_inline)) void q8_0x16_block(const uint8_t *g
     }
 
 /* vec_dot_x16_m NAME over ROWS, X16_M activation rows at a time (a constant count: the loops unroll) */
+_Static_assert(X16_M == 6, "X16_M_ENTRY calls its rows through LI_M6_CALL");
 #define X16_M_ENTRY(NAME, ROWS, QK)                                                                               \
     void NAME(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride, const void *va,  \
               size_t a_stride, const float *as, int64_t as_stride) {                                              \
-        _Static_assert(X16_M == 6, "the switch spells out 1 to 6 rows");                                          \
-        for (int64_t r = 0; r < m; r += X16_M) {                                                                  \
-            const int64_t nb = n / (QK);                                                                          \
-            float *sr = s + r * s_stride;                                                                         \
-            const uint8_t *g = vg, *ar = (const uint8_t *)va + (size_t)r * a_stride;                             \
-            const float *asr = as + r * as_stride;                                                                \
-            switch (m - r < X16_M ? (int)(m - r) : X16_M) {                                                       \
-            case 1: ROWS(nb, 1, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                 \
-            case 2: ROWS(nb, 2, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                 \
-            case 3: ROWS(nb, 3, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                 \
-            case 4: ROWS(nb, 4, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                 \
-            case 5: ROWS(nb, 5, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                 \
-            default: ROWS(nb, 6, sr, s_stride, g, g_stride, ar, a_stride, asr, as_stride); break;                \
-            }                                                                                                     \
-        }                                                                                                         \
+        for (int64_t r = 0; r < m; r += X16_M)                                                                    \
+            LI_M6_CALL(m - r, ROWS, n / (QK), s + r * s_stride, s_stride, vg, g_stride,                           \
+                       (const uint8_t *)va + (size_t)r * a_stride, a_stride, as + r * as_stride, as_stride);      \
     }
 
 X16_ROWS(q4_0x16_rows, q4_0x16_block, block_q4_0x4, 8.0f)

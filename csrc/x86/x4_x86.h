@@ -31,6 +31,14 @@ _Static_assert(LI_X4_M == 4, "LI_X4_M_CALL spells out the row counts 1 to 4");
         }                                                                \
     } while (0)
 
+/* The same up to six rows, for the kernels that take six activation rows a pass (quants_x4_avx512.c) */
+#define LI_M6_CALL(left, f, nb, ...)                                     \
+    do {                                                                 \
+        if ((left) >= 6) f(nb, 6, __VA_ARGS__);                          \
+        else if ((left) == 5) f(nb, 5, __VA_ARGS__);                     \
+        else LI_X4_M_CALL(left, f, nb, __VA_ARGS__);                     \
+    } while (0)
+
 /* vec_dot_x16_m NAME for a type whose ROWS(nb, R, s, s_stride, group, a, a_stride) takes one x4 group
  * (blocks of BLOCK, QK elements each) and up to LI_X4_M activation rows: the four groups one after
  * another, each against every activation row (a type without a_sums: Q4_K, Q6_K) */
