@@ -55,8 +55,7 @@ static void task_widen(void *ctx, int ith, int nth) {
     float *tmp = li_scratch(LI_SCRATCH_TASK, sizeof(float) * (size_t)(16 * d));   /* 16 keys' V rows */
     if (!tmp) { atomic_store(&a->error, LI_ENOMEM); return; }
     for (int64_t hk = 0; hk < a->n_head_kv; hk++) {
-        for (int64_t j = lo; j < hi; j++) {
-            if (!a->kf) break;
+        for (int64_t j = lo; a->kf && j < hi; j++) {
             float *kr = a->kf + (hk * a->n_kv + j) * dp;
             a->widen(a->k16 + (j * a->n_head_kv + hk) * d, kr, d);
             for (int64_t i = d; i < dp; i++) kr[i] = 0.0f;
