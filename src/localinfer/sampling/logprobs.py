@@ -71,10 +71,10 @@ def score_prompt(model, tokens: Sequence[int], n_top: int = 0, chunk: int = 256)
         return []
     ctx = model.new_context(len(tokens))
     out = [TokenLogprob(int(tokens[0]), None, [])]
+    batched = len(tokens) >= MIN_PREFILL_ROWS  # as Model.logits and the engine's prefill
     start = 0
     while start < len(tokens):
         end = min(len(tokens), start + chunk)
-        batched = len(tokens) >= MIN_PREFILL_ROWS  # as Model.logits and the engine's prefill
         rows = ctx.append(tokens[start:end], batched=batched)  # (end - start, n_vocab): row j predicts token j+1
         for j in range(start, min(end, len(tokens) - 1)):
             out.append(token_logprob(rows[j - start], tokens[j + 1], n_top))
