@@ -249,8 +249,8 @@ def show(entry, n_ctx: int | None) -> dict:
 
 def _capabilities(arch, template: str) -> list[str]:
     """Ollama's words for what a model does: an encoder (bert, nomic-bert ...) "embedding" only."""
-    from ..arch import ALIASES, ARCHITECTURES
-    if getattr(ARCHITECTURES.get(ALIASES.get(arch, arch)), "is_encoder", False):
+    from ..arch import is_encoder
+    if is_encoder(arch):
         return ["embedding"]
     return ["completion"] + (["tools"] if "tools" in template else [])
 
