@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from localinfer.sampling.samplers import (apply_min_p, apply_penalties, apply_top_k, apply_top_p,
+from localinfer.sampling.samplers import (apply_min_p, apply_penalties, apply_top_k, apply_top_p, kth_largest,
                                  make_logits_processors, make_sampler)
 
 
@@ -21,6 +21,21 @@ def test_top_k_keeps_k():
     assert kept.sum() == 5
     assert set(np.flatnonzero(kept)) == set(np.argsort(-x)[:5])
     assert np.isfinite(apply_top_k(x, 0)).all()
+
+
+@pytest.mark.parametrize("shape", ["normal", "ties", "ascending", "descending", "one_slice_high"])
+def test_kth_largest_is_the_partitions_answer(shape):
+    """The bound from the slices' maxima never drops a top-k value: logits in random order, with
+    many ties, sorted either way (one slice then holds every large value), and a vocabulary of
+    128k with its top in one slice."""
+    rng = np.random.default_rng(1)
+    for n in (1, 7, 64, 640, 5000, 128256):
+        x = {"normal": lambda: rng.normal(size=n) * 3, "ties": lambda: rng.integers(-3, 3, n),
+             "ascending": lambda: np.sort(rng.normal(size=n)), "descending": lambda: -np.sort(rng.normal(size=n)),
+             "one_slice_high": lambda: np.where(np.arange(n) < n // 50, 10.0, 0.0) + rng.normal(size=n)}[shape]()
+        x = x.astype(np.float32)
+        for k in {1, 2, 40, 64, n} & set(range(1, n + 1)):
+            assert kth_largest(x, k) == np.partition(x, -k)[-k], (n, k)
 
 
 def test_top_p_keeps_smallest_set_reaching_p():

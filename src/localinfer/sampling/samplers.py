@@ -47,8 +47,22 @@ def apply_top_k(logits: np.ndarray, k: int) -> np.ndarray:
         return logits
     # a grammar's mask leaves most of the vocabulary at -inf, and numpy's partition over that many
     # equal values is slow (12 ms for gemma3's 262k, a fifth of a decode step): select among the rest
-    kth = np.partition(logits if n_finite == logits.shape[-1] else logits[finite], -k)[-k]
+    kth = kth_largest(logits if n_finite == logits.shape[-1] else logits[finite], k)
     return np.where(logits >= kth, logits, -np.inf)
+
+
+def kth_largest(values: np.ndarray, k: int) -> float:
+    """The k-th largest of `values` (1-D, 0 < k <= len), np.partition's answer, found among few: the
+    maxima of k disjoint slices are k of the values, so the k-th largest is at least the least of
+    them, and only the values that reach that bound are partitioned (a few hundred of a 128k
+    vocabulary: ~0.1 ms where partitioning all of it took ~0.8, once per sampled token)."""
+    n = values.shape[0]
+    width = n // k
+    if width < 64:  # few values per slice: the bound would keep most of them
+        return np.partition(values, -k)[-k]
+    bound = values[:k * width].reshape(k, width).max(axis=1).min()
+    candidates = values[values >= bound]
+    return np.partition(candidates, -k)[-k]
 
 
 def _probs(logits: np.ndarray) -> np.ndarray:
