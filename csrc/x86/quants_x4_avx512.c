@@ -8,7 +8,8 @@
  * Unsigned u times the signed activation, as there: Q4_0's u - 8 and Q8_0's (q + 128) - 128 through
  * the activation's d * sum(q) (a_sums), so the integer parts stay exact.
  * With several activation rows (sequences decoding together) the dots bound the step: the 16-row
- * kernels (vec_dot_x16_m: Q4_0, Q8_0, Q4_K, Q6_K) unpack each block of four groups once for all of the rows.
+ * kernels (vec_dot_x16_m: Q4_0, Q8_0, Q4_K, Q6_K) unpack each block of four groups once for several rows
+ * (Q6_K: for all of them).
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
@@ -398,44 +399,120 @@ void vec_dot_x4_q6_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-/* Q6_K, one group against up to LI_X4_M activation rows: each weight row's quants of a block unpacked,
- * and its scales spread over the int16 lanes, once for all of them; then every activation row takes
- * the integer and float steps of vec_dot_x4_q6_K_q8_K_avx512, so each row has that dot's bits. */
-static inline __attribute__((always_inline)) void q6_Kx4_rows(int64_t nb, int m, float *s, int64_t s_stride,
-                                                              const block_q6_Kx4 *g, const uint8_t *a, size_t a_stride) {
-    const __m512i sub = _mm512_set_epi32(0x30003, 0x30003, 0x30003, 0x30003, 0x20002, 0x20002, 0x20002, 0x20002,
-                                         0x10001, 0x10001, 0x10001, 0x10001, 0, 0, 0, 0);
-    __m512 acc[LI_X4_M][LI_X4_ROWS];
-    for (int i = 0; i < m; i++)
-        for (int r = 0; r < LI_X4_ROWS; r++) acc[i][r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        for (int r = 0; r < LI_X4_ROWS; r++) {   /* weight row r: its elements in four 64s, their scales */
-            __m512i u[4], sp[4];
-            const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)g[b].h[r].scales));
-            const __m512i sc16 = _mm512_castsi256_si512(sc);
-            for (int h = 0; h < 2; h++) {
-                q6_K_unpack_half(g[b].q[r] + 64 * h, g[b].q[r] + QK_K / 2 + 32 * h, &u[2 * h], &u[2 * h + 1]);
-                for (int e = 0; e < 2; e++)
-                    sp[2 * h + e] = _mm512_permutexvar_epi16(_mm512_add_epi16(sub, _mm512_set1_epi16((short)(4 * (2 * h + e)))), sc16);
-            }
-            const float dw = _cvtsh_ss(g[b].h[r].d);
-            for (int i = 0; i < m; i++) {
-                const block_q8_K *ab = (const block_q8_K *)(a + (size_t)i * a_stride) + b;
-                const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab->bsums);
-                __m512i sumi = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(),
-                                                                       _mm256_slli_epi32(_mm256_madd_epi16(sc, bsums), 5)));
-                for (int q = 0; q < 4; q++)
-                    sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[q], _mm512_loadu_si512((const void *)(ab->qs + 64 * q))),
-                                               sp[q]);
-                acc[i][r] = _mm512_fmadd_ps(_mm512_set1_ps(dw * ab->d), _mm512_cvtepi32_ps(sumi), acc[i][r]);
-            }
-        }
+/* Q6_K, sixteen rows (four consecutive x4 groups) against all the activation rows in one pass over
+ * the weights: each 64-element quarter of a block is unpacked per row (u = q + 32 <= 63) and the 16
+ * rows' dwords transposed once for all the activation rows, so that int32 lane L is row L and one
+ * dpbusd against a 4-byte broadcast of the activation does 64 products. A sub-block (16 elements,
+ * four dpbusd) then has its sum, less 32 * its bsum (the offset), times the 16 rows' int8 scales
+ * (vpmulld) added into one int32 sum per block (|.| <= 16 * 128 * 16 * 63 * 128 < 2^31: exact), and
+ * the float steps run once per block and 16 rows. The x4 dot (maddubs and dpwssd, 32 products an
+ * instruction, the float steps per row) ran once per four rows and activation row; rows agree with
+ * it up to float rounding, and with themselves for any m. The activation rows' sums live on the
+ * stack, so the weights (the output matrix: 215 MB for a 128k vocabulary) are read once a step, not
+ * once per few activation rows. llama-1b Q4_0 (Q6_K output matrix), one step of 16 sequences, Zen 4:
+ * 107-111 -> 98-102 ms; the kernel alone, 16384 x 2048, 16 rows, one thread: 53-58 -> 83-99 GMAC/s. */
+
+/* quarter t (elements 64t..64t+63) of a Q6_K row's quants q (ql, then qh) as u = q + 32 <= 63: what
+ * q6_K_unpack_half gives, its variable shifts (the same count in each 256-bit half) made immediate
+ * shifts, one of them masked to the half that takes it */
+static inline __attribute__((always_inline)) __m512i q6_K_unpack_quarter(const uint8_t *q, int t) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i l = _mm512_loadu_si512((const void *)(q + 64 * (t / 2)));
+    const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(q + QK_K / 2 + 32 * (t / 2))));
+    if (t % 2 == 0) {   /* low nibbles; high bits 0..1 (elements 0..31) and 2..3 (32..63) to bits 4..5 */
+        const __m512i h2 = _mm512_slli_epi16(hb, 2);
+        return _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_mask_slli_epi16(h2, 0x0000FFFF, h2, 2), m30));
     }
-    for (int i = 0; i < m; i++)
-        for (int r = 0; r < LI_X4_ROWS; r++) s[i * s_stride + r] = _mm512_reduce_add_ps(acc[i][r]);
+    /* high nibbles; high bits 4..5 (elements 64..95) stay, 6..7 (96..127) down to 4..5 */
+    return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                           _mm512_and_si512(_mm512_mask_srli_epi16(hb, 0xFFFF0000, hb, 2), m30));
 }
 
-LI_X16_M_BY_GROUP(vec_dot_x16_m_q6_K_q8_K_avx512, q6_Kx4_rows, block_q6_Kx4, QK_K)
+/* x[L] = row L's 16 dwords -> x[p] = dword p of the 16 rows (lane L = row L) */
+static inline __attribute__((always_inline)) void transpose16_epi32(__m512i x[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {   /* 128-bit lane c: rows i, i+1's dwords 4c, 4c+1 | 4c+2, 4c+3 */
+        t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {   /* x[g + e], lane c: dword 4c + e of rows g..g+3 */
+        x[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        x[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        x[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        x[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int e = 0; e < 4; e++) {       /* the 4 x 4 transpose of 128-bit lanes among x[e], x[4 + e], .. */
+        const __m512i a = _mm512_shuffle_i32x4(x[e], x[4 + e], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i b = _mm512_shuffle_i32x4(x[8 + e], x[12 + e], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i c = _mm512_shuffle_i32x4(x[e], x[4 + e], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i d = _mm512_shuffle_i32x4(x[8 + e], x[12 + e], _MM_SHUFFLE(3, 2, 3, 2));
+        t[e] = _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+        t[4 + e] = _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+        t[8 + e] = _mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(2, 0, 2, 0));
+        t[12 + e] = _mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+    for (int p = 0; p < 16; p++) x[p] = t[p];
+}
+
+#define Q6_K_X16_M 24   /* activation rows a pass (AVX-512 hands 24 and more to the GEMM) */
+static void q6_Kx16_rows(int64_t nb, int m, float *s, int64_t s_stride, const uint8_t *g, size_t g_stride,
+                         const uint8_t *a, size_t a_stride) {
+    /* byte offset of row L's header (scales, then d) within block 0 of the four groups */
+    const __m512i head = _mm512_add_epi32(
+        _mm512_mullo_epi32(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), _mm512_set1_epi32((int)g_stride)),
+        _mm512_set_epi32(54, 36, 18, 0, 54, 36, 18, 0, 54, 36, 18, 0, 54, 36, 18, 0));
+    _Static_assert(sizeof(((block_q6_Kx4 *)0)->h[0]) == 18, "a Q6_K header: 16 scales, then d");
+    __m512 acc[Q6_K_X16_M];
+    for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = g + (size_t)b * sizeof(block_q6_Kx4);
+        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(_mm512_add_epi32(head, _mm512_set1_epi32(16)), blk, 1)));
+        __m512i isum[Q6_K_X16_M];
+        int32_t offset[Q6_K_X16_M][QK_K / 16];   /* -32 * bsums: each sub-block's sum starts there */
+        for (int i = 0; i < m; i++) {
+            isum[i] = _mm512_setzero_si512();
+            const block_q8_K *ab = (const block_q8_K *)(a + (size_t)i * a_stride) + b;
+            const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)ab->bsums));
+            _mm512_storeu_si512((void *)offset[i], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
+        }
+        for (int t = 0; t < 4; t++) {   /* quarter t: elements 64t.., sub-blocks 4t..4t+3 */
+            __m512i w[16];
+            for (int L = 0; L < 16; L++) {
+                const block_q6_Kx4 *x = (const block_q6_Kx4 *)(g + (L / 4) * g_stride) + b;
+                w[L] = q6_K_unpack_quarter(x->q[L % 4], t);
+            }
+            transpose16_epi32(w);
+            /* the 16 rows' scales of sub-blocks 4t..4t+3: byte j of each gathered dword, sign-extended */
+            const __m512i sc4 = _mm512_i32gather_epi32(_mm512_add_epi32(head, _mm512_set1_epi32(4 * t)), blk, 1);
+            __m512i sc[4];
+            for (int j = 0; j < 4; j++) sc[j] = _mm512_srai_epi32(_mm512_slli_epi32(sc4, 24 - 8 * j), 24);
+            for (int i = 0; i < m; i++) {
+                const block_q8_K *ab = (const block_q8_K *)(a + (size_t)i * a_stride) + b;
+                const int8_t *aq = ab->qs + 64 * t;
+                __m512i part = _mm512_setzero_si512();   /* the quarter's four sub-blocks */
+                for (int j = 0; j < 4; j++) {
+                    __m512i d = _mm512_dpbusd_epi32(_mm512_set1_epi32(offset[i][4 * t + j]), w[4 * j], bcast4(aq + 16 * j));
+                    for (int p = 1; p < 4; p++) d = _mm512_dpbusd_epi32(d, w[4 * j + p], bcast4(aq + 16 * j + 4 * p));
+                    part = _mm512_add_epi32(part, _mm512_mullo_epi32(d, sc[j]));
+                }
+                isum[i] = _mm512_add_epi32(isum[i], part);
+            }
+        }
+        for (int i = 0; i < m; i++) {
+            const block_q8_K *ab = (const block_q8_K *)(a + (size_t)i * a_stride) + b;
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(ab->d)), _mm512_cvtepi32_ps(isum[i]), acc[i]);
+        }
+    }
+    for (int i = 0; i < m; i++) _mm512_storeu_ps(s + i * s_stride, acc[i]);
+}
+
+void vec_dot_x16_m_q6_K_q8_K_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
+                                    const void *va, size_t a_stride, const float *as, int64_t as_stride) {
+    (void)as, (void)as_stride;
+    for (int64_t r = 0; r < m; r += Q6_K_X16_M)
+        q6_Kx16_rows(n / QK_K, (int)(m - r < Q6_K_X16_M ? m - r : Q6_K_X16_M), s + r * s_stride, s_stride, vg, g_stride,
+                     (const uint8_t *)va + (size_t)r * a_stride, a_stride);
+}
 
 #if defined(__clang__)
 #pragma clang attribute pop
