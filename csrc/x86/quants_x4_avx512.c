@@ -399,6 +399,45 @@ void vec_dot_x4_q6_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
+/* Q6_K below Q6_K_X16_FROM activation rows, one group against up to LI_X4_M of them: each weight row's
+ * quants of a block unpacked, and its scales spread over the int16 lanes, once for all of them; then every activation row takes
+ * the integer and float steps of vec_dot_x4_q6_K_q8_K_avx512, so each row has that dot's bits. */
+static inline __attribute__((always_inline)) void q6_Kx4_rows(int64_t nb, int m, float *s, int64_t s_stride,
+                                                              const block_q6_Kx4 *g, const uint8_t *a, size_t a_stride) {
+    const __m512i sub = _mm512_set_epi32(0x30003, 0x30003, 0x30003, 0x30003, 0x20002, 0x20002, 0x20002, 0x20002,
+                                         0x10001, 0x10001, 0x10001, 0x10001, 0, 0, 0, 0);
+    __m512 acc[LI_X4_M][LI_X4_ROWS];
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < LI_X4_ROWS; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        for (int r = 0; r < LI_X4_ROWS; r++) {   /* weight row r: its elements in four 64s, their scales */
+            __m512i u[4], sp[4];
+            const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)g[b].h[r].scales));
+            const __m512i sc16 = _mm512_castsi256_si512(sc);
+            for (int h = 0; h < 2; h++) {
+                q6_K_unpack_half(g[b].q[r] + 64 * h, g[b].q[r] + QK_K / 2 + 32 * h, &u[2 * h], &u[2 * h + 1]);
+                for (int e = 0; e < 2; e++)
+                    sp[2 * h + e] = _mm512_permutexvar_epi16(_mm512_add_epi16(sub, _mm512_set1_epi16((short)(4 * (2 * h + e)))), sc16);
+            }
+            const float dw = _cvtsh_ss(g[b].h[r].d);
+            for (int i = 0; i < m; i++) {
+                const block_q8_K *ab = (const block_q8_K *)(a + (size_t)i * a_stride) + b;
+                const __m256i bsums = _mm256_loadu_si256((const __m256i *)ab->bsums);
+                __m512i sumi = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(),
+                                                                       _mm256_slli_epi32(_mm256_madd_epi16(sc, bsums), 5)));
+                for (int q = 0; q < 4; q++)
+                    sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[q], _mm512_loadu_si512((const void *)(ab->qs + 64 * q))),
+                                               sp[q]);
+                acc[i][r] = _mm512_fmadd_ps(_mm512_set1_ps(dw * ab->d), _mm512_cvtepi32_ps(sumi), acc[i][r]);
+            }
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < LI_X4_ROWS; r++) s[i * s_stride + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+LI_X16_M_BY_GROUP(vec_dot_x16_m_q6_K_q8_K_by_group_avx512, q6_Kx4_rows, block_q6_Kx4, QK_K)
+
 /* Q6_K, sixteen rows (four consecutive x4 groups) against all the activation rows in one pass over
  * the weights: each 64-element quarter of a block is unpacked per row (u = q + 32 <= 63) and the 16
  * rows' dwords transposed once for all the activation rows, so that int32 lane L is row L and one
@@ -506,9 +545,17 @@ static void q6_Kx16_rows(int64_t nb, int m, float *s, int64_t s_stride, const ui
     for (int i = 0; i < m; i++) _mm512_storeu_ps(s + i * s_stride, acc[i]);
 }
 
+/* From this many activation rows the transposed kernel: below, its unpacking and transposing, shared
+ * by too few rows, cost more than the x4 dot's four passes (16384 x 2048, one thread, Zen 4: 3 rows
+ * 32-35 against 46-61 GMAC/s, 4 41-42 against 47-64, 5 45-49 against 43-49, 6 49-53 against 48-49). */
+#define Q6_K_X16_FROM 6
+
 void vec_dot_x16_m_q6_K_q8_K_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
                                     const void *va, size_t a_stride, const float *as, int64_t as_stride) {
-    (void)as, (void)as_stride;
+    if (m < Q6_K_X16_FROM) {
+        vec_dot_x16_m_q6_K_q8_K_by_group_avx512(n, m, s, s_stride, vg, g_stride, va, a_stride, as, as_stride);
+        return;
+    }
     for (int64_t r = 0; r < m; r += Q6_K_X16_M)
         q6_Kx16_rows(n / QK_K, (int)(m - r < Q6_K_X16_M ? m - r : Q6_K_X16_M), s + r * s_stride, s_stride, vg, g_stride,
                      (const uint8_t *)va + (size_t)r * a_stride, a_stride);
