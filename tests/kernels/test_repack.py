@@ -27,10 +27,11 @@ X4_SAME_BITS = [T.Q6_K]
 # types with a 16-row kernel (vec_dot_x16_m): from 3 activation rows to 15 (23 on AVX-512) through it
 X16_TYPES_OF = {"avx2": [T.Q4_0, T.Q4_K], "avx512": [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K]}
 X16_MAX_M = {"avx2": 15, "avx512": 23}  # the ISA table's x16_gemm_min_m - 1
-# 16-row kernels that repeat the x4 dot's steps per row: rows with its (1-row) bits; Q6_K's below the
-# row count from which it transposes the 16 rows instead (quants_x4_avx512.c Q6_K_X16_FROM)
+# 16-row kernels that repeat the x4 dot's steps per row: rows with its (1-row) bits; on AVX-512 only
+# below the row count from which they transpose the 16 rows instead (Q4_K always; quants_x4_avx512.c
+# Q6_K_X16_FROM)
 X16_SAME_AS_X4 = [T.Q4_K, T.Q6_K]
-X16_TRANSPOSED_FROM = {T.Q6_K: 6}
+X16_TRANSPOSED_FROM = {"avx2": {}, "avx512": {T.Q4_K: 3, T.Q6_K: 6}}
 SIMD_ISAS = [isa for isa in ISAS if isa in ("avx2", "avx512")]
 X4_CASES = [(isa, t) for isa in SIMD_ISAS for t in X4_TYPES_OF[isa]]
 
@@ -62,8 +63,9 @@ def test_repacked_gemv_agrees_and_gemm_is_exact(isa, qtype, n_out, n_blocks):
         for m in (1, 2, 3, 5, 15, 23):
             got, want = x4.matmul(x[:m]), rows.matmul(x[:m])
             assert np.all(np.abs(got.astype(np.float64) - want) <= _bound(raw, qtype, x[:m])), (m, isa)
-            transposed = m >= X16_TRANSPOSED_FROM.get(qtype, X16_MAX_M[isa] + 1)
-            if 3 <= m <= X16_MAX_M[isa] and qtype in X16_TYPES_OF[isa] and (transposed or qtype not in X16_TRANSPOSED_FROM):
+            from_m = X16_TRANSPOSED_FROM[isa].get(qtype)
+            transposed = from_m is not None and m >= from_m
+            if 3 <= m <= X16_MAX_M[isa] and qtype in X16_TYPES_OF[isa] and (transposed or from_m is None):
                 # its 16-row kernel: the same bits, any m
                 np.testing.assert_array_equal(got.view(np.uint32), several[:m].view(np.uint32))
             with kernels.gemv_rows(m):  # each activation row alone gives that row, bit for bit
