@@ -66,13 +66,19 @@ void vec_dot_x4_q4_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *
  * vec_dot_x4 up to float rounding and have the same bits for any m; one or two rows keep vec_dot_x4. */
 static inline __m256i bcast4_avx2(const int8_t *p) { return _mm256_broadcastd_epi32(_mm_loadu_si32(p)); }
 
-static inline __attribute__((always_inline)) void q4_0x16_rows_avx2(int64_t nb, int m, float *s, int64_t s_stride,
-                                                                    const uint8_t *g, size_t g_stride,
-                                                                    const uint8_t *a, size_t a_stride,
-                                                                    const float *as, int64_t as_stride) {
+/* activation rows a pass: every row's accumulators live on the stack (AVX2's sixteen registers
+ * cannot hold them beside the block's sixteen weight registers anyway), so each block is transposed
+ * once for all of them. 16384 x 2048, one thread, Zen 4, GMAC/s, against four rows a pass with the
+ * count a constant (the loops unrolled for it), alternating: 3 rows 64 -> 62-63, 4 66 -> 69, 5 61 ->
+ * 73, 8 63-66 -> 77-79, 15 63-66 -> 83-85; six and eight rows a pass measured between, and the
+ * unrolled four for up to four rows beside this one for more slower at three and four (61, 60). */
+#define X16_AVX2_M 16
+
+static void q4_0x16_rows_avx2(int64_t nb, int m, float *s, int64_t s_stride, const uint8_t *g, size_t g_stride,
+                              const uint8_t *a, size_t a_stride, const float *as, int64_t as_stride) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256i lane_rows = _mm256_set_epi32(7, 5, 3, 1, 6, 4, 2, 0);   /* lane j holds row lane_rows[j] */
-    __m256 acc[LI_X4_M][2], side[LI_X4_M][2];   /* per activation row and half */
+    __m256 acc[X16_AVX2_M][2], side[X16_AVX2_M][2];   /* per activation row and half */
     for (int r = 0; r < m; r++)
         for (int h = 0; h < 2; h++) acc[r][h] = side[r][h] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -118,9 +124,9 @@ static inline __attribute__((always_inline)) void q4_0x16_rows_avx2(int64_t nb, 
 
 void vec_dot_x16_m_q4_0_q8_0_avx2(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
                                   const void *va, size_t a_stride, const float *as, int64_t as_stride) {
-    for (int64_t r = 0; r < m; r += LI_X4_M)
-        LI_X4_M_CALL(m - r, q4_0x16_rows_avx2, n / QK4_0, s + r * s_stride, s_stride, vg, g_stride,
-                     (const uint8_t *)va + (size_t)r * a_stride, a_stride, as + r * as_stride, as_stride);
+    for (int64_t r = 0; r < m; r += X16_AVX2_M)
+        q4_0x16_rows_avx2(n / QK4_0, (int)(m - r < X16_AVX2_M ? m - r : X16_AVX2_M), s + r * s_stride, s_stride, vg,
+                          g_stride, (const uint8_t *)va + (size_t)r * a_stride, a_stride, as + r * as_stride, as_stride);
 }
 
 void vec_dot_x4_q8_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *va, const float *as) {
