@@ -27,8 +27,10 @@
 /* the same for an x4 matrix with a 16-row kernel (vec_dot_x16_m), unless the ISA's table says
  * (x16_gemm_min_m). llama-1b Q4_0, one decode step of n sequences, Zen 4, GEMV against GEMM: AVX-512
  * n = 8 69-76 against 112-115 ms, 16 129-153 against 157-205, 20 159-187 against 188-235, 24 alike
- * (so 24 there); AVX2 16 alike, 20 227-247 against 224. A prompt's rows take the GEMM whatever
- * their count (li_set_batched_rows), so this only moves decode steps. */
+ * (so 24 there); AVX2, since its Q4_0 and Q4_K 16-row kernels take every activation row in one pass,
+ * 16 160-163 against 196, 20 199-200 against 219-221, 23 222-224 against 242-244 (Q4_K_M: 16 189-192
+ * against 216-217, 23 252-253 against 264-265), so 24 there too. A prompt's rows take the GEMM
+ * whatever their count (li_set_batched_rows), so this only moves decode steps. */
 #define LI_GEMM_MIN_M_X16 16
 /* and from this many rows on: its 16 rows are four streams, which one row or two read slower than one
  * x4 group at a time (llama-1b Q4_0, 2 sequences: AVX2 36-39 against 33-34 ms, AVX-512 alike) */

@@ -3,7 +3,7 @@
 The GEMM (prefill, from 16 rows) gathers each row back, so it gives the row-major bits; the GEMV reads
 a group with the ISA's x4 dot, whose sums run in another order than vec_dot's: the two agree within
 a bound from the arithmetic. Where a type has a 16-row kernel (several sequences decoding together),
-3 to 15 activation rows go through it: each row again within that bound, with the same bits for any
+3 to 23 activation rows go through it: each row again within that bound, with the same bits for any
 number of rows. Under kernels.gemv_rows every row is the 1-row call's, bit for bit (what speculative
 decoding's verification relies on)."""
 from __future__ import annotations
@@ -24,9 +24,9 @@ X4_TYPES_OF = {"avx2": [T.Q4_0, T.Q8_0, T.Q4_K], "avx512": X4_TYPES}
 # x4 dots that repeat their ISA's row dot per row (the same integers in the same lanes, the same float
 # steps): their GEMV gives the row-major bits, not only a result within rounding of them
 X4_SAME_BITS = [T.Q6_K]
-# types with a 16-row kernel (vec_dot_x16_m): from 3 activation rows to 15 (23 on AVX-512) through it
+# types with a 16-row kernel (vec_dot_x16_m): from 3 activation rows to 23 through it
 X16_TYPES_OF = {"avx2": [T.Q4_0, T.Q4_K], "avx512": [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K]}
-X16_MAX_M = {"avx2": 15, "avx512": 23}  # the ISA table's x16_gemm_min_m - 1
+X16_MAX_M = {"avx2": 23, "avx512": 23}  # the ISA table's x16_gemm_min_m - 1
 # 16-row kernels that repeat the x4 dot's steps per row: rows with its (1-row) bits; on AVX-512 only
 # below the row count from which they transpose the 16 rows instead (Q4_K always; quants_x4_avx512.c
 # Q6_K_X16_FROM)
