@@ -22,6 +22,7 @@ cuda = device.cuda_module()
 # a block's threads; a power of two (the tree sum halves it). The simulator runs each thread as a Python
 # thread: 8 there keeps a tiny model's forward pass to seconds, and tests the same reductions
 THREADS = 8 if device.simulated() else 128
+SUM_SLOTS = THREADS + 1   # a block sum's shared slots: a constant, as a device's shared array size must be
 # output rows per GEMV block: one on a device (blocks are cheap there); in the simulator, whose cost is
 # per block and per barrier, several
 ROWS = 16 if device.simulated() else 1
@@ -48,7 +49,7 @@ def _block_sum(shared, value):
 @cuda.jit
 def _gemv_int8(scales, qs, group, x, y):
     """Q8_0, Q5_0, Q6_K uploaded as int8 quants: y[r] = sum_e scales[r, e // group] * qs[r, e] * x[e]"""
-    shared = cuda.shared.array(THREADS + 1, np.float32)
+    shared = cuda.shared.array(SUM_SLOTS, np.float32)
     for r in range(cuda.blockIdx.x * ROWS, min(y.shape[0], (cuda.blockIdx.x + 1) * ROWS)):
         acc = np.float32(0.0)
         for i in range(cuda.threadIdx.x, x.shape[0], THREADS):
@@ -62,7 +63,7 @@ def _gemv_int8(scales, qs, group, x, y):
 def _gemv_nibbles(scales, mins, qs, half, x, y):
     """Q4_0, Q4_1, Q4_K as the file packs them: in each run of 2*half elements, byte j holds element j
     (low nibble) and element half + j (high); element e is scales[r, e // 32] * nibble + mins[r, e // 32]."""
-    shared = cuda.shared.array(THREADS + 1, np.float32)
+    shared = cuda.shared.array(SUM_SLOTS, np.float32)
     for r in range(cuda.blockIdx.x * ROWS, min(y.shape[0], (cuda.blockIdx.x + 1) * ROWS)):
         acc = np.float32(0.0)
         for i in range(cuda.threadIdx.x, x.shape[0] // 2, THREADS):
@@ -80,7 +81,7 @@ def _gemv_nibbles(scales, mins, qs, half, x, y):
 
 @cuda.jit
 def _gemv_f16(w, x, y):
-    shared = cuda.shared.array(THREADS + 1, np.float32)
+    shared = cuda.shared.array(SUM_SLOTS, np.float32)
     for r in range(cuda.blockIdx.x * ROWS, min(y.shape[0], (cuda.blockIdx.x + 1) * ROWS)):
         acc = np.float32(0.0)
         for i in range(cuda.threadIdx.x, x.shape[0], THREADS):
@@ -94,7 +95,7 @@ def _gemv_f16(w, x, y):
 def _rms_norm(x, weight, eps, out):
     """One block per row of x (n, dim)."""
     row = cuda.blockIdx.x
-    shared = cuda.shared.array(THREADS + 1, np.float32)
+    shared = cuda.shared.array(SUM_SLOTS, np.float32)
     acc = np.float32(0.0)
     for i in range(cuda.threadIdx.x, x.shape[1], THREADS):
         acc += x[row, i] * x[row, i]
@@ -139,7 +140,7 @@ def _attention(q, k, v, start, n_past, scale, scores, out):
     k, v (n_ctx, n_kv_head, hd) f16; scores (n_head, n_ctx) f32 scratch; out (n_head, hd)."""
     h = cuda.blockIdx.x
     kv = h // (q.shape[0] // k.shape[1])   # grouped-query attention: n_head / n_kv_head heads per KV head
-    shared = cuda.shared.array(THREADS + 1, np.float32)
+    shared = cuda.shared.array(SUM_SLOTS, np.float32)
     t = cuda.threadIdx.x
     best = np.float32(-np.inf)
     for p in range(start + t, n_past, THREADS):
