@@ -89,6 +89,10 @@ typedef void (*li_vec_dot_rows_fn)(int64_t n, float *s, const void *w, size_t ro
  * GEMV row of a repacked matrix is this function's (one activation row or several: the same bits). */
 typedef void (*li_vec_dot_x4_fn)(int64_t n, float *s, const void *group, const void *a, const float *a_sums);
 #define LI_X4_M 4   /* activation rows a vec_dot_x16_m kernel takes at a time */
+/* activation rows one pass of a 16-row kernel takes where their sums live on the stack (AVX-512's
+ * Q4_K and Q6_K, AVX2's Q4_0 and Q4_K): the ISA tables' x16_gemm_min_m, from which the matmul takes
+ * the GEMM, so every decode step's rows take one pass */
+#define LI_X16_PASS_M 24
 /* Four consecutive x4 groups (16 rows, group_stride bytes apart) against m activation rows (row i at
  * a + i * a_stride bytes, its a_sums at a_sums + i * sums_stride): s[i * s_stride + q] = dot(row q,
  * activation row i), q < 16. The groups' quants are loaded and unpacked once for all m rows: the GEMV

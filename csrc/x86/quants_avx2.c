@@ -424,21 +424,20 @@ void vec_dot_x4_q4_K_q8_K_avx2(int64_t n, float *s, const void *vg, const void *
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = (l[4 * r] + l[4 * r + 1]) + (l[4 * r + 2] + l[4 * r + 3]);
 }
 
-/* Q4_K, one x4 group against up to Q4_K_X4_AVX2_M activation rows: each super-block's scales and mins
+/* Q4_K, one x4 group against up to LI_X16_PASS_M activation rows: each super-block's scales and mins
  * decoded, its quants split into nibbles and the rows' d and dmin widened once for all of them; then
  * every activation row takes vec_dot_x4_q4_K_q8_K_avx2's integer and float steps (its d times the
  * rows' d and dmin rounded once, as there), so each row has that dot's bits. The rows' sums live on
  * the stack (the unpacked block alone outgrows AVX2's sixteen registers): four rows a pass with the
  * count a constant unpacked each block again for every four (16384 x 2048, one thread, Zen 4: 8 rows
  * 58 -> 66 GMAC/s, 16 58 -> 68-71, 23 58 -> 72; 3 and 4 rows alike). */
-#define Q4_K_X4_AVX2_M 24
 static void q4_Kx4_rows_avx2(int64_t nb, int m, float *s, int64_t s_stride, const block_q4_Kx4 *g, const uint8_t *a,
                              size_t a_stride) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
     const __m256i dd_of_pair = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
     const __m256i d01 = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), m01 = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
     const __m256i d23 = _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6), m23 = _mm256_setr_epi32(5, 5, 5, 5, 7, 7, 7, 7);
-    __m256 acc[Q4_K_X4_AVX2_M][2];
+    __m256 acc[LI_X16_PASS_M][2];
     for (int i = 0; i < m; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m256i h01 = _mm256_loadu_si256((const __m256i *)&g[b].h[0]);
@@ -507,8 +506,8 @@ void vec_dot_x16_m_q4_K_q8_K_avx2(int64_t n, int64_t m, float *s, int64_t s_stri
     (void)as, (void)as_stride;
     for (int q = 0; q < LI_X4_ROWS; q++) {
         const block_q4_Kx4 *g = (const block_q4_Kx4 *)((const uint8_t *)vg + (size_t)q * g_stride);
-        for (int64_t r = 0; r < m; r += Q4_K_X4_AVX2_M)
-            q4_Kx4_rows_avx2(n / QK_K, (int)(m - r < Q4_K_X4_AVX2_M ? m - r : Q4_K_X4_AVX2_M), s + r * s_stride + LI_X4_ROWS * q,
+        for (int64_t r = 0; r < m; r += LI_X16_PASS_M)
+            q4_Kx4_rows_avx2(n / QK_K, (int)(m - r < LI_X16_PASS_M ? m - r : LI_X16_PASS_M), s + r * s_stride + LI_X4_ROWS * q,
                              s_stride, g, (const uint8_t *)va + (size_t)r * a_stride, a_stride);
     }
 }

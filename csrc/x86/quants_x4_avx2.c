@@ -72,13 +72,12 @@ static inline __m256i bcast4_avx2(const int8_t *p) { return _mm256_broadcastd_ep
  * count a constant (the loops unrolled for it), alternating: 3 rows 64 -> 62-63, 4 66 -> 69, 5 61 ->
  * 73, 8 63-66 -> 77-79, 15 63-66 -> 83-85; six and eight rows a pass measured between, and the
  * unrolled four for up to four rows beside this one for more slower at three and four (61, 60). */
-#define X16_AVX2_M 16
 
 static void q4_0x16_rows_avx2(int64_t nb, int m, float *s, int64_t s_stride, const uint8_t *g, size_t g_stride,
                               const uint8_t *a, size_t a_stride, const float *as, int64_t as_stride) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256i lane_rows = _mm256_set_epi32(7, 5, 3, 1, 6, 4, 2, 0);   /* lane j holds row lane_rows[j] */
-    __m256 acc[X16_AVX2_M][2], side[X16_AVX2_M][2];   /* per activation row and half */
+    __m256 acc[LI_X16_PASS_M][2], side[LI_X16_PASS_M][2];   /* per activation row and half */
     for (int r = 0; r < m; r++)
         for (int h = 0; h < 2; h++) acc[r][h] = side[r][h] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -124,8 +123,8 @@ static void q4_0x16_rows_avx2(int64_t nb, int m, float *s, int64_t s_stride, con
 
 void vec_dot_x16_m_q4_0_q8_0_avx2(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
                                   const void *va, size_t a_stride, const float *as, int64_t as_stride) {
-    for (int64_t r = 0; r < m; r += X16_AVX2_M)
-        q4_0x16_rows_avx2(n / QK4_0, (int)(m - r < X16_AVX2_M ? m - r : X16_AVX2_M), s + r * s_stride, s_stride, vg,
+    for (int64_t r = 0; r < m; r += LI_X16_PASS_M)
+        q4_0x16_rows_avx2(n / QK4_0, (int)(m - r < LI_X16_PASS_M ? m - r : LI_X16_PASS_M), s + r * s_stride, s_stride, vg,
                           g_stride, (const uint8_t *)va + (size_t)r * a_stride, a_stride, as + r * as_stride, as_stride);
 }
 

@@ -324,13 +324,12 @@ void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
  * rounding, and with themselves for any m. Even three activation rows share the transposing well
  * enough (16384 x 2048, one thread, Zen 4: 3 rows 84 against 76 GMAC/s through the x4 dot, 4 100-105
  * against 79, 16 130-131 against 73). */
-#define Q4_K_X16_M 24   /* activation rows a pass (AVX-512 hands 24 and more to the GEMM) */
 static void q4_Kx16_rows(int64_t nb, int m, float *s, int64_t s_stride, const uint8_t *g, size_t g_stride,
                          const uint8_t *a, size_t a_stride) {
     const __m512i low8 = _mm512_set1_epi32(0xFF), low8_pairs = _mm512_set1_epi32(0x00FF00FF);
     /* bsum pairs of sub-blocks (k, k + 2) as int16 pairs: the order the mins' int16 pairs take */
     const __m128i pair_order = _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
-    __m512 acc[Q4_K_X16_M];
+    __m512 acc[LI_X16_PASS_M];
     for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const block_q4_Kx4 *x[4];
@@ -342,7 +341,7 @@ static void q4_Kx16_rows(int64_t nb, int m, float *s, int64_t s_stride, const ui
         x16_dword_pieces(scales_mins_k4_x4(h0), scales_mins_k4_x4(h1), scales_mins_k4_x4(h2), scales_mins_k4_x4(h3), sm);
         const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd[0]));
         const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd[0], 16)));
-        __m512i isum[Q4_K_X16_M];
+        __m512i isum[LI_X16_PASS_M];
         for (int i = 0; i < m; i++) isum[i] = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {   /* chunks 2j, 2j + 1: sub-blocks 2j (low nibbles), 2j + 1 (high) */
             __m512i w0[8], w1[8];
@@ -389,8 +388,8 @@ static void q4_Kx16_rows(int64_t nb, int m, float *s, int64_t s_stride, const ui
 void vec_dot_x16_m_q4_K_q8_K_avx512(int64_t n, int64_t m, float *s, int64_t s_stride, const void *vg, size_t g_stride,
                                     const void *va, size_t a_stride, const float *as, int64_t as_stride) {
     (void)as, (void)as_stride;
-    for (int64_t r = 0; r < m; r += Q4_K_X16_M)
-        q4_Kx16_rows(n / QK_K, (int)(m - r < Q4_K_X16_M ? m - r : Q4_K_X16_M), s + r * s_stride, s_stride, vg, g_stride,
+    for (int64_t r = 0; r < m; r += LI_X16_PASS_M)
+        q4_Kx16_rows(n / QK_K, (int)(m - r < LI_X16_PASS_M ? m - r : LI_X16_PASS_M), s + r * s_stride, s_stride, vg, g_stride,
                      (const uint8_t *)va + (size_t)r * a_stride, a_stride);
 }
 
@@ -534,7 +533,6 @@ static inline __attribute__((always_inline)) void transpose16_epi32(__m512i x[16
     for (int p = 0; p < 16; p++) x[p] = t[p];
 }
 
-#define Q6_K_X16_M 24   /* activation rows a pass (AVX-512 hands 24 and more to the GEMM) */
 static void q6_Kx16_rows(int64_t nb, int m, float *s, int64_t s_stride, const uint8_t *g, size_t g_stride,
                          const uint8_t *a, size_t a_stride) {
     /* byte offset of row L's header (scales, then d) within block 0 of the four groups */
@@ -542,13 +540,13 @@ static void q6_Kx16_rows(int64_t nb, int m, float *s, int64_t s_stride, const ui
         _mm512_mullo_epi32(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), _mm512_set1_epi32((int)g_stride)),
         _mm512_set_epi32(54, 36, 18, 0, 54, 36, 18, 0, 54, 36, 18, 0, 54, 36, 18, 0));
     _Static_assert(sizeof(((block_q6_Kx4 *)0)->h[0]) == 18, "a Q6_K header: 16 scales, then d");
-    __m512 acc[Q6_K_X16_M];
+    __m512 acc[LI_X16_PASS_M];
     for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = g + (size_t)b * sizeof(block_q6_Kx4);
         const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(_mm512_add_epi32(head, _mm512_set1_epi32(16)), blk, 1)));
-        __m512i isum[Q6_K_X16_M];
-        int32_t offset[Q6_K_X16_M][QK_K / 16];   /* -32 * bsums: each sub-block's sum starts there */
+        __m512i isum[LI_X16_PASS_M];
+        int32_t offset[LI_X16_PASS_M][QK_K / 16];   /* -32 * bsums: each sub-block's sum starts there */
         for (int i = 0; i < m; i++) {
             isum[i] = _mm512_setzero_si512();
             const block_q8_K *ab = (const block_q8_K *)(a + (size_t)i * a_stride) + b;
@@ -597,8 +595,8 @@ void vec_dot_x16_m_q6_K_q8_K_avx512(int64_t n, int64_t m, float *s, int64_t s_st
         vec_dot_x16_m_q6_K_q8_K_by_group_avx512(n, m, s, s_stride, vg, g_stride, va, a_stride, as, as_stride);
         return;
     }
-    for (int64_t r = 0; r < m; r += Q6_K_X16_M)
-        q6_Kx16_rows(n / QK_K, (int)(m - r < Q6_K_X16_M ? m - r : Q6_K_X16_M), s + r * s_stride, s_stride, vg, g_stride,
+    for (int64_t r = 0; r < m; r += LI_X16_PASS_M)
+        q6_Kx16_rows(n / QK_K, (int)(m - r < LI_X16_PASS_M ? m - r : LI_X16_PASS_M), s + r * s_stride, s_stride, vg, g_stride,
                      (const uint8_t *)va + (size_t)r * a_stride, a_stride);
 }
 
