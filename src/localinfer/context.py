@@ -29,6 +29,12 @@ N_UBATCH = 256
 MIN_PREFILL_ROWS = 16
 
 
+def prefills_batched(n_tokens: int) -> bool:
+    """Whether a prompt of n_tokens is computed batched: the one rule that Context, Model.logits,
+    the engine's prefill, prompt logprobs and the llama-cpp-python layer follow alike."""
+    return n_tokens >= MIN_PREFILL_ROWS
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens a and b share."""
     n = min(len(a), len(b))
@@ -67,7 +73,7 @@ class Context:
         if not self.cache.can_trim_to(keep):
             keep = 0  # a sliding-window cache no longer holds the keys the token after `keep` needs
         self.truncate(keep)
-        batched = batched and len(tokens) >= MIN_PREFILL_ROWS
+        batched = batched and prefills_batched(len(tokens))
         return self.append(tokens[keep:], last_only=True, batched=batched)[-1]
 
     def append(self, tokens: Sequence[int], last_only: bool = False, batched: bool = False) -> np.ndarray:

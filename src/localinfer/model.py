@@ -14,7 +14,7 @@ import numpy as np
 from .arch import build_model
 from .chat.prompt import chat_prompt_tokens
 from .chat.template import ChatTemplate, template_for
-from .context import MIN_PREFILL_ROWS, Context
+from .context import Context, prefills_batched
 from .files.fetch import resolve_model
 from .generate import GenerationChunk, GenerationResult, check_prompt_fits, collect, stream_generate
 from .files.gguf_file import GGUFFile
@@ -253,7 +253,7 @@ class Model:
         if not ids:
             return np.zeros((0, self.n_vocab), np.float32)
         ctx = self.new_context(len(ids))
-        return np.asarray(ctx.append(ids, batched=len(ids) >= MIN_PREFILL_ROWS), dtype=np.float32)
+        return np.asarray(ctx.append(ids, batched=prefills_batched(len(ids))), dtype=np.float32)
 
     def embed(self, texts: str | Sequence[str | Sequence[int]], pooling: str | None = None,
               normalize: bool = True) -> np.ndarray:

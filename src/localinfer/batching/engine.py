@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..context import MIN_PREFILL_ROWS, common_prefix
+from ..context import MIN_PREFILL_ROWS, common_prefix, prefills_batched
 from ..generate import Generation, GenerationChunk, check_prompt_fits
 from ..sampling.logprobs import TokenLogprob, token_logprob
 from .completion_cache import CompletionCache
@@ -386,7 +386,7 @@ class Engine:
         next turn of a chat holds the last answer too), or the prefix cache's whole blocks,
         whichever is longer. Returns how many. The last prompt token is always computed (it gives
         the logits), and a prompt too short for the batched paths (MIN_PREFILL_ROWS) all of it."""
-        limit = len(prompt) - 1 if len(prompt) >= MIN_PREFILL_ROWS else 0
+        limit = len(prompt) - 1 if prefills_batched(len(prompt)) else 0
         held = min(common_prefix(slot.held, prompt), limit)
         if held and held >= self.prefix_cache.cached_length(prompt, limit) and slot.cache.can_trim_to(held):
             slot.cache.trim(held)
@@ -415,7 +415,7 @@ class Engine:
         if not rows:
             return
         try:
-            batched = any(s.todo and len(s.request.prompt) >= MIN_PREFILL_ROWS for s, _ in rows)
+            batched = any(s.todo and prefills_batched(len(s.request.prompt)) for s, _ in rows)
             scoring = [s.scores is not None and bool(s.todo) for s, _ in rows]
             logits = forward_rows(self.runtime, [(t, s.cache) for s, t in rows], [bool(s.gen.drafted) for s, _ in rows],
                                   scoring, batched, [len(s.todo) == len(t) for s, t in rows])

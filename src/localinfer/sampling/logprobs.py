@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..context import MIN_PREFILL_ROWS
+from ..context import prefills_batched
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs; the library allows up to this many too
 
@@ -71,7 +71,7 @@ def score_prompt(model, tokens: Sequence[int], n_top: int = 0, chunk: int = 256)
         return []
     ctx = model.new_context(len(tokens))
     out = [TokenLogprob(int(tokens[0]), None, [])]
-    batched = len(tokens) >= MIN_PREFILL_ROWS  # as Model.logits and the engine's prefill
+    batched = prefills_batched(len(tokens))  # as Model.logits and the engine's prefill
     start = 0
     while start < len(tokens):
         end = min(len(tokens), start + chunk)

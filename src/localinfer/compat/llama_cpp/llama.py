@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ...context import MIN_PREFILL_ROWS
+from ...context import prefills_batched
 from . import options as opts
 from . import state as llama_state
 from .completion import Answer, prompt_tokens
@@ -153,7 +153,7 @@ class Llama:
             raise ValueError(f"Requested tokens ({self.n_tokens + len(ids)}) exceed context window of {self.n_ctx()}")
         with self._held():
             n = self.n_tokens
-            batched = n + len(ids) >= MIN_PREFILL_ROWS  # as the whole prompt would be computed
+            batched = prefills_batched(n + len(ids))  # as the whole prompt would be computed
             if ids:
                 self._ctx.append(ids, last_only=True, batched=batched)
             if self._exact == n and batched:
@@ -214,8 +214,9 @@ class Llama:
         try:
             # the rest of a prompt this long is computed batched (Context.evaluate): the whole prompt's bits
             keep = min(self._ctx.common_prefix(tokens), self._exact, len(tokens) - 1)
-            self._ctx.truncate(keep if len(tokens) >= MIN_PREFILL_ROWS else 0)
-            self._exact = len(tokens) if len(tokens) >= MIN_PREFILL_ROWS else 0
+            whole = prefills_batched(len(tokens))
+            self._ctx.truncate(keep if whole else 0)
+            self._exact = len(tokens) if whole else 0
             yield from chunks
         finally:
             chunks.close()
