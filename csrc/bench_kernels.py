@@ -10,9 +10,10 @@ against numpy's float32 matmul of the dequantized matrix in the same run.
 matrix's rows, interleaved call by call in one run (a busy machine slows both alike): the least wall
 time of each and the least process CPU time of a call (all the pool's threads), per shape.
 
---stream: the decode GEMV's weight GB/s on a Llama-3.2-1B ffn matrix (8192 x 2048) that stays in the
-cache, then streaming ~1.5 GB of such matrices (beyond any last-level cache), beside the C bandwidth
-probe: if the cached figure is near the streamed one, the dot's arithmetic is the limit, not memory.
+--stream: the decode GEMV's weight GB/s on a Llama-3.2-1B ffn matrix (8192 x 2048), row-major and
+repacked (the layout decode reads, where the ISA has one), that stays in the cache, then streaming
+~1.5 GB of such matrices (beyond any last-level cache), beside the C bandwidth probe: if the cached
+figure is near the streamed one, the dot's arithmetic is the limit, not memory.
 
 Shapes are the SmolLM2 / Gemma-3 ones: ffn_down 576x1536 (Q4_1), the output matrix
 49152x576 (Q8_0), and the prefill GEMM of 512 tokens. Random blocks with finite scales.
@@ -21,6 +22,7 @@ Shapes are the SmolLM2 / Gemma-3 ones: ffn_down 576x1536 (Q4_1), the output matr
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import numpy as np
@@ -179,17 +181,20 @@ def stream(isas: list[str], threads: list[int], total_bytes: float = 1.5e9) -> N
                 kernels.set_threads(nt)
                 probe = kernels.memory_bandwidth(1 << 30, reps=3, copy=False)["read_bps"] / 1e9
                 print(f"{isa} {nt} thr: C bandwidth probe reads {probe:.1f} GB/s")
-                for qtype in (T.Q4_0, T.Q4_K, T.Q6_K, T.Q8_0):
+                for qtype, repack in itertools.product((T.Q4_0, T.Q4_K, T.Q6_K, T.Q8_0), (False, True)):
                     base = random_weights(qtype, 8192, 2048)
-                    mats = [kernels.prepare(np.roll(base, i, axis=0), qtype)
+                    mats = [kernels.prepare(np.roll(base, i, axis=0), qtype, repack=repack)
                             for i in range(max(2, int(total_bytes // base.nbytes)))]
+                    if repack and mats[0].layout == kernels.LAYOUT_ROWS:
+                        continue   # no repacked layout for this type on this ISA
                     cached = base.nbytes / best_time(lambda: mats[0].matmul(x))
 
                     def all_once():
                         for mat in mats:
                             mat.matmul(x)
                     streamed = base.nbytes * len(mats) / best_time(all_once, min_time=1.0, min_reps=3)
-                    print(f"  {qtype.name:5s} cached {base.nbytes / 2**20:5.1f} MiB: {cached / 1e9:5.1f} GB/s; "
+                    layout = "x4  " if repack else "rows"
+                    print(f"  {qtype.name:5s} {layout} cached {base.nbytes / 2**20:5.1f} MiB: {cached / 1e9:5.1f} GB/s; "
                           f"streaming {len(mats)} of them ({base.nbytes * len(mats) / 2**30:.2f} GiB): "
                           f"{streamed / 1e9:5.1f} GB/s ({100 * streamed / 1e9 / probe:.0f}% of the probe)")
                     del mats
