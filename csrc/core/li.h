@@ -102,6 +102,13 @@ typedef void (*li_vec_dot_x4_fn)(int64_t n, float *s, const void *group, const v
 typedef void (*li_vec_dot_x16_m_fn)(int64_t n, int64_t m, float *s, int64_t s_stride, const void *groups,
                                     size_t group_stride, const void *a, size_t a_stride, const float *a_sums,
                                     int64_t sums_stride);
+/* One weight row of the row-major layout against m activation rows (row i at a + i * a_stride bytes,
+ * its a_sums at a_sums + i * sums_stride): s[i * s_stride] = vec_dot(w, activation row i), bit for bit
+ * the type's vec_dot, with each block of the row unpacked once for all the activation rows (the GEMV
+ * of several sequences decoding together, for a type the ISA does not repack). The matmul calls it
+ * from 2 rows to 17 (core/matmul.c LI_GEMM_MIN_M_DOT_M). */
+typedef void (*li_vec_dot_m_fn)(int64_t n, int64_t m, float *s, int64_t s_stride, const void *w, const void *a,
+                                size_t a_stride, const float *a_sums, int64_t sums_stride);
 /* One F16 weight row against m activation rows: s[i * s_stride] = dot(w, row i of a), where a
  * (m, n) holds F16 activations widened to f32 (exactly). Bit for bit m calls of the ISA's F16
  * vec_dot; the weight row is widened once, not m times (a GEMV of a few rows: speculative
@@ -195,6 +202,7 @@ typedef struct {
     li_vec_dot_rows_fn vec_dot_rows;   /* set by dispatch.c from the ISA table; NULL: vec_dot row by row */
     li_vec_dot_x4_fn vec_dot_x4;   /* set by dispatch.c: the ISA's dot over a repacked group, or NULL */
     li_vec_dot_x16_m_fn vec_dot_x16_m;   /* set by dispatch.c: four groups, several activation rows, or NULL */
+    li_vec_dot_m_fn vec_dot_m;     /* set by dispatch.c: one row-major row, several activation rows, or NULL */
 } li_type_traits;
 
 /* A SIMD variant overrides what it accelerates; NULL entries fall back to generic. */
@@ -204,6 +212,7 @@ typedef struct {
     li_vec_dot_rows_fn vec_dot_rows[LI_TYPE_COUNT];
     li_vec_dot_x4_fn vec_dot_x4[LI_TYPE_COUNT];   /* repacked groups (core/repack.c); NULL: no repacking */
     li_vec_dot_x16_m_fn vec_dot_x16_m[LI_TYPE_COUNT];   /* four groups, several activation rows; NULL: vec_dot_x4 */
+    li_vec_dot_m_fn vec_dot_m[LI_TYPE_COUNT];   /* a row-major row, several activation rows; NULL: vec_dot each */
     int x16_gemm_min_m;   /* activation rows from which the GEMM beats those (core/matmul.c); 0: 16 */
     li_quantize_fn from_float[LI_TYPE_COUNT];
     li_dequantize_fn dequantize[LI_TYPE_COUNT];   /* only where bit-exact (f16 widening is) */

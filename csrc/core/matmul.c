@@ -35,6 +35,11 @@
 /* and from this many rows on: its 16 rows are four streams, which one row or two read slower than one
  * x4 group at a time (llama-1b Q4_0, 2 sequences: AVX2 36-39 against 33-34 ms, AVX-512 alike) */
 #define LI_X16_MIN_M 3
+/* and for a row-major matrix whose type has a dot for several activation rows (vec_dot_m), below this:
+ * AVX2 Q6_K, 16384 x 2048, one thread, AMD EPYC Zen 3, GMAC/s, the GEMM against it, alternating: 2 rows
+ * 20-26 -> 28, 4 21-27 -> 37, 8 32 -> 43-44, 16 41 -> 44-45; 18 46-47 -> 45, 23 46-47 -> 44 (the GEMM's
+ * activation tiles are whole from 18) */
+#define LI_GEMM_MIN_M_DOT_M 18
 
 /* The GEMV/GEMM switch of this thread (li_set_gemm_min_rows), 0: the default. A verification pass
  * of speculative decoding keeps the GEMV for a few more rows, each with a decode step's bits. */
@@ -161,6 +166,12 @@ static void task_gemv(void *ctx, int ith, int nth) {
         }
         if (j->xw) {   /* each weight row widened once for all activation rows */
             for (int q = 0; q < nr; q++) j->kern->vec_dot_f16_mact(j->k, j->y + r + q, j->n_out, w + q * j->row_bytes, j->xw, j->m);
+            continue;
+        }
+        if (j->t->vec_dot_m && j->m > 1) {   /* each weight row unpacked once for all activation rows */
+            for (int q = 0; q < nr; q++)
+                j->t->vec_dot_m(j->k, j->m, j->y + r + q, j->n_out, w + q * j->row_bytes, j->xq, j->xq_row_bytes,
+                                j->xs, j->n_sums);
             continue;
         }
         for (int64_t i = 0; i < j->m; i++) {
@@ -351,8 +362,11 @@ int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int
      * that unpacks the weights), through that kernel, unless this thread asked for 1-row bits
      * (li_set_gemm_min_rows: speculative verification) or the many-row bits (li_set_batched_rows) */
     const int x16 = layout == LI_LAYOUT_X4 && j.t->vec_dot_x16_m && m >= LI_X16_MIN_M && gemm_min_m == 0;
+    /* the same for a row-major matrix whose type has a dot for several activation rows (vec_dot_m) */
+    const int m_rows = layout == LI_LAYOUT_ROWS && j.t->vec_dot_m && gemm_min_m == 0;
     const int x16_until = j.kern->x16_gemm_min_m ? j.kern->x16_gemm_min_m : LI_GEMM_MIN_M_X16;
-    if (!batched_rows && (m < (gemm_min_m ? gemm_min_m : LI_GEMM_MIN_M) || (x16 && m < x16_until))) {
+    if (!batched_rows && (m < (gemm_min_m ? gemm_min_m : LI_GEMM_MIN_M) || (x16 && m < x16_until) ||
+                          (m_rows && m < LI_GEMM_MIN_M_DOT_M))) {
         j.x16 = x16;
         j.xq_row_bytes = (size_t)(k / j.at->block_size) * (size_t)j.at->type_size;
         j.n_sums = li_act_sums_count(j.t->vec_dot_type, k);

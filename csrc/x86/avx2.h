@@ -26,6 +26,8 @@ void vec_dot_q5_1_q8_1_avx2(int64_t n, float *s, const void *w, const void *a, c
 void vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
+void vec_dot_m_q6_K_q8_K_avx2(int64_t n, int64_t m, float *s, int64_t s_stride, const void *w, const void *a,
+                              size_t a_stride, const float *a_sums, int64_t sums_stride);
 void vec_dot_f16_f16_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_f32_f32_avx2(int64_t n, float *s, const void *w, const void *a, const float *a_sums);
 void vec_dot_rows_q4_0_q8_0_avx2(int64_t n, float *s, const void *w, size_t row_bytes, int nr, const void *a,
