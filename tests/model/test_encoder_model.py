@@ -77,10 +77,16 @@ def test_rerank_orders_documents_as_bert_for_sequence_classification(models, tok
         want.append(torch_scores(torch_model, enc.ids, enc.type_ids)[0])
     results = m.rerank(QUERY, DOCUMENTS)
     assert all(isinstance(r, RerankResult) for r in results)
-    assert [r.index for r in results] == np.argsort(-np.array(want), kind="stable").tolist()
+    tol = 2e-3 * np.abs(want).max()
+    order = [r.index for r in results]
+    assert sorted(order) == list(range(len(DOCUMENTS)))
+    # torch's order, except that two documents whose scores lie within the tolerance may come either
+    # way (the trained vocabulary differs between runs, so near-ties happen: 4, 2, 3, 0 for 4, 2, 0, 3)
+    for a, b in zip(order, order[1:]):
+        assert want[a] >= want[b] - tol, (order, want)
     assert [r.document for r in results] == [DOCUMENTS[r.index] for r in results]
     for r in results:
-        assert abs(r.relevance_score - want[r.index]) < 2e-3 * np.abs(want).max()
+        assert abs(r.relevance_score - want[r.index]) < tol
     top = m.rerank(QUERY, DOCUMENTS, top_n=2)
     assert top == results[:2]
     assert m.rerank(QUERY, []) == []
