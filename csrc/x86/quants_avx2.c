@@ -525,46 +525,6 @@ void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va,
     *s = hsum_ps(acc);
 }
 
-/* One Q6_K super-block unpacked for several activation rows: the 6-bit values of quarter k of half h
- * (u[4h + k]) and their sub-blocks' scales as int16 splats (scale[4h + k]), x86/q6_K_avx2.h's, and the
- * scales widened for the bsums' offset. q6_K_sumi_unpacked_avx2 then gives an activation row the
- * integers q6_K_sumi_avx2 gives it (int32 sums: exact in any order). */
-typedef struct {
-    __m256i u[8], scale[8], sc16;
-} q6_K_unpacked_avx2;
-
-static inline __attribute__((always_inline)) void q6_K_unpack_avx2(const block_q6_K *w, q6_K_unpacked_avx2 *p) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    const __m128i sc8 = _mm_loadu_si128((const __m128i *)w->scales);
-    p->sc16 = _mm256_cvtepi8_epi16(sc8);
-    for (int h = 0; h < 2; h++) {
-        const uint8_t *ql = w->ql + 64 * h;
-        const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
-        const __m128i sc8h = h ? _mm_srli_si128(sc8, 8) : sc8;   /* an immediate shift, as there */
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8h));
-        __m256i *u = p->u + 4 * h;
-        u[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-        u[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-        u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
-        u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                               _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-        for (int k = 0; k < 4; k++) p->scale[4 * h + k] = _mm256_shuffle_epi8(sc16, SPLAT16_2(2 * k, 2 * k + 1));
-    }
-}
-
-static inline __attribute__((always_inline)) __m256i q6_K_sumi_unpacked_avx2(const q6_K_unpacked_avx2 *p,
-                                                                             const block_q8_K *a) {
-    const __m256i offset = _mm256_madd_epi16(p->sc16, _mm256_loadu_si256((const __m256i *)a->bsums));
-    __m256i sumi = _mm256_setzero_si256();
-    for (int j = 0; j < 8; j++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(p->u[j], q), p->scale[j]));
-    }
-    return _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
-}
-
 /* Q6_K, one row against several activation rows: each super-block unpacked once, then every activation
  * row takes vec_dot_q6_K_q8_K_avx2's integers and float steps (its accumulator on the stack), so each
  * has that dot's bits. */
@@ -579,7 +539,7 @@ void vec_dot_m_q6_K_q8_K_avx2(int64_t n, int64_t m, float *s, int64_t s_stride, 
         for (int i = 0; i < mr; i++) acc[i] = _mm256_setzero_ps();
         for (int64_t b = 0; b < n / QK_K; b++) {
             q6_K_unpacked_avx2 p;
-            q6_K_unpack_avx2(&w[b], &p);
+            q6_K_unpack_avx2(w[b].ql, w[b].qh, w[b].scales, &p);
             const float dw = fp16(w[b].d);
             for (int i = 0; i < mr; i++) {
                 const block_q8_K *a = (const block_q8_K *)(a0 + (size_t)i * a_stride) + b;
