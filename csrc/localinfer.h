@@ -61,6 +61,11 @@ int li_set_gemm_min_rows(int m);
  * computed at once. Overrides li_set_gemm_min_rows while set. Returns the previous value. */
 int li_set_batched_rows(int on);
 
+/* bytes ahead of its reads from which a dot that streams a weight matrix prefetches (the x4 dots, and
+ * the row dots of types whose ISA table says so; core/li.h), for the whole process; 0: none, the
+ * hardware prefetcher alone. At most 1 MiB. Returns the previous value, or LI_EINVAL. */
+int li_set_stream_ahead(int bytes);
+
 /* n elements of one row of `type` -> float32 (bit-identical to localinfer.formats.dequantize) */
 int li_dequantize_row(int type, const void *src, float *dst, int64_t n);
 

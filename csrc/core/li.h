@@ -109,6 +109,23 @@ typedef void (*li_vec_dot_x16_m_fn)(int64_t n, int64_t m, float *s, int64_t s_st
  * from 2 rows to 17 (core/matmul.c LI_GEMM_MIN_M_DOT_M). */
 typedef void (*li_vec_dot_m_fn)(int64_t n, int64_t m, float *s, int64_t s_stride, const void *w, const void *a,
                                 size_t a_stride, const float *a_sums, int64_t sums_stride);
+
+/* A decode GEMV reads each weight byte once, and with the hardware prefetcher alone its dots wait on
+ * memory. The dots that stream a matrix (the x4 ones, AVX2's Q6_K row dots: the ISA table's
+ * vec_dot_prefetches) ask, while they work on a block, for the bytes li_stream_ahead() on: one
+ * prefetch per cache line of a block, spread through the loop. (Prefetches issued in bursts, a group
+ * or a row at a time from the GEMV, fill the line-fill buffers and stall: BENCHMARKS.md, "Kernel
+ * choices".) llama-1b Q4_0 decode on an AMD EPYC Zen 3, AVX2, 2 threads, alternating in one process:
+ * 2048 bytes ahead 1.21x the tokens/s of none, 1024 1.14x, 512 1.07x, 4096 to 16384 within 3% of 2048.
+ * 0 turns it off (li_set_stream_ahead, core/matmul.c). */
+#define LI_STREAM_AHEAD_BYTES 2048
+#define LI_STREAM_AHEAD_MAX (1 << 20)   /* li_set_stream_ahead's bound */
+int li_stream_ahead(void);
+static inline void li_prefetch_ahead(const void *block, int64_t block_bytes, int ahead) {
+    if (ahead <= 0) return;
+    const char *p = (const char *)block + ahead;
+    for (int64_t o = 0; o < block_bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
 /* One F16 weight row against m activation rows: s[i * s_stride] = dot(w, row i of a), where a
  * (m, n) holds F16 activations widened to f32 (exactly). Bit for bit m calls of the ISA's F16
  * vec_dot; the weight row is widened once, not m times (a GEMV of a few rows: speculative
@@ -203,6 +220,7 @@ typedef struct {
     li_vec_dot_x4_fn vec_dot_x4;   /* set by dispatch.c: the ISA's dot over a repacked group, or NULL */
     li_vec_dot_x16_m_fn vec_dot_x16_m;   /* set by dispatch.c: four groups, several activation rows, or NULL */
     li_vec_dot_m_fn vec_dot_m;     /* set by dispatch.c: one row-major row, several activation rows, or NULL */
+    int vec_dot_prefetches;        /* set by dispatch.c: vec_dot and vec_dot_m prefetch their row (li_prefetch_ahead) */
 } li_type_traits;
 
 /* A SIMD variant overrides what it accelerates; NULL entries fall back to generic. */
@@ -214,6 +232,9 @@ typedef struct {
     li_vec_dot_x16_m_fn vec_dot_x16_m[LI_TYPE_COUNT];   /* four groups, several activation rows; NULL: vec_dot_x4 */
     li_vec_dot_m_fn vec_dot_m[LI_TYPE_COUNT];   /* a row-major row, several activation rows; NULL: vec_dot each */
     int x16_gemm_min_m;   /* activation rows from which the GEMM beats those (core/matmul.c); 0: 16 */
+    /* 1: this table's vec_dot (and vec_dot_m) of the type prefetch the row they stream (li_prefetch_ahead),
+     * so the GEMV asks for none; the vec_dot_x4 dots always do */
+    unsigned char vec_dot_prefetches[LI_TYPE_COUNT];
     li_quantize_fn from_float[LI_TYPE_COUNT];
     li_dequantize_fn dequantize[LI_TYPE_COUNT];   /* only where bit-exact (f16 widening is) */
     li_unpack_fn unpack[LI_TYPE_COUNT];

@@ -63,9 +63,20 @@ int li_set_batched_rows(int on) {
 
 int li_batched_rows(void) { return batched_rows; }
 
+/* how far ahead the streaming dots prefetch their weights (core/li.h li_prefetch_ahead); one value for
+ * the process, read once per dot call */
+static atomic_int stream_ahead = LI_STREAM_AHEAD_BYTES;
+
+int li_stream_ahead(void) { return atomic_load_explicit(&stream_ahead, memory_order_relaxed); }
+
+int li_set_stream_ahead(int bytes) {
+    if (bytes < 0 || bytes > LI_STREAM_AHEAD_MAX) return LI_EINVAL;
+    return atomic_exchange(&stream_ahead, bytes);
+}
+
 #define LI_GEMV_ROW_ALIGN 16   /* also a whole vec_dot_x16_m call: a thread's range starts at one */
 #define LI_X16_ROWS 16
-#define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches its weight rows */
+#define LI_GEMV_PREFETCH_BYTES 4096   /* how far ahead the GEMV prefetches the rows of a dot that does not */
 #define LI_PARALLEL_MIN_WORK (1 << 16)   /* multiply-adds below which one thread is faster */
 #define LI_GEMM_TILE_BUDGET (1u << 21)   /* bytes of unpacked weight tiles a thread keeps for its passes */
 
@@ -142,13 +153,15 @@ static void task_gemv(void *ctx, int ith, int nth) {
     const li_vec_dot_rows_fn dot_rows = j->t->vec_dot_rows;
     const int step = j->layout == LI_LAYOUT_X4 ? LI_X4_ROWS : dot_rows ? LI_DOT_ROWS : 1;
     const size_t ahead = LI_GEMV_PREFETCH_BYTES / j->row_bytes + 1;   /* rows */
+    const int prefetch = j->layout == LI_LAYOUT_ROWS && !(j->t->vec_dot_prefetches && li_stream_ahead() > 0);
     for (int64_t r = lo; r < hi; r += step) {
         const int nr = (int)(hi - r < step ? hi - r : step);
         /* the rows are one sequential stream, but the hardware prefetcher alone leaves the dots
-         * waiting on memory: ask for the rows `ahead` rows on, one cache line at a time. Not for an
-         * x4 matrix: its one stream per thread is the prefetcher's case, and the prefetches cost
-         * it (BENCHMARKS.md, "Kernel choices") */
-        if (j->layout == LI_LAYOUT_ROWS && r + (int64_t)ahead < hi) {
+         * waiting on memory: ask for the rows `ahead` rows on, one cache line at a time, unless the
+         * dots ask for their bytes themselves, spread through their loops (the x4 ones, and the row
+         * dots of the ISA table's vec_dot_prefetches: core/li.h li_prefetch_ahead), which measures
+         * better than these bursts */
+        if (prefetch && r + (int64_t)ahead < hi) {
             const uint8_t *pf = j->w + (r + (int64_t)ahead) * j->row_bytes;
             for (size_t b = 0; b < (size_t)nr * j->row_bytes; b += 64) __builtin_prefetch(pf + b, 0, 3);
         }

@@ -376,7 +376,9 @@ void vec_dot_x4_q4_K_q8_K_avx2(int64_t n, float *s, const void *vg, const void *
     const __m256i m4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
     const __m256i dd_of_pair = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);   /* the headers' {d, dmin} */
     __m256 acc01 = _mm256_setzero_ps(), acc23 = _mm256_setzero_ps();   /* lanes 4r'..: rows 0, 1 | 2, 3 */
+    const int ahead = li_stream_ahead();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        li_prefetch_ahead(g + i, sizeof *g, ahead);
         const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
         const __m256i bsum_pairs =
             _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
@@ -518,7 +520,9 @@ void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vw, const void *va,
     const block_q6_K *w = vw;
     const block_q8_K *a = va;
     __m256 acc = _mm256_setzero_ps();
+    const int ahead = li_stream_ahead();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        li_prefetch_ahead(w + i, sizeof *w, ahead);
         const __m256i sumi = q6_K_sumi_avx2(w[i].ql, w[i].qh, w[i].scales, &a[i]);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -532,12 +536,14 @@ void vec_dot_m_q6_K_q8_K_avx2(int64_t n, int64_t m, float *s, int64_t s_stride, 
                               size_t a_stride, const float *as, int64_t as_stride) {
     (void)as, (void)as_stride;
     const block_q6_K *w = vw;
+    const int ahead = li_stream_ahead();
     __m256 acc[LI_X16_PASS_M];
     for (int64_t r0 = 0; r0 < m; r0 += LI_X16_PASS_M) {
         const int mr = (int)(m - r0 < LI_X16_PASS_M ? m - r0 : LI_X16_PASS_M);
         const uint8_t *a0 = (const uint8_t *)va + (size_t)r0 * a_stride;
         for (int i = 0; i < mr; i++) acc[i] = _mm256_setzero_ps();
         for (int64_t b = 0; b < n / QK_K; b++) {
+            li_prefetch_ahead(w + b, sizeof *w, r0 == 0 ? ahead : 0);   /* the first pass reads the row */
             q6_K_unpacked_avx2 p;
             q6_K_unpack_avx2(w[b].ql, w[b].qh, w[b].scales, &p);
             const float dw = fp16(w[b].d);

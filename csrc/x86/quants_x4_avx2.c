@@ -33,7 +33,9 @@ void vec_dot_x4_q4_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *
     const __m256i rows01 = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), rows23 = _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2);
     __m256 acc01 = _mm256_setzero_ps(), acc23 = _mm256_setzero_ps();   /* lanes 4r'..: rows 0,1 | 2,3 */
     __m128 side = _mm_setzero_ps();
+    const int ahead = li_stream_ahead();
     for (int64_t i = 0; i < n / QK4_0; i++) {
+        li_prefetch_ahead(g + i, sizeof *g, ahead);
         const __m256 sc = _mm256_castps128_ps256(x4_scales(g[i].d, as + 2 * i, &side));
         const __m256i alo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)a[i].qs));
         const __m256i ahi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(a[i].qs + 16)));
@@ -135,7 +137,9 @@ void vec_dot_x4_q8_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *
     __m256 acc[LI_X4_ROWS];
     for (int r = 0; r < LI_X4_ROWS; r++) acc[r] = _mm256_setzero_ps();
     __m128 side = _mm_setzero_ps();   /* unused by Q8_0 (no offset); x4_scales keeps one code path */
+    const int ahead = li_stream_ahead();
     for (int64_t i = 0; i < n / QK8_0; i++) {
+        li_prefetch_ahead(g + i, sizeof *g, ahead);
         const __m256 sc = _mm256_castps128_ps256(x4_scales(g[i].d, as + 2 * i, &side));
         const __m256i av = _mm256_loadu_si256((const __m256i *)a[i].qs);
         for (int r = 0; r < LI_X4_ROWS; r++) {

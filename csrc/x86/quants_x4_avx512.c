@@ -54,8 +54,10 @@ void vec_dot_x4_q4_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();   /* two chains: even, odd blocks */
     __m128 side = _mm_setzero_ps();
     const int64_t nb = n / QK4_0;
+    const int ahead = li_stream_ahead();
     int64_t i = 0;
     for (; i + 1 < nb; i += 2) {
+        li_prefetch_ahead(g + i, 2 * sizeof *g, ahead);
         const __m128 s0 = x4_scales(g[i].d, as + 2 * i, &side);
         acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(row4, _mm512_castps128_ps512(s0)),
                                _mm512_cvtepi32_ps(q4_0x4_block(g + i, a + i)), acc0);
@@ -219,7 +221,9 @@ void vec_dot_x4_q8_0_q8_0_avx512(int64_t n, float *s, const void *vg, const void
     const __m512i rows23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
     __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();   /* lanes 8r'..: rows 0,1 | 2,3 */
     __m128 side = _mm_setzero_ps();
+    const int ahead = li_stream_ahead();
     for (int64_t i = 0; i < n / QK8_0; i++) {
+        li_prefetch_ahead(g + i, sizeof *g, ahead);
         const __m128 sc = x4_scales(g[i].d, as + 2 * i, &side);
         const __m512i av = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)a[i].qs));
         const __m512i u01 = _mm512_xor_si512(_mm512_loadu_si512((const void *)g[i].qs), flip);
@@ -279,7 +283,9 @@ void vec_dot_x4_q4_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
     const __m512i d_of_row = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
     const __m512i dmin_of_row = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
     __m512 acc = _mm512_setzero_ps();   /* lanes 4r..4r+3: row r, in four parts */
+    const int ahead = li_stream_ahead();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        li_prefetch_ahead(g + i, sizeof *g, ahead);
         /* bsums[2j] + bsums[2j+1] (|.| <= 2 * 16 * 128): sub-block j's sum of quants, as int16 */
         const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), _mm256_set1_epi16(1));
         const __m128i bsum_pairs = _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
@@ -410,7 +416,9 @@ void vec_dot_x4_q6_K_q8_K_avx512(int64_t n, float *s, const void *vg, const void
                             _mm512_add_epi16(sub, _mm512_set1_epi16(8)), _mm512_add_epi16(sub, _mm512_set1_epi16(12))};
     __m512 acc[LI_X4_ROWS];
     for (int r = 0; r < LI_X4_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    const int ahead = li_stream_ahead();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        li_prefetch_ahead(g + i, sizeof *g, ahead);
         const __m256i bsums = _mm256_loadu_si256((const __m256i *)a[i].bsums);
         __m512i sc16[LI_X4_ROWS], sumi[LI_X4_ROWS];
         for (int r = 0; r < LI_X4_ROWS; r++) {

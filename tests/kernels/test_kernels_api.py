@@ -115,6 +115,21 @@ def test_set_threads_rejects(bad, error):
         kernels.set_threads(bad)
 
 
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (kernels.STREAM_AHEAD_MAX + 1, ValueError),
+                                        (64.0, TypeError), (True, TypeError)])
+def test_set_stream_ahead_rejects(bad, error):
+    with pytest.raises(error):
+        kernels.set_stream_ahead(bad)
+
+
+def test_stream_ahead_round_trip():
+    before = kernels.set_stream_ahead(4096)
+    try:
+        assert kernels.set_stream_ahead(0) == 4096
+    finally:
+        assert kernels.set_stream_ahead(before) == 0
+
+
 def test_threads_round_trip():
     before = kernels.get_threads()
     try:

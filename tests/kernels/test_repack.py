@@ -92,6 +92,27 @@ def test_the_x4_dots_that_repeat_the_row_dot_give_its_bits(isa, qtype, n_out, n_
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("isa,qtype", X4_CASES, ids=lambda v: getattr(v, "name", v))
+def test_the_prefetch_distance_changes_no_bits(isa, qtype):
+    """The streaming dots prefetch kernels.set_stream_ahead bytes on (past a matrix's end too, which a
+    prefetch may): any distance, or none, gives the same bits, repacked or row by row (AVX2's Q6_K
+    row dots prefetch instead of the GEMV)."""
+    with kernels._isa(isa):
+        fmt, raw, rows, x4 = _pair(qtype, 36, 5, seed=7)
+        x = random_activations(1, 5 * fmt.block_size, seed=1)
+        xs = random_activations(4, 5 * fmt.block_size, seed=2)  # several rows: the row-major vec_dot_m
+        before = kernels.set_stream_ahead(0)
+        try:
+            want = [p.matmul(a) for p in (rows, x4) for a in (x, xs)]
+            for ahead in (64, 2048, kernels.STREAM_AHEAD_MAX):
+                kernels.set_stream_ahead(ahead)
+                got = [p.matmul(a) for p in (rows, x4) for a in (x, xs)]
+                for g, w in zip(got, want):
+                    np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
+        finally:
+            kernels.set_stream_ahead(before)
+
+
 @pytest.mark.parametrize("qtype", X4_TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_repacked_matrix_under_an_isa_without_x4_dots_gathers_rows(qtype, threads):

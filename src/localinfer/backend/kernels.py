@@ -161,6 +161,22 @@ def get_threads() -> int:
     return int(_need_lib().li_get_threads())
 
 
+STREAM_AHEAD_MAX = 1 << 20  # csrc/core/li.h LI_STREAM_AHEAD_MAX
+
+
+def set_stream_ahead(n_bytes: int) -> int:
+    """How many bytes ahead of its reads a dot that streams a weight matrix prefetches (the repacked
+    x4 dots; csrc/core/li.h), for the whole process; 0: none, the hardware prefetcher alone. For
+    benchmarks: the default is what measured best. Returns the previous value."""
+    if isinstance(n_bytes, bool) or not isinstance(n_bytes, (int, np.integer)):
+        raise TypeError(f"a prefetch distance is an int of bytes, got {type(n_bytes).__name__}")
+    if not 0 <= n_bytes <= STREAM_AHEAD_MAX:
+        raise ValueError(f"prefetch distance must be between 0 and {STREAM_AHEAD_MAX} bytes, got {n_bytes}")
+    old = _need_lib().li_set_stream_ahead(int(n_bytes))
+    _check(old if old < 0 else 0, "set_stream_ahead")
+    return int(old)
+
+
 GEMM_MIN_ROWS = 6  # csrc/core/matmul.c LI_GEMM_MIN_M: matmul's default GEMV/GEMM switch
 
 
