@@ -111,8 +111,8 @@ typedef void (*li_vec_dot_m_fn)(int64_t n, int64_t m, float *s, int64_t s_stride
                                 size_t a_stride, const float *a_sums, int64_t sums_stride);
 
 /* A decode GEMV reads each weight byte once, and with the hardware prefetcher alone its dots wait on
- * memory. The dots that stream a matrix (the x4 ones, AVX2's Q6_K row dots: the ISA table's
- * vec_dot_prefetches) ask, while they work on a block, for the bytes li_stream_ahead() on: one
+ * memory. The dots that stream a matrix (the x4 ones; AVX2's Q6_K row dots and its row dots of
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: the ISA table's vec_dot_prefetches) ask, while they work on a block, for the bytes li_stream_ahead() on: one
  * prefetch per cache line of a block, spread through the loop. (Prefetches issued in bursts, a group
  * or a row at a time from the GEMV, fill the line-fill buffers and stall: BENCHMARKS.md, "Kernel
  * choices".) llama-1b Q4_0 decode on an AMD EPYC Zen 3, AVX2, 2 threads, alternating in one process:
@@ -127,6 +127,31 @@ static inline void li_prefetch_ahead(const void *block, int64_t block_bytes, int
     if (ahead <= 0) return;
     const char *p = (const char *)block + ahead;
     for (int64_t o = 0; o < block_bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
+/* The same for a dot over nr rows at once (vec_dot_rows: rows row_stride bytes apart, row_len bytes
+ * read from each, the GEMV's next call on the nr rows after): each row's stream li_stream_ahead()
+ * bytes on, which past a row's end is the same row of a later call's group. */
+typedef struct {
+    const char *base;      /* row 0 of the group the prefetches are in */
+    int64_t off;           /* their offset in its rows */
+    int64_t row_len, group_bytes;
+    size_t row_stride;
+    int on;
+} li_rows_ahead;
+static inline li_rows_ahead li_rows_ahead_start(const void *w, size_t row_stride, int nr, int64_t row_len) {
+    const int ahead = li_stream_ahead();
+    li_rows_ahead p = {(const char *)w, 0, row_len, (int64_t)row_stride * nr, row_stride, ahead > 0 && row_len > 0};
+    if (p.on) p.base += ahead / row_len * p.group_bytes, p.off = ahead % row_len;
+    return p;
+}
+/* before reading the next `bytes` of each row: ask for theirs */
+static inline void li_rows_ahead_step(li_rows_ahead *p, int64_t bytes, int nr) {
+    if (!p->on) return;
+    for (int r = 0; r < nr; r++)
+        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p->base + (size_t)r * p->row_stride + p->off + o, 0, 3);
+    p->off += bytes;
+    if (p->off >= p->row_len) p->off -= p->row_len, p->base += p->group_bytes;
 }
 /* One F16 weight row against m activation rows: s[i * s_stride] = dot(w, row i of a), where a
  * (m, n) holds F16 activations widened to f32 (exactly). Bit for bit m calls of the ISA's F16
@@ -222,7 +247,7 @@ typedef struct {
     li_vec_dot_x4_fn vec_dot_x4;   /* set by dispatch.c: the ISA's dot over a repacked group, or NULL */
     li_vec_dot_x16_m_fn vec_dot_x16_m;   /* set by dispatch.c: four groups, several activation rows, or NULL */
     li_vec_dot_m_fn vec_dot_m;     /* set by dispatch.c: one row-major row, several activation rows, or NULL */
-    int vec_dot_prefetches;        /* set by dispatch.c: vec_dot and vec_dot_m prefetch their row (li_prefetch_ahead) */
+    int vec_dot_prefetches;        /* set by dispatch.c: the GEMV's row dots prefetch their rows (li_prefetch_ahead) */
 } li_type_traits;
 
 /* A SIMD variant overrides what it accelerates; NULL entries fall back to generic. */
@@ -234,8 +259,9 @@ typedef struct {
     li_vec_dot_x16_m_fn vec_dot_x16_m[LI_TYPE_COUNT];   /* four groups, several activation rows; NULL: vec_dot_x4 */
     li_vec_dot_m_fn vec_dot_m[LI_TYPE_COUNT];   /* a row-major row, several activation rows; NULL: vec_dot each */
     int x16_gemm_min_m;   /* activation rows from which the GEMM beats those (core/matmul.c); 0: 16 */
-    /* 1: this table's vec_dot (and vec_dot_m) of the type prefetch the row they stream (li_prefetch_ahead),
-     * so the GEMV asks for none; the vec_dot_x4 dots always do */
+    /* 1: the dots the GEMV calls on this type's row-major rows (vec_dot_rows where the table has one, else
+     * vec_dot and vec_dot_m) prefetch what they stream (li_prefetch_ahead, li_rows_ahead_step), so the
+     * GEMV asks for none; the vec_dot_x4 dots always do */
     unsigned char vec_dot_prefetches[LI_TYPE_COUNT];
     li_quantize_fn from_float[LI_TYPE_COUNT];
     li_dequantize_fn dequantize[LI_TYPE_COUNT];   /* only where bit-exact (f16 widening is) */

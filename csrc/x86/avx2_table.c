@@ -29,7 +29,9 @@ const li_isa_kernels li_kernels_avx2 = {
                    [LI_TYPE_Q4_K] = vec_dot_x4_q4_K_q8_K_avx2},
     .vec_dot_x16_m = {[LI_TYPE_Q4_0] = vec_dot_x16_m_q4_0_q8_0_avx2, [LI_TYPE_Q4_K] = vec_dot_x16_m_q4_K_q8_K_avx2},
     .vec_dot_m = {[LI_TYPE_Q6_K] = vec_dot_m_q6_K_q8_K_avx2},   /* Q6_K stays row-major here */
-    .vec_dot_prefetches = {[LI_TYPE_Q6_K] = 1},
+    /* the GEMV's dots of these prefetch their rows: Q6_K's vec_dot and vec_dot_m, the others' vec_dot_rows */
+    .vec_dot_prefetches = {[LI_TYPE_Q6_K] = 1, [LI_TYPE_Q4_0] = 1, [LI_TYPE_Q4_1] = 1, [LI_TYPE_Q5_0] = 1,
+                           [LI_TYPE_Q5_1] = 1, [LI_TYPE_Q8_0] = 1},
     .x16_gemm_min_m = LI_X16_PASS_M,   /* core/matmul.c LI_GEMM_MIN_M_X16 */
     .vec_dot_rows = {
         [LI_TYPE_IQ4_NL] = vec_dot_rows_iq4_nl_q8_0_avx2, [LI_TYPE_IQ4_XS] = vec_dot_rows_iq4_xs_q8_K_avx2,

@@ -227,11 +227,13 @@ static inline __m256i dot_s8(const int8_t *wq, __m256i q) {
             side[r] = _mm_setzero_ps();                                                            \
         }                                                                                          \
         const int64_t nb = n / 32;                                                                 \
+        li_rows_ahead pf = li_rows_ahead_start(vw, rb, NR, nb * (int64_t)sizeof(WBLOCK));          \
         int64_t i = 0;                                                                             \
         for (; i + 1 < nb; i += 2) {                                                               \
             const __m256i q0 = _mm256_loadu_si256((const __m256i *)a[i].qs);                      \
             const __m256i q1 = _mm256_loadu_si256((const __m256i *)a[i + 1].qs);                  \
             const __m128 as4 = _mm_loadu_ps(as + 2 * i);                                           \
+            li_rows_ahead_step(&pf, 2 * (int64_t)sizeof(WBLOCK), NR);                              \
             for (int r = 0; r < NR; r++) {                                                         \
                 const __m128 p = pair_scales_v(SCALE_WORD(w[r][i]), SCALE_WORD(w[r][i + 1]), as4); \
                 if (SIDE) side[r] = _mm_add_ps(side[r], p);                                        \

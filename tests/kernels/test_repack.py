@@ -92,15 +92,21 @@ def test_the_x4_dots_that_repeat_the_row_dot_give_its_bits(isa, qtype, n_out, n_
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
-@pytest.mark.parametrize("isa,qtype", X4_CASES, ids=lambda v: getattr(v, "name", v))
-def test_the_prefetch_distance_changes_no_bits(isa, qtype):
-    """The streaming dots prefetch kernels.set_stream_ahead bytes on (past a matrix's end too, which a
-    prefetch may): any distance, or none, gives the same bits, repacked or row by row (AVX2's Q6_K
-    row dots prefetch instead of the GEMV)."""
+# types whose row-major GEMV dots prefetch their rows on AVX2 (x86/avx2_table.c vec_dot_prefetches)
+ROW_PREFETCH_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q6_K]
+
+
+@pytest.mark.parametrize("isa,qtype", sorted({*X4_CASES, *((i, t) for i in SIMD_ISAS for t in ROW_PREFETCH_TYPES)}),
+                         ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("n_out,n_blocks", [(36, 5), (9, 70)])
+def test_the_prefetch_distance_changes_no_bits(isa, qtype, n_out, n_blocks):
+    """The streaming dots prefetch kernels.set_stream_ahead bytes on (past a row's end into the next
+    group's rows, past the matrix's end too, which a prefetch may): any distance, or none, gives the
+    same bits, repacked or row by row (where the row dots prefetch, the GEMV's own prefetches stop)."""
     with kernels._isa(isa):
-        fmt, raw, rows, x4 = _pair(qtype, 36, 5, seed=7)
-        x = random_activations(1, 5 * fmt.block_size, seed=1)
-        xs = random_activations(4, 5 * fmt.block_size, seed=2)  # several rows: the row-major vec_dot_m
+        fmt, raw, rows, x4 = _pair(qtype, n_out, n_blocks, seed=7)
+        x = random_activations(1, n_blocks * fmt.block_size, seed=1)
+        xs = random_activations(4, n_blocks * fmt.block_size, seed=2)  # several rows: the row-major vec_dot_m
         before = kernels.set_stream_ahead(0)
         try:
             want = [p.matmul(a) for p in (rows, x4) for a in (x, xs)]
