@@ -131,7 +131,10 @@ static inline void li_prefetch_ahead(const void *block, int64_t block_bytes, int
 
 /* The same for a dot over nr rows at once (vec_dot_rows: rows row_stride bytes apart, row_len bytes
  * read from each, the GEMV's next call on the nr rows after): each row's stream li_stream_ahead()
- * bytes on, which past a row's end is the same row of a later call's group. */
+ * bytes on, which past a row's end is the same row of a later call's group. Not for rows of fewer
+ * than LI_ROWS_AHEAD_MIN_BLOCKS blocks: the attention's keys of one head (64 to 256 elements), where
+ * the start's division alone cost q8_0 and q4_0 caches 5-10% (csrc/bench_attention_kv.py, Zen 3). */
+#define LI_ROWS_AHEAD_MIN_BLOCKS 16
 typedef struct {
     const char *base;      /* row 0 of the group the prefetches are in */
     int64_t off;           /* their offset in its rows */
@@ -139,9 +142,11 @@ typedef struct {
     size_t row_stride;
     int on;
 } li_rows_ahead;
-static inline li_rows_ahead li_rows_ahead_start(const void *w, size_t row_stride, int nr, int64_t row_len) {
-    const int ahead = li_stream_ahead();
-    li_rows_ahead p = {(const char *)w, 0, row_len, (int64_t)row_stride * nr, row_stride, ahead > 0 && row_len > 0};
+static inline li_rows_ahead li_rows_ahead_start(const void *w, size_t row_stride, int nr, int64_t n_blocks,
+                                                int64_t block_bytes) {
+    const int ahead = n_blocks >= LI_ROWS_AHEAD_MIN_BLOCKS ? li_stream_ahead() : 0;
+    const int64_t row_len = n_blocks * block_bytes;
+    li_rows_ahead p = {(const char *)w, 0, row_len, (int64_t)row_stride * nr, row_stride, ahead > 0};
     if (p.on) p.base += ahead / row_len * p.group_bytes, p.off = ahead % row_len;
     return p;
 }

@@ -227,7 +227,7 @@ static inline __m256i dot_s8(const int8_t *wq, __m256i q) {
             side[r] = _mm_setzero_ps();                                                            \
         }                                                                                          \
         const int64_t nb = n / 32;                                                                 \
-        li_rows_ahead pf = li_rows_ahead_start(vw, rb, NR, nb * (int64_t)sizeof(WBLOCK));          \
+        li_rows_ahead pf = li_rows_ahead_start(vw, rb, NR, nb, (int64_t)sizeof(WBLOCK));           \
         int64_t i = 0;                                                                             \
         for (; i + 1 < nb; i += 2) {                                                               \
             const __m256i q0 = _mm256_loadu_si256((const __m256i *)a[i].qs);                      \
