@@ -5,7 +5,7 @@
     /set system TEXT            a new system prompt, the conversation kept
     /set verbose | /set quiet   timings after each answer, or not
     /show info | parameters | system
-    /clear  /bye  /help  /?
+    /clear  /bye (or /exit)  /help  /?
     \"\"\"                         starts a message of several lines, until a line that ends with \"\"\"
 
 A line that starts with / and is no command is refused with a hint, not sent to the model.
@@ -20,7 +20,7 @@ HELP = """Commands:
   /set verbose | quiet        timings after each answer, or not
   /show info | parameters | system
   /clear                      start over
-  /bye                        exit (Ctrl-D too)
+  /bye, /exit                 exit (Ctrl-D too)
 Ctrl-C stops an answer. \"\"\" starts a message of several lines; end it with \"\"\"."""
 
 INF = float("inf")
@@ -102,10 +102,11 @@ def _show(session, args: list[str]) -> Reply:
 
 
 def command(session, text: str) -> Reply | None:
-    """Acts on a slash command; None for /bye. A line that is not a command is never passed here."""
+    """Acts on a slash command; None for /bye (Ollama's /exit too). A line that is not a command is never
+    passed here."""
     name, *args = text.split()
     after = text.strip()[len(name):]
-    if name == "/bye":
+    if name in ("/bye", "/exit"):
         return None
     if name == "/clear":
         session.clear()

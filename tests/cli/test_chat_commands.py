@@ -45,6 +45,7 @@ def test_show_info_names_the_model(model):
 def test_other_lines_starting_with_a_slash_are_not_sent():
     assert "Unknown command '/sett'" in command(None, "/sett temperature 0").text
     assert command(None, "/bye") is None and command(None, "/set verbose").verbose is True
+    assert command(None, "/exit") is None
 
 
 def test_triple_quotes_read_several_lines():
