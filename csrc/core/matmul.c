@@ -91,9 +91,8 @@ int li_stream_ahead(void) {
 
 int li_set_stream_ahead(int bytes) {
     if (bytes < 0 || bytes > LI_STREAM_AHEAD_MAX) return LI_EINVAL;
-    const int old = li_stream_ahead();
-    atomic_store(&stream_ahead, bytes);
-    return old;
+    const int old = atomic_exchange(&stream_ahead, bytes);
+    return old < 0 ? default_stream_ahead() : old;
 }
 
 #define LI_GEMV_ROW_ALIGN 16   /* also a whole vec_dot_x16_m call: a thread's range starts at one */

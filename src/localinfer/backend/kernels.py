@@ -166,7 +166,7 @@ STREAM_AHEAD_MAX = 1 << 20  # csrc/core/li.h LI_STREAM_AHEAD_MAX
 
 def set_stream_ahead(n_bytes: int) -> int:
     """How many bytes ahead of its reads a dot that streams a weight matrix prefetches (the repacked
-    x4 dots; csrc/core/li.h), for the whole process; 0: none, the hardware prefetcher alone. For
+    x4 dots, and the row dots the ISA table names; csrc/core/li.h), for the whole process; 0: none, the hardware prefetcher alone. For
     benchmarks: the default comes from this CPU's L2 size (2 KiB on a 512 KiB L2, 4 KiB on a 2 MiB
     one; csrc/core/matmul.c). Returns the previous value."""
     if isinstance(n_bytes, bool) or not isinstance(n_bytes, (int, np.integer)):
