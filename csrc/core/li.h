@@ -113,9 +113,9 @@ typedef void (*li_vec_dot_m_fn)(int64_t n, int64_t m, float *s, int64_t s_stride
 /* A decode GEMV reads each weight byte once, and with the hardware prefetcher alone its dots wait on
  * memory. The dots that stream a matrix (the x4 ones; AVX2's Q6_K row dots and its row dots of
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: the ISA table's vec_dot_prefetches) ask, while they work on a block,
- * for the bytes li_stream_ahead() on: one prefetch per cache line of a block, spread through the loop. (Prefetches issued in bursts, a group
- * or a row at a time from the GEMV, fill the line-fill buffers and stall: BENCHMARKS.md, "Kernel
- * choices".) llama-1b Q4_0 decode on an AMD EPYC Zen 3, AVX2, 2 threads, alternating in one process:
+ * for the bytes li_stream_ahead() on: one prefetch per cache line of a block, spread through the loop.
+ * (Prefetches issued in bursts, a group or a row at a time from the GEMV, fill the line-fill buffers
+ * and stall: BENCHMARKS.md, "Kernel choices".) llama-1b Q4_0 decode on an AMD EPYC Zen 3, AVX2, 2 threads, alternating in one process:
  * 2048 bytes ahead 1.21x the tokens/s of none, 1024 1.14x, 512 1.07x, 4096 to 16384 within 3% of 2048;
  * on an Intel Xeon (family 6 model 207) 1.42x AVX-512, 1.49x AVX2 at 2048, 4096 5% better still. The
  * distance comes from the L2 size (core/matmul.c default_stream_ahead), at least this; 0 turns it off
@@ -123,12 +123,12 @@ typedef void (*li_vec_dot_m_fn)(int64_t n, int64_t m, float *s, int64_t s_stride
 #define LI_STREAM_AHEAD_BYTES 2048
 #define LI_STREAM_AHEAD_MAX (1 << 20)   /* li_set_stream_ahead's bound */
 int li_stream_ahead(void);
-/* one prefetch per cache line of [p, p + bytes) */
-static inline void li_prefetch_span(const char *p, int64_t bytes) {
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
-}
+/* The prefetch loop is written out in each helper: a helper of its own that only prefetched was taken
+ * by GCC -O3 for a function without effects, and its calls dropped (no prefetch left in the dots). */
 static inline void li_prefetch_ahead(const void *block, int64_t block_bytes, int ahead) {
-    if (ahead > 0) li_prefetch_span((const char *)block + ahead, block_bytes);
+    if (ahead <= 0) return;
+    const char *p = (const char *)block + ahead;
+    for (int64_t o = 0; o < block_bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
 }
 
 /* The same for a dot over nr rows at once (vec_dot_rows: rows row_stride bytes apart, row_len bytes
@@ -155,7 +155,8 @@ static inline li_rows_ahead li_rows_ahead_start(const void *w, size_t row_stride
 /* before reading the next `bytes` of each row: ask for theirs */
 static inline void li_rows_ahead_step(li_rows_ahead *p, int64_t bytes, int nr) {
     if (!p->on) return;
-    for (int r = 0; r < nr; r++) li_prefetch_span(p->base + (size_t)r * p->row_stride + p->off, bytes);
+    for (int r = 0; r < nr; r++)
+        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p->base + (size_t)r * p->row_stride + p->off + o, 0, 3);
     p->off += bytes;
     if (p->off >= p->row_len) p->off -= p->row_len, p->base += p->group_bytes;
 }
