@@ -195,6 +195,47 @@ def test_a_matrix_is_repacked_piece_by_piece(monkeypatch):
 
 
 @pytest.mark.parametrize("isa,qtype", X4_CASES, ids=lambda v: getattr(v, "name", v))
+def test_stacked_parts_are_repacked_in_place_of_their_concatenation(isa, qtype, monkeypatch):
+    """PreparedMatrix.stacked repacks each part straight into its rows of the one copy: the same
+    bytes as the concatenation repacked, each part's source handed back piece by piece."""
+    fmt = FORMATS[qtype]
+    parts = [random_rows(fmt, n, 3, seed=n) for n in (12, 4, 8)]
+    rb = parts[0].shape[1]
+    monkeypatch.setattr(kernels.PreparedMatrix, "REPACK_PIECE_BYTES", 8 * rb)
+    with kernels._isa(isa):
+        whole = kernels.prepare(np.concatenate(parts), qtype, repack=True)
+        done = []
+        mat = kernels.PreparedMatrix.stacked(parts, qtype, repack=True, on_repacked=lambda *r: done.append(r))
+        assert mat.layout == whole.layout == kernels.LAYOUT_X4 and mat.w is None and mat.shape == whole.shape
+        np.testing.assert_array_equal(mat.data, whole.data)
+        assert done == [(0, 0, 8 * rb), (0, 8 * rb, 12 * rb), (1, 0, 4 * rb), (2, 0, 8 * rb)]
+        x = random_activations(2, mat.k, seed=1)
+        np.testing.assert_array_equal(mat.matmul(x), whole.matmul(x))
+
+
+@pytest.mark.parametrize("qtype,sizes,repack", [(T.Q4_0, (12, 6), True), (T.Q4_1, (8, 4), True),
+                                                (T.Q4_0, (8, 4), False)])
+def test_stacked_parts_not_repacked_are_their_concatenation(qtype, sizes, repack):
+    """A part whose rows are not whole groups of four, a type without a repacked layout, or no
+    repack: the rows are concatenated (one copy) and kept row-major."""
+    fmt = FORMATS[qtype]
+    parts = [random_rows(fmt, n, 2, seed=n) for n in sizes]
+    mat = kernels.PreparedMatrix.stacked(parts, qtype, repack=repack, on_repacked=lambda *r: pytest.fail("repacked"))
+    assert mat.layout == kernels.LAYOUT_ROWS
+    np.testing.assert_array_equal(mat.data, np.concatenate(parts))
+
+
+def test_stacked_parts_must_share_a_width():
+    raw = random_rows(FORMATS[T.Q4_0], 4, 2, seed=1)
+    with pytest.raises(ValueError, match="non-empty"):
+        kernels.PreparedMatrix.stacked([], T.Q4_0, repack=True)
+    with pytest.raises(ValueError, match="one dtype and width"):
+        kernels.PreparedMatrix.stacked([raw, random_rows(FORMATS[T.Q4_0], 4, 3, seed=1)], T.Q4_0, repack=True)
+    with pytest.raises(TypeError, match="parts\\[1\\]"):
+        kernels.PreparedMatrix.stacked([raw, raw.tolist()], T.Q4_0, repack=True)
+
+
+@pytest.mark.parametrize("isa,qtype", X4_CASES, ids=lambda v: getattr(v, "name", v))
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_long_prompt_gives_the_bits_of_short_ones(isa, qtype, threads):
     """A prompt too long for one pass of the GEMM (its activation rows in blocks that stay in L2, each

@@ -183,8 +183,9 @@ class WeightLoader:
         """One matrix whose rows are those of `names` in order, or None where stacking does not pay
         or does not fit: only the C backend stacks (one matmul call and one activation quantization
         instead of several; each row's result is the same bits as alone), and only matrices of one
-        type and width, with a bias on all or none. The stacked rows are a copy, outside the mmap:
-        the mapped pages they came from are released, so the weights are held once."""
+        type and width, with a bias on all or none. The stacked rows are a copy, outside the mmap
+        (repacked straight from each tensor where they are repacked: PreparedMatrix.stacked): the
+        mapped pages they came from are released, so the weights are held once."""
         if self.backend != "c":
             return None
         infos = [self._info(n, s) for n, s in zip(names, shapes)]
@@ -195,17 +196,17 @@ class WeightLoader:
             return None
         from ..backend import kernels
         from ..formats import UnsupportedQuantType
-        raw = np.concatenate([self.f.tensor_data(n) for n in names])
         b = np.concatenate([self.vector(bn, (s[0],)) for bn, s in zip(biases, shapes)]) if all(has_bias) else None
         try:
-            mat = kernels.prepare(raw, infos[0].ggml_type, self.repack)
+            mat = kernels.PreparedMatrix.stacked([self.f.tensor_data(n) for n in names], infos[0].ggml_type,
+                                                 self.repack, lambda i, lo, hi: self.f.release_bytes(names[i], lo, hi))
         except UnsupportedQuantType:
             return None
         for n in names:
             self.f.release(n)
-        self.copied_bytes += raw.nbytes
+        self.copied_bytes += mat.data.nbytes
         if mat.layout != kernels.LAYOUT_ROWS:
-            self.repacked_bytes += raw.nbytes  # the concatenation was only the repack's input: freed now
+            self.repacked_bytes += mat.data.nbytes
             self.repacked_tensors.update(names)
         return KernelLinear(mat, b, tuple(names))
 

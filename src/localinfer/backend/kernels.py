@@ -347,20 +347,60 @@ class PreparedMatrix:
             layout = _lib.li_layout_for(int(qt))
             if layout != LAYOUT_ROWS:
                 data = _anonymous(w.nbytes).reshape(w.shape)
-                src, dst = _buffer(w, "w", _raw_alignment(qt)), _ffi.from_buffer(data)
-                rows = max(4, self.REPACK_PIECE_BYTES // self.row_bytes // 4 * 4)  # whole groups per piece
-                for r in range(0, self.n_out, rows):
-                    n, at = min(rows, self.n_out - r), r * self.row_bytes
-                    _check(_lib.li_repack(int(qt), layout, src + at, self.row_bytes, n, dst + at),
-                           f"repack of {qt.name} {self.shape}")
-                    if on_repacked is not None:  # e.g. the mapped pages of what was just copied go back
-                        on_repacked(at, at + n * self.row_bytes)
+                self._repack_into(w, data, layout, on_repacked)
                 self.layout = int(layout)
                 self.w = None
+        self._set_data(data)
+
+    def _repack_into(self, w: np.ndarray, dst: np.ndarray, layout: int, on_repacked) -> None:
+        """Rows w (whole groups of four, this matrix's type and width) into dst (as many bytes) in
+        `layout`, a piece at a time, calling on_repacked(lo, hi) with the bytes of w done so far."""
+        src, out = _buffer(w, "w", _raw_alignment(self.wtype)), _ffi.from_buffer(dst)
+        n_rows = int(w.shape[0])
+        rows = max(4, self.REPACK_PIECE_BYTES // self.row_bytes // 4 * 4)  # whole groups per piece
+        for r in range(0, n_rows, rows):
+            n, at = min(rows, n_rows - r), r * self.row_bytes
+            _check(_lib.li_repack(self.wtype_id, layout, src + at, self.row_bytes, n, out + at),
+                   f"repack of {self.wtype.name} {self.shape}")
+            if on_repacked is not None:  # e.g. the mapped pages of what was just copied go back
+                on_repacked(at, at + n * self.row_bytes)
+
+    @classmethod
+    def stacked(cls, parts: list[np.ndarray], wtype, repack: bool = False, on_repacked=None) -> "PreparedMatrix":
+        """One matrix whose rows are those of `parts` (raw rows of one type and width) in order.
+        Where the rows get repacked, each part is repacked straight into its place in the one copy,
+        calling on_repacked(i, lo, hi) with the bytes of part i done so far; else the parts are
+        concatenated. Concatenating first and then repacking would take the weights' bytes of
+        fresh memory twice, which the OS must zero (on a VM, also back): most of the load time of
+        an 8B Q8_0 file."""
+        if not isinstance(parts, (list, tuple)) or not parts:
+            raise ValueError("parts must be a non-empty list of arrays")
+        for i, p in enumerate(parts):
+            if not isinstance(p, np.ndarray):
+                raise TypeError(f"parts[{i}] must be a numpy array, got {type(p).__name__}")
+            if p.ndim != 2 or p.shape[1:] != parts[0].shape[1:] or p.dtype != parts[0].dtype:
+                raise ValueError(f"parts must be 2-D arrays of one dtype and width: parts[{i}] is {p.dtype} "
+                                 f"{p.shape}, parts[0] {parts[0].dtype} {parts[0].shape}")
+        n_rows = sum(int(p.shape[0]) for p in parts)
+        direct = (repack and parts[0].dtype == np.uint8 and parts[0].shape[1] > 0 and n_rows > 0
+                  and all(p.shape[0] % 4 == 0 for p in parts) and repack_layout(wtype) != LAYOUT_ROWS)
+        if not direct:
+            return cls(np.concatenate(parts), wtype, repack)
+        data = _anonymous(n_rows * parts[0].shape[1]).reshape(n_rows, parts[0].shape[1])
+        mat = cls(data, wtype)   # checks the type and width; the rows are filled below
+        layout, r0 = repack_layout(wtype), 0
+        for i, p in enumerate(parts):
+            done = None if on_repacked is None else (lambda lo, hi, i=i: on_repacked(i, lo, hi))
+            mat._repack_into(p, data[r0:r0 + p.shape[0]], layout, done)
+            r0 += p.shape[0]
+        mat.layout, mat.w = int(layout), None
+        return mat
+
+    def _set_data(self, data: np.ndarray) -> None:
         self.data = data  # what the kernels read: w, or its repacked copy
-        self.pointer = _buffer(data, "w", _raw_alignment(qt)) if w.size else None
-        self._w_start = int(_ffi.cast("uintptr_t", self.pointer)) if w.size else 0
-        self._w_end = self._w_start + w.nbytes
+        self.pointer = _buffer(data, "w", _raw_alignment(self.wtype)) if data.size else None
+        self._w_start = int(_ffi.cast("uintptr_t", self.pointer)) if data.size else 0
+        self._w_end = self._w_start + data.nbytes
 
     @property
     def shape(self) -> tuple[int, int]:
