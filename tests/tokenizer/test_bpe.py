@@ -11,7 +11,7 @@ import pytest
 import regex
 
 from localinfer.tokenizer import StreamingDetokenizer, Tokenizer
-from localinfer.tokenizer.bpe import BYTE_TO_UNICODE, bpe_merge, bpe_merge_ref, parse_merges
+from localinfer.tokenizer.bpe import BYTE_TO_UNICODE, MergeRanks, bpe_merge, bpe_merge_ref, parse_merges
 from localinfer.tokenizer.detokenizer import clean_up_spaces
 from localinfer.tokenizer.pretokenize import PRE_TOKENIZERS, PreTokenizer
 from refdata import ref_case_ids
@@ -197,6 +197,25 @@ def test_gpt2_pre_detokenize_cleans_spaces(smollm2_metadata):
     md = dict(smollm2_metadata, **{"tokenizer.ggml.pre": "gpt-2"})
     tok = Tokenizer.from_metadata(md)
     assert tok.detokenize(tok.tokenize("a , b")) == "a, b"   # clean_spaces is on for gpt-2
+
+
+def test_merge_ranks_are_parse_merges(smollm2_metadata):
+    """MergeRanks answers what parse_merges' dict holds, for SmolLM2's merges and for merges with
+    spaces in odd places, repeated ones and one without a space."""
+    odd = ["a b", "a b", " x y", "x y z", "  q", "p ", "nospace", "x y z", "ab c", "a bc"]
+    for merges in (list(smollm2_metadata["tokenizer.ggml.merges"]), odd):
+        ref, ranks = parse_merges(merges), MergeRanks(merges)
+        assert dict(ranks.items()) == {pair: r for pair, r in ref.items() if pair != ("", "")}
+        assert list(ranks) == [pair for pair in ref if pair != ("", "")] and len(ranks) == len(ref) - (("", "") in ref)
+        for (a, b), r in ref.items():
+            if a:
+                assert ranks.get((a, b)) == ranks[(a, b)] == r and (a, b) in ranks
+    ranks = MergeRanks(odd)
+    assert ranks.get(("x y", "z")) is None and ("x y", "z") not in ranks   # "x y z" splits as ("x", "y z")
+    assert ranks[("x", "y z")] == 3 and ranks[(" x", "y")] == 2 and ranks[(" ", "q")] == 4 and ranks[("p", "")] == 5
+    assert ranks.get(("", "")) is None and ranks.get(("a", "c")) is None
+    with pytest.raises(KeyError):
+        ranks[("a", "c")]
 
 
 def test_bpe_merge_matches_reference_loop(smollm2_metadata):

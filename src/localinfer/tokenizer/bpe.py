@@ -7,7 +7,7 @@ Pipeline per text fragment (special tokens were already cut out):
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -53,6 +53,51 @@ def parse_merges(merges: Sequence[str]) -> dict[tuple[str, str], int]:
         pair = (merge[:pos], merge[pos + 1:]) if pos >= 0 else ("", "")
         ranks.setdefault(pair, rank)
     return ranks
+
+
+class MergeRanks(Mapping):
+    """`parse_merges(merges)` without building it: the ranks are kept in one dict keyed by the merge
+    strings themselves, which builds at C speed, where parse_merges' 48900 tuples of two strings
+    took ~35 ms of SmolLM2's 0.3 s start. (left, right) is the merge `left + " " + right` exactly
+    when left is not empty and has no space after its first character (a merge splits at its first
+    space after position 0); only a merge with no such space has no pair here (parse_merges gives
+    it ("", ""), which no lookup of two symbols can ask for)."""
+
+    def __init__(self, merges: Sequence[str]):
+        self._merges = merges
+        self._rank = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))  # the first occurrence wins
+        self._len: int | None = None
+
+    def get(self, pair, default=None):
+        left, right = pair
+        if not left or left.find(" ", 1) >= 0:
+            return default
+        return self._rank.get(left + " " + right, default)
+
+    def __getitem__(self, pair):
+        rank = self.get(pair)
+        if rank is None:
+            raise KeyError(pair)
+        return rank
+
+    def __contains__(self, pair) -> bool:
+        return isinstance(pair, tuple) and len(pair) == 2 and self.get(pair) is not None
+
+    def items(self):
+        """((left, right), rank) in rank order, each pair once (parse_merges' order)."""
+        rank = self._rank
+        for i, merge in enumerate(self._merges):
+            pos = merge.find(" ", 1)
+            if pos >= 0 and rank[merge] == i:
+                yield (merge[:pos], merge[pos + 1:]), i
+
+    def __iter__(self):
+        return (pair for pair, _ in self.items())
+
+    def __len__(self) -> int:
+        if self._len is None:
+            self._len = sum(1 for _ in self.items())
+        return self._len
 
 
 def bpe_merge_ref(word: str, ranks: Mapping[tuple[str, str], int]) -> list[str]:

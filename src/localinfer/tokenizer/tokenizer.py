@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Seque
 
 import numpy as np
 
-from .bpe import BpeEncoder, decode_token_text, parse_merges
+from .bpe import BpeEncoder, MergeRanks, decode_token_text
 from .detokenizer import clean_up_spaces
 from .pretokenize import resolve_pre_tokenizer, text_chunks
 from .special import SpecialTokens, partition, special_tokens
@@ -65,7 +65,7 @@ def _bpe_model(metadata: Mapping[str, Any]) -> VocabModel:
     merges = metadata.get(K.MERGES)
     if merges is None:
         raise ValueError(f"BPE vocabulary without merges ({K.MERGES})")
-    ranks = parse_merges(merges)
+    ranks = MergeRanks(merges)
     return VocabModel(
         kind="BPE",
         # llama.cpp's BPE defaults (GPT-2's "<|endoftext|>" is 11 in its test vocab)
