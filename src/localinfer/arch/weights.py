@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..files.gguf_file import GGUFError, GGUFFile
+from ..files.read_ahead import read_ahead
 from ..formats import dequantize
 
 BACKENDS = ("reference", "c")
@@ -108,6 +109,7 @@ class WeightLoader:
         self.copied_bytes = 0  # weights held outside the mmap: stacked, dequantized, float32 vectors
         self.repacked_bytes = 0  # of those, matrices in a repacked layout
         self.repacked_tensors: set[str] = set()
+        self.ahead = None  # a files.read_ahead.ReadAhead over the file while it loads (build_with_loader)
         if backend == "c":
             from ..backend import ops
             self.ops = ops  # the layer ops in C, same signatures as the reference
@@ -126,10 +128,16 @@ class WeightLoader:
     def has(self, name: str) -> bool:
         return name in self.f.tensors
 
+    def tensor_data(self, name: str) -> np.ndarray:
+        """The file's tensor (GGUFFile.tensor_data), the read-ahead told where the load has got to."""
+        if self.ahead is not None and self.f.part_of(name) is self.f and name in self.f.tensors:
+            self.ahead.at(self.f.tensors[name].offset)
+        return self.f.tensor_data(name)
+
     def vector(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """A small tensor (norm weights, biases) as float32."""
         info = self._info(name, shape)
-        raw = self.f.tensor_data(name)
+        raw = self.tensor_data(name)
         out = dequantize(raw, info.ggml_type, info.shape)
         self.copied_bytes += 0 if np.may_share_memory(out, raw) else out.nbytes  # F32 stays a view
         return out
@@ -145,14 +153,14 @@ class WeightLoader:
             from ..backend import kernels
             from ..formats import UnsupportedQuantType
             try:
-                mat = kernels.prepare(self.f.tensor_data(name), info.ggml_type, self.repack,
+                mat = kernels.prepare(self.tensor_data(name), info.ggml_type, self.repack,
                                       lambda lo, hi: self.f.release_bytes(name, lo, hi))
             except UnsupportedQuantType:
                 pass  # a type the C core lacks: this one layer runs on the reference path
             else:
                 self._count_repacked(mat, [name])
                 return KernelLinear(mat, b, (name,))
-        raw = self.f.tensor_data(name)
+        raw = self.tensor_data(name)
         dense = DenseLinear(dequantize(raw, info.ggml_type, info.shape), b, (name,))
         self.copied_bytes += 0 if np.may_share_memory(dense.w, raw) else dense.w.nbytes
         return dense
@@ -163,7 +171,7 @@ class WeightLoader:
         Each expert's rows are a contiguous slice of the tensor, so on the C backend every
         layer is a view of the mmap and a forward pass reads only the experts it calls."""
         info = self._info(name, shape)
-        raw = self.f.tensor_data(name)  # (n_expert, n_out, row_bytes), or floats for F32/F16
+        raw = self.tensor_data(name)  # (n_expert, n_out, row_bytes), or floats for F32/F16
         b = self.optional_vector(bias, shape[:2]) if bias else None  # (n_expert, n_out)
         bias_of = [None if b is None else b[e] for e in range(shape[0])]
         if self.backend == "c":
@@ -198,7 +206,7 @@ class WeightLoader:
         from ..formats import UnsupportedQuantType
         b = np.concatenate([self.vector(bn, (s[0],)) for bn, s in zip(biases, shapes)]) if all(has_bias) else None
         try:
-            mat = kernels.PreparedMatrix.stacked([self.f.tensor_data(n) for n in names], infos[0].ggml_type,
+            mat = kernels.PreparedMatrix.stacked([self.tensor_data(n) for n in names], infos[0].ggml_type,
                                                  self.repack, lambda i, lo, hi: self.f.release_bytes(names[i], lo, hi))
         except UnsupportedQuantType:
             return None
@@ -226,7 +234,7 @@ class WeightLoader:
 
     def embedding(self, name: str, shape: tuple[int, int]) -> Embedding:
         info = self._info(name, shape)
-        raw = self.f.tensor_data(name)
+        raw = self.tensor_data(name)
         if raw.ndim != 2:   # a float table: numpy's own rows
             return Embedding(raw, info.ggml_type, info.shape)
         return Embedding(raw, info.ggml_type, info.shape, self.f.row_reader(name))
@@ -237,7 +245,16 @@ def build_with_loader(cls, f: GGUFFile, config, backend: str, repack: bool):
     memory they took outside the mapping (weight_copy_bytes, repacked_bytes: Model.memory reports them):
     the frame every architecture's from_gguf shares, decoder or encoder."""
     loader = WeightLoader(f, backend, repack)
-    model = cls(config, cls.load_weights(loader, config), loader.ops)
+    with contextlib.ExitStack() as stack:
+        if loader.repack:   # the copies overlap the disk's reading (files/read_ahead.py)
+            own = [t for name, t in f.tensors.items() if f.part_of(name) is f]
+            if own:
+                loader.ahead = read_ahead(f.path, min(t.offset for t in own), max(t.offset + t.nbytes for t in own))
+                if loader.ahead is not None:
+                    stack.enter_context(loader.ahead)
+        weights = cls.load_weights(loader, config)
+    loader.ahead = None
+    model = cls(config, weights, loader.ops)
     model.weight_copy_bytes = loader.copied_bytes
     model.repacked_bytes, model.repacked_tensors = loader.repacked_bytes, frozenset(loader.repacked_tensors)
     return model
