@@ -287,6 +287,31 @@ def test_exact_repeats_of_deterministic_requests_come_from_memory(runtime, model
         engine.close()
 
 
+def test_a_request_is_accounted_for_before_its_last_chunk_arrives(runtime, model, monkeypatch):
+    """A client that has its whole answer and then reads /metrics, or asks the same again, sees the
+    request done: the engine closes its accounts before handing over the last chunk. (The closing is
+    slowed here, so the other order would be seen every time.)"""
+    engine = Engine(runtime, model.tokenizer, n_slots=1, n_ctx=256)
+    finish = engine._finish
+
+    def slow_finish(slot, error):
+        time.sleep(0.2)
+        finish(slot, error)
+
+    monkeypatch.setattr(engine, "_finish", slow_finish)
+    try:
+        prompt = model.tokenize("The capital of France is")
+        chunks = list(engine.submit(Request(prompt, max_tokens=4, params=GREEDY)).chunks())
+        assert chunks[-1].finish_reason
+        counters = engine.metrics.counters
+        assert counters["completed"] == 1 and counters["generated_tokens"] == 4 and counters["decode_seconds"] > 0
+        steps = engine.state()["steps"]
+        list(engine.submit(Request(prompt, max_tokens=4, params=GREEDY)).chunks())
+        assert engine.metrics.counters["completion_cache_hits"] == 1 and engine.state()["steps"] == steps
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("n_ctx", [256, 1024])  # the window fits in n_ctx, or the SWA layers are a ring
 def test_gemma3_sliding_window_reuses_prefixes_exactly(gemma3_path, n_ctx):
     m = localinfer.load(str(gemma3_path), n_ctx=n_ctx)

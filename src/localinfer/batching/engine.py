@@ -529,10 +529,13 @@ class Engine:
         if len(slot.gen.out.tokens) == 1:
             self.metrics.observe("ttft_seconds", slot.gen.out.timings.ttft_s)
         self.metrics.count("generated_tokens")
-        slot.request.put(chunk)
         slot.chunks.append(chunk)
+        request = slot.request
         if chunk.finish_reason:
+            # its accounts (metrics, the prefix and completion caches) are closed before the last chunk
+            # reaches the request: a client that reads /metrics or asks again once answered sees them
             self._finish(slot, None)
+        request.put(chunk)
 
     def _finish(self, slot: Slot, error: BaseException | None) -> None:
         r = slot.request
