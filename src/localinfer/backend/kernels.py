@@ -350,7 +350,10 @@ class PreparedMatrix:
                 self._repack_into(w, data, layout, on_repacked)
                 self.layout = int(layout)
                 self.w = None
-        self._set_data(data)
+        self.data = data  # what the kernels read: w, or its repacked copy
+        self.pointer = _buffer(data, "w", _raw_alignment(qt)) if w.size else None
+        self._w_start = int(_ffi.cast("uintptr_t", self.pointer)) if w.size else 0
+        self._w_end = self._w_start + w.nbytes
 
     def _repack_into(self, w: np.ndarray, dst: np.ndarray, layout: int, on_repacked) -> None:
         """Rows w (whole groups of four, this matrix's type and width) into dst (as many bytes) in
@@ -395,12 +398,6 @@ class PreparedMatrix:
             r0 += p.shape[0]
         mat.layout, mat.w = int(layout), None
         return mat
-
-    def _set_data(self, data: np.ndarray) -> None:
-        self.data = data  # what the kernels read: w, or its repacked copy
-        self.pointer = _buffer(data, "w", _raw_alignment(self.wtype)) if data.size else None
-        self._w_start = int(_ffi.cast("uintptr_t", self.pointer)) if data.size else 0
-        self._w_end = self._w_start + data.nbytes
 
     @property
     def shape(self) -> tuple[int, int]:
