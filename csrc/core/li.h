@@ -115,7 +115,8 @@ typedef void (*li_vec_dot_m_fn)(int64_t n, int64_t m, float *s, int64_t s_stride
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: the ISA table's vec_dot_prefetches) ask, while they work on a block,
  * for the bytes li_stream_ahead() on: one prefetch per cache line of a block, spread through the loop.
  * (Prefetches issued in bursts, a group or a row at a time from the GEMV, fill the line-fill buffers
- * and stall: BENCHMARKS.md, "Kernel choices".) llama-1b Q4_0 decode on an AMD EPYC Zen 3, AVX2, 2 threads, alternating in one process:
+ * and stall: BENCHMARKS.md, "Kernel choices".) llama-1b Q4_0 decode on an AMD EPYC Zen 3, AVX2, 2
+ * threads, alternating in one process:
  * 2048 bytes ahead 1.21x the tokens/s of none, 1024 1.14x, 512 1.07x, 4096 to 16384 within 3% of 2048;
  * on an Intel Xeon (family 6 model 207) 1.42x AVX-512, 1.49x AVX2 at 2048, 4096 5% better still. The
  * distance comes from the L2 size (core/matmul.c default_stream_ahead), at least this; 0 turns it off

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from typing import Callable, Iterator
 
 import numpy as np
@@ -245,13 +246,9 @@ def build_with_loader(cls, f: GGUFFile, config, backend: str, repack: bool):
     memory they took outside the mapping (weight_copy_bytes, repacked_bytes: Model.memory reports them):
     the frame every architecture's from_gguf shares, decoder or encoder."""
     loader = WeightLoader(f, backend, repack)
-    with contextlib.ExitStack() as stack:
-        if loader.repack:   # the copies overlap the disk's reading (files/read_ahead.py)
-            own = [t for name, t in f.tensors.items() if f.part_of(name) is f]
-            if own:
-                loader.ahead = read_ahead(f.path, min(t.offset for t in own), max(t.offset + t.nbytes for t in own))
-                if loader.ahead is not None:
-                    stack.enter_context(loader.ahead)
+    # the copies overlap the disk's reading (files/read_ahead.py): the file's data section, to its end
+    loader.ahead = read_ahead(f.path, f.data_offset, os.path.getsize(f.path)) if loader.repack else None
+    with loader.ahead or contextlib.nullcontext():
         weights = cls.load_weights(loader, config)
     loader.ahead = None
     model = cls(config, weights, loader.ops)

@@ -166,9 +166,9 @@ STREAM_AHEAD_MAX = 1 << 20  # csrc/core/li.h LI_STREAM_AHEAD_MAX
 
 def set_stream_ahead(n_bytes: int) -> int:
     """How many bytes ahead of its reads a dot that streams a weight matrix prefetches (the repacked
-    x4 dots, and the row dots the ISA table names; csrc/core/li.h), for the whole process; 0: none, the hardware prefetcher alone. For
-    benchmarks: the default comes from this CPU's L2 size (2 KiB on a 512 KiB L2, 4 KiB on a 2 MiB
-    one; csrc/core/matmul.c). Returns the previous value."""
+    x4 dots, and the row dots the ISA table names; csrc/core/li.h), for the whole process; 0: none,
+    the hardware prefetcher alone. For benchmarks: the default comes from this CPU's L2 size (2 KiB
+    on a 512 KiB L2, 4 KiB on a 2 MiB one; csrc/core/matmul.c). Returns the previous value."""
     if isinstance(n_bytes, bool) or not isinstance(n_bytes, (int, np.integer)):
         raise TypeError(f"a prefetch distance is an int of bytes, got {type(n_bytes).__name__}")
     if not 0 <= n_bytes <= STREAM_AHEAD_MAX:
@@ -385,13 +385,14 @@ class PreparedMatrix:
                 raise ValueError(f"parts must be 2-D arrays of one dtype and width: parts[{i}] is {p.dtype} "
                                  f"{p.shape}, parts[0] {parts[0].dtype} {parts[0].shape}")
         n_rows = sum(int(p.shape[0]) for p in parts)
-        direct = (repack and parts[0].dtype == np.uint8 and parts[0].shape[1] > 0 and n_rows > 0
-                  and all(p.shape[0] % 4 == 0 for p in parts) and repack_layout(wtype) != LAYOUT_ROWS)
+        layout = repack_layout(wtype) if repack else LAYOUT_ROWS
+        direct = (layout != LAYOUT_ROWS and parts[0].dtype == np.uint8 and parts[0].shape[1] > 0 and n_rows > 0
+                  and all(p.shape[0] % 4 == 0 for p in parts))
         if not direct:
             return cls(np.concatenate(parts), wtype, repack)
         data = _anonymous(n_rows * parts[0].shape[1]).reshape(n_rows, parts[0].shape[1])
         mat = cls(data, wtype)   # checks the type and width; the rows are filled below
-        layout, r0 = repack_layout(wtype), 0
+        r0 = 0
         for i, p in enumerate(parts):
             done = None if on_repacked is None else (lambda lo, hi, i=i: on_repacked(i, lo, hi))
             mat._repack_into(p, data[r0:r0 + p.shape[0]], layout, done)

@@ -42,10 +42,14 @@ class ReadAhead:
                 self._position = offset
                 self._changed.notify_all()
 
+    def _window_asked(self) -> bool:
+        """Every byte of the window has been asked for (call holding the lock)."""
+        return self._issued >= min(self._end, self._position + self._window)
+
     def _next(self) -> tuple[int, int] | None:
         """The next range to ask for, once there is one in the window; None once closed."""
         with self._changed:
-            while not self._closed and self._issued >= min(self._end, self._position + self._window):
+            while not self._closed and self._window_asked():
                 self._changed.wait()
             if self._closed:
                 return None
@@ -58,8 +62,7 @@ class ReadAhead:
     def caught_up(self, timeout: float | None = None) -> bool:
         """Waits until the whole window has been asked for (or this is closed); False on timeout."""
         with self._changed:
-            return self._changed.wait_for(
-                lambda: self._closed or self._issued >= min(self._end, self._position + self._window), timeout)
+            return self._changed.wait_for(lambda: self._closed or self._window_asked(), timeout)
 
     def _run(self) -> None:
         try:
