@@ -45,6 +45,13 @@ int li_repack(int wtype, int layout, const void *src, size_t row_bytes, int64_t 
 /* li_matmul over w in `layout` (GEMV rows of an x4 matrix agree with li_matmul's up to float rounding) */
 int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int64_t n_out, int64_t k,
                      const float *x, int64_t m, float *y);
+/* li_matmul_layout over a matrix kept in up to LI_MAX_PARTS pieces: its rows are the part_rows[i] rows at
+ * parts[i], in order (q | k | v, gate | up, each where the file mapped it: one call, one quantization of
+ * x, no copy). Every part but the last has a multiple of 16 rows, so the GEMV's row chunks and the x4
+ * groups never straddle two parts. */
+enum { LI_MAX_PARTS = 4 };
+int li_matmul_parts(int wtype, int layout, const void *const *parts, const int64_t *part_rows, int n_parts,
+                    size_t row_bytes, int64_t k, const float *x, int64_t m, float *y);
 
 /* With m > 0, li_matmul on the calling thread uses the GEMV below m rows, each row's result bitwise a
  * 1-row call's, and the tiled GEMM from m on; speculative decoding sets it while verifying drafted
@@ -126,6 +133,9 @@ typedef struct {
     int64_t n_out, k;
     const float *bias;         /* (n_out) or NULL */
     int layout;                /* li_layout of w (0: rows) */
+    int n_parts;               /* > 1: w is the first of the parts at `parts` (li_matmul_parts); 0 or 1: w alone */
+    const void *const *parts;
+    const int64_t *part_rows;
 } li_linear;
 
 typedef struct {

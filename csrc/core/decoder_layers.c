@@ -29,7 +29,8 @@
 #include "localinfer.h"
 
 static int linear(const li_linear *w, const float *x, int64_t n, float *y) {
-    int rc = li_matmul_layout(w->wtype, w->layout, w->w, w->row_bytes, w->n_out, w->k, x, n, y);
+    int rc = w->n_parts > 1 ? li_matmul_parts(w->wtype, w->layout, w->parts, w->part_rows, w->n_parts, w->row_bytes, w->k, x, n, y)
+                            : li_matmul_layout(w->wtype, w->layout, w->w, w->row_bytes, w->n_out, w->k, x, n, y);
     if (rc == LI_OK && w->bias)
         for (int64_t i = 0; i < n; i++)
             for (int64_t o = 0; o < w->n_out; o++) y[i * w->n_out + o] += w->bias[o];

@@ -106,7 +106,8 @@ typedef struct {
     const li_type_traits *at;      /* its activation (vec_dot) type */
     const li_isa_kernels *kern;
     int wtype;
-    const uint8_t *w;              /* (n_out, row_bytes) raw rows, or x4 groups of 4 rows (layout) */
+    const uint8_t *part[LI_MAX_PARTS];   /* the matrix's rows, n_out in all: (rows, row_bytes) raw rows, or x4 */
+    int64_t part_end[LI_MAX_PARTS];      /* groups of 4 rows (layout), part p's rows up to part_end[p] */
     size_t row_bytes;
     int layout;
     int64_t n_out, k, m;
@@ -124,6 +125,28 @@ typedef struct {
     int x16;                       /* GEMV: whole 16-row blocks of an x4 matrix through vec_dot_x16_m */
     atomic_int error;
 } li_job;
+
+/* the part holding row r, and the index of its first row in *r0 */
+static inline const uint8_t *part_of(const li_job *j, int64_t r, int64_t *r0) {
+    int p = 0;
+    while (r >= j->part_end[p]) p++;
+    *r0 = p ? j->part_end[p - 1] : 0;
+    return j->part[p];
+}
+
+/* row r and those after it in its part (row-major; for x4 its group when r is a multiple of 4) */
+static inline const uint8_t *rows_at(const li_job *j, int64_t r) {
+    int64_t r0;
+    const uint8_t *base = part_of(j, r, &r0);
+    return base + (r - r0) * j->row_bytes;
+}
+
+/* row r as row-major bytes: in place, or gathered out of its x4 group into tmp */
+static inline const uint8_t *row_of(const li_job *j, int64_t r, uint8_t *tmp) {
+    int64_t r0;
+    const uint8_t *base = part_of(j, r, &r0);
+    return li_layout_row(j->wtype, j->layout, base, j->row_bytes, r - r0, tmp);
+}
 
 /* rows [lo, hi) of n for thread ith of nth, in chunks of `align` */
 static void split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
@@ -152,7 +175,7 @@ static void gemv_x4(const li_job *j, const uint8_t *group, int64_t r, int nr) {
     if (!dot_x4) {
         uint8_t *tmp = li_scratch(LI_SCRATCH_TASK, j->row_bytes);
         for (int q = 0; q < nr; q++) {
-            const uint8_t *row = li_layout_row(j->wtype, LI_LAYOUT_X4, j->w, j->row_bytes, r + q, tmp);
+            const uint8_t *row = row_of(j, r + q, tmp);
             for (int64_t i = 0; i < j->m; i++)
                 j->t->vec_dot(j->k, &j->y[i * j->n_out + r + q], row, j->xq + i * j->xq_row_bytes,
                               j->xs ? j->xs + i * j->n_sums : NULL);
@@ -183,10 +206,10 @@ static void task_gemv(void *ctx, int ith, int nth) {
          * dots of the ISA table's vec_dot_prefetches: core/li.h li_prefetch_ahead), which measures
          * better than these bursts */
         if (prefetch && r + (int64_t)ahead < hi) {
-            const uint8_t *pf = j->w + (r + (int64_t)ahead) * j->row_bytes;
+            const uint8_t *pf = rows_at(j, r + (int64_t)ahead);
             for (size_t b = 0; b < (size_t)nr * j->row_bytes; b += 64) __builtin_prefetch(pf + b, 0, 3);
         }
-        const uint8_t *w = j->w + r * j->row_bytes;
+        const uint8_t *w = rows_at(j, r);
         if (j->layout == LI_LAYOUT_X4) {   /* r is a multiple of 4 (the split's chunks are) */
             if (j->x16 && r % LI_X16_ROWS == 0 && hi - r >= LI_X16_ROWS) {
                 /* 16 rows at once: whether a row is here depends on r and n_out, not on the thread split */
@@ -341,7 +364,7 @@ static void task_gemm(void *ctx, int ith, int nth) {
         uint8_t *wpanel = tiles + (size_t)(wt - wb) * tile_bytes;
         for (int r = 0; r < nw && ab == a_lo; r++) {   /* unpack this tile's weight rows, once */
             uint8_t *dst = wpanel + (size_t)r * w_row;
-            const uint8_t *src = r < nwv ? li_layout_row(j->wtype, j->layout, j->w, j->row_bytes, j0 + r, rowbuf) : NULL;
+            const uint8_t *src = r < nwv ? row_of(j, j0 + r, rowbuf) : NULL;
             if (r >= nwv) {
                 memset(dst, 0, w_row);
             } else if (t->group) {
@@ -376,19 +399,31 @@ int li_matmul(int wtype, const void *w, size_t row_bytes, int64_t n_out, int64_t
 
 int li_matmul_layout(int wtype, int layout, const void *w, size_t row_bytes, int64_t n_out, int64_t k,
                      const float *x, int64_t m, float *y) {
+    return li_matmul_parts(wtype, layout, &w, &n_out, 1, row_bytes, k, x, m, y);
+}
+
+int li_matmul_parts(int wtype, int layout, const void *const *parts, const int64_t *part_rows, int n_parts,
+                    size_t row_bytes, int64_t k, const float *x, int64_t m, float *y) {
     li_job j = {0};
     j.t = li_traits(wtype);
     if (!j.t || !j.t->vec_dot) return LI_ETYPE;
+    if (!parts || !part_rows || n_parts < 1 || n_parts > LI_MAX_PARTS) return LI_EINVAL;
+    int64_t n_out = 0;
+    for (int p = 0; p < n_parts; p++) {
+        /* every part but the last whole GEMV chunks, so that no chunk, x4 group or 16-row block straddles two */
+        if (!parts[p] || part_rows[p] <= 0 || (p < n_parts - 1 && part_rows[p] % LI_GEMV_ROW_ALIGN)) return LI_EINVAL;
+        j.part[p] = parts[p];
+        j.part_end[p] = n_out += part_rows[p];
+    }
     if (layout != LI_LAYOUT_ROWS && (layout != LI_LAYOUT_X4 || n_out % LI_X4_ROWS || !li_x4_type(wtype)))
         return LI_EINVAL;
     j.layout = layout, j.wtype = wtype;
     j.at = li_traits(j.t->vec_dot_type);
     j.kern = li_active_kernels();
-    if (!w || !x || !y || n_out <= 0 || k <= 0 || m <= 0 || k % j.t->block_size != 0 ||
-        k % j.at->block_size != 0)
+    if (!x || !y || k <= 0 || m <= 0 || k % j.t->block_size != 0 || k % j.at->block_size != 0)
         return LI_EINVAL;
     if (row_bytes != (size_t)(k / j.t->block_size) * (size_t)j.t->type_size) return LI_EINVAL;
-    j.w = w, j.row_bytes = row_bytes, j.n_out = n_out, j.k = k, j.x = x, j.m = m, j.y = y;
+    j.row_bytes = row_bytes, j.n_out = n_out, j.k = k, j.x = x, j.m = m, j.y = y;
     const double work = (double)n_out * (double)k * (double)m;
     const int want = work >= LI_PARALLEL_MIN_WORK ? li_get_threads() : 1;
 

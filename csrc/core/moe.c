@@ -323,9 +323,10 @@ static int shared_expert(const li_moe *m, const float *h, int64_t n, float *out,
     return rc;
 }
 
+/* one matrix at w->w (the experts' row slices are read straight from it: no parts) */
 static int linear_ok(const li_linear *w, int64_t n_out, int64_t k) {
     const li_type_traits *t = w->w ? li_traits(w->wtype) : NULL;
-    return t && t->vec_dot && w->n_out == n_out && w->k == k && k % t->block_size == 0 &&
+    return t && t->vec_dot && w->n_parts <= 1 && w->n_out == n_out && w->k == k && k % t->block_size == 0 &&
            k % li_traits(t->vec_dot_type)->block_size == 0 &&
            w->row_bytes == (size_t)(k / t->block_size) * (size_t)t->type_size;
 }

@@ -213,16 +213,92 @@ def test_stacked_parts_are_repacked_in_place_of_their_concatenation(isa, qtype, 
         np.testing.assert_array_equal(mat.matmul(x), whole.matmul(x))
 
 
-@pytest.mark.parametrize("qtype,sizes,repack", [(T.Q4_0, (12, 6), True), (T.Q4_1, (8, 4), True),
-                                                (T.Q4_0, (8, 4), False)])
-def test_stacked_parts_not_repacked_are_their_concatenation(qtype, sizes, repack):
-    """A part whose rows are not whole groups of four, a type without a repacked layout, or no
-    repack: the rows are concatenated (one copy) and kept row-major."""
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype,repack", [(T.Q4_1, True), (T.Q4_0, False), (T.Q6_K, False), (T.F16, False),
+                                          (T.F32, False)], ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stacked_parts_not_repacked_are_read_where_they_are(isa, qtype, repack, threads):
+    """A type without a repacked layout, or no repack: the parts stay where they are, nothing copied,
+    and one call reads them all with the bits of their concatenation, through the GEMV (one row, the
+    several-row dots) and the GEMM alike, on one thread or split between two."""
     fmt = FORMATS[qtype]
-    parts = [random_rows(fmt, n, 2, seed=n) for n in sizes]
-    mat = kernels.PreparedMatrix.stacked(parts, qtype, repack=repack, on_repacked=lambda *r: pytest.fail("repacked"))
-    assert mat.layout == kernels.LAYOUT_ROWS
+    n_blocks = max(1, 512 // fmt.block_size)
+    parts = [random_rows(fmt, n, n_blocks, seed=n) for n in (32, 16, 7)]
+    before = kernels.get_threads()
+    try:
+        kernels.set_threads(threads)
+        with kernels._isa(isa):
+            mat = kernels.PreparedMatrix.stacked(parts, qtype, repack=repack,
+                                                 on_repacked=lambda *r: pytest.fail("repacked"))
+            whole = kernels.prepare(np.concatenate(parts), qtype)
+            assert mat.layout == kernels.LAYOUT_ROWS and mat.data is None and mat.shape == whole.shape
+            assert all(a is b for a, b in zip(mat.parts, parts)) and list(mat.part_rows) == [32, 16, 7]
+            for m in (1, 2, 3, 5, 8, 17, 40):
+                x = random_activations(m, mat.k, seed=m)
+                np.testing.assert_array_equal(mat.matmul(x).view(np.uint32), whole.matmul(x).view(np.uint32))
+    finally:
+        kernels.set_threads(before)
+
+
+def test_stacked_parts_read_in_place_refuse_an_out_over_any_of_them():
+    buf = np.zeros((48, 64), dtype=np.float32)
+    mat = kernels.PreparedMatrix.stacked([buf[:32], buf[32:]], T.F32)
+    assert mat.parts is not None
+    x = np.ones((1, 64), dtype=np.float32)
+    inside_second = buf.reshape(-1)[40 * 64:40 * 64 + 48].reshape(1, 48)
+    with pytest.raises(ValueError, match="overlap"):
+        mat.matmul(x, out=inside_second)
+
+
+@pytest.mark.parametrize("sizes", [(24, 16), (16,) * 5, (16, 0, 8)], ids=["not-whole-chunks", "too-many", "empty"])
+def test_stacked_parts_that_cannot_stay_apart_are_concatenated(sizes):
+    """Parts before the last that are not whole GEMV chunks (16 rows), more than LI_MAX_PARTS parts,
+    or an empty one: the rows are concatenated (one copy) and kept row-major."""
+    fmt = FORMATS[T.Q4_0]
+    parts = [random_rows(fmt, n, 2, seed=i) for i, n in enumerate(sizes)]
+    mat = kernels.PreparedMatrix.stacked(parts, T.Q4_0)
+    assert mat.layout == kernels.LAYOUT_ROWS and mat.parts is None
     np.testing.assert_array_equal(mat.data, np.concatenate(parts))
+
+
+@pytest.mark.parametrize("isa,qtype", X4_CASES, ids=lambda v: getattr(v, "name", v))
+def test_parts_of_a_repacked_matrix_give_its_bits(isa, qtype):
+    """li_matmul_parts in the x4 layout: parts repacked one by one read as the whole matrix repacked
+    (an x4 group never straddles two parts), through the x4 GEMV, the 16-row kernels and the GEMM."""
+    ffi, lib = kernels.c_module()
+    fmt = FORMATS[qtype]
+    raw = random_rows(fmt, 48, 2048 // fmt.block_size, seed=3)
+    with kernels._isa(isa):
+        whole = kernels.prepare(raw, qtype, repack=True)
+        pieces = [kernels.prepare(np.ascontiguousarray(raw[a:b]), qtype, repack=True) for a, b in ((0, 32), (32, 48))]
+        ptrs = ffi.new("const void *[]", [p.pointer for p in pieces])
+        rows = ffi.new("int64_t[]", [32, 16])
+        for m in (1, 3, 16, 30):
+            x = random_activations(m, whole.k, seed=m)
+            y = np.empty((m, 48), dtype=np.float32)
+            assert lib.li_matmul_parts(int(qtype), whole.layout, ptrs, rows, 2, whole.row_bytes, whole.k,
+                                       ffi.from_buffer("float[]", x), m, ffi.from_buffer("float[]", y)) == 0
+            np.testing.assert_array_equal(y.view(np.uint32), whole.matmul(x).view(np.uint32))
+
+
+def test_matmul_parts_rejects_bad_parts():
+    ffi, lib = kernels.c_module()
+    fmt = FORMATS[T.Q4_0]
+    raw = random_rows(fmt, 32, 2, seed=1)
+    k, rb = 64, raw.shape[1]
+    x, y = np.ones(k, dtype=np.float32), np.empty(64, dtype=np.float32)
+    xp, yp, w = ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y), ffi.from_buffer(raw)
+
+    def call(ptrs, rows, n=None, layout=kernels.LAYOUT_ROWS):
+        return lib.li_matmul_parts(int(T.Q4_0), layout, ffi.new("const void *[]", ptrs), ffi.new("int64_t[]", rows),
+                                   len(ptrs) if n is None else n, rb, k, xp, 1, yp)
+    assert call([w, w], [16, 16]) == lib.LI_OK
+    assert call([w, w], [16, 16], n=0) == lib.LI_EINVAL
+    assert call([w] * (lib.LI_MAX_PARTS + 1), [4] * (lib.LI_MAX_PARTS + 1)) == lib.LI_EINVAL
+    assert call([w, ffi.NULL], [16, 16]) == lib.LI_EINVAL
+    assert call([w, w], [16, 0]) == lib.LI_EINVAL
+    assert call([w, w], [8, 16]) == lib.LI_EINVAL       # a part before the last that is not whole 16-row chunks
+    assert call([w, w], [16, 6], layout=kernels.LAYOUT_X4) == lib.LI_EINVAL   # x4 groups of four rows
 
 
 def test_stacked_parts_must_share_a_width():

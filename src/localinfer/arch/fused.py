@@ -206,6 +206,8 @@ class FusedLayers:
         if mat.shape != shape:
             raise ValueError(f"fused layers: a {mat.shape} weight where {shape} belongs")
         spec.wtype, spec.w, spec.row_bytes = mat.wtype_id, mat.pointer, mat.row_bytes
+        if mat.parts is not None:   # several mapped tensors: their pointers, owned by mat as `pointer` is
+            spec.n_parts, spec.parts, spec.part_rows = len(mat.parts), mat.part_pointers, mat.part_rows
         spec.n_out, spec.k, spec.layout = mat.n_out, mat.k, mat.layout
         spec.bias = self._floats(lin.bias, mat.n_out) if lin.bias is not None else self.ffi.NULL
 

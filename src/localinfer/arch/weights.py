@@ -192,9 +192,11 @@ class WeightLoader:
         """One matrix whose rows are those of `names` in order, or None where stacking does not pay
         or does not fit: only the C backend stacks (one matmul call and one activation quantization
         instead of several; each row's result is the same bits as alone), and only matrices of one
-        type and width, with a bias on all or none. The stacked rows are a copy, outside the mmap
-        (repacked straight from each tensor where they are repacked: PreparedMatrix.stacked): the
-        mapped pages they came from are released, so the weights are held once."""
+        type and width, with a bias on all or none. Where the rows are repacked, the stacked rows are a
+        copy outside the mmap (repacked straight from each tensor: PreparedMatrix.stacked) and the
+        mapped pages they came from are released, so the weights are held once; else the tensors
+        are read where they are mapped, as the parts of one matrix (or, where they cannot be, copied
+        the same way)."""
         if self.backend != "c":
             return None
         infos = [self._info(n, s) for n, s in zip(names, shapes)]
@@ -211,6 +213,8 @@ class WeightLoader:
                                                  self.repack, lambda i, lo, hi: self.f.release_bytes(names[i], lo, hi))
         except UnsupportedQuantType:
             return None
+        if mat.parts is not None:   # read where they are mapped: nothing copied, nothing to release
+            return KernelLinear(mat, b, tuple(names))
         for n in names:
             self.f.release(n)
         self.copied_bytes += mat.data.nbytes

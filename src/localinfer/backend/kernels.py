@@ -315,9 +315,13 @@ class PreparedMatrix:
     copy in that layout (anonymous memory) is what the kernels read (`data`), `layout` says which,
     and `w` is None: the caller's rows are not kept (a mapped tensor's pages can be released).
     For callers that build C structs of their own (arch/fused.py): `pointer` (a cffi pointer to
-    `data`, kept alive by this object), `wtype_id` (the GGML type number), `layout`, `row_bytes`."""
+    `data`, kept alive by this object), `wtype_id` (the GGML type number), `layout`, `row_bytes`.
+    A matrix `stacked` from several tensors that are not repacked keeps them where they are, as
+    `parts` (`data` and `w` None); then `part_pointers` and `part_rows` are the C arrays that say
+    where (li_matmul_parts), and `pointer` is the first part's."""
 
     REPACK_PIECE_BYTES = 8 << 20  # repacked this much at a time, each piece's source handed to on_repacked
+    PART_ROWS = 16  # every part but the last a multiple of this (csrc/localinfer.h li_matmul_parts)
 
     def __init__(self, w: np.ndarray, wtype, repack: bool = False, on_repacked=None) -> None:
         qt, block, type_size, vec_dot_type = _type_info(wtype)
@@ -352,8 +356,9 @@ class PreparedMatrix:
                 self.w = None
         self.data = data  # what the kernels read: w, or its repacked copy
         self.pointer = _buffer(data, "w", _raw_alignment(qt)) if w.size else None
-        self._w_start = int(_ffi.cast("uintptr_t", self.pointer)) if w.size else 0
-        self._w_end = self._w_start + w.nbytes
+        start = int(_ffi.cast("uintptr_t", self.pointer)) if w.size else 0
+        self._w_ranges = [(start, start + w.nbytes)]   # the bytes out must not overlap
+        self.parts = self.part_pointers = self.part_rows = None
 
     def _repack_into(self, w: np.ndarray, dst: np.ndarray, layout: int, on_repacked) -> None:
         """Rows w (whole groups of four, this matrix's type and width) into dst (as many bytes) in
@@ -372,7 +377,9 @@ class PreparedMatrix:
     def stacked(cls, parts: list[np.ndarray], wtype, repack: bool = False, on_repacked=None) -> "PreparedMatrix":
         """One matrix whose rows are those of `parts` (raw rows of one type and width) in order.
         Where the rows get repacked, each part is repacked straight into its place in the one copy,
-        calling on_repacked(i, lo, hi) with the bytes of part i done so far; else the parts are
+        calling on_repacked(i, lo, hi) with the bytes of part i done so far. Else the parts stay
+        where they are (`parts`: read in one call, li_matmul_parts) when there are at most
+        LI_MAX_PARTS of them and all but the last have a multiple of PART_ROWS rows; else they are
         concatenated. Concatenating first and then repacking would take the weights' bytes of
         fresh memory twice, which the OS must zero (on a VM, also back): most of the load time of
         an 8B Q8_0 file."""
@@ -389,7 +396,9 @@ class PreparedMatrix:
         direct = (layout != LAYOUT_ROWS and parts[0].dtype == np.uint8 and parts[0].shape[1] > 0 and n_rows > 0
                   and all(p.shape[0] % 4 == 0 for p in parts))
         if not direct:
-            return cls(np.concatenate(parts), wtype, repack)
+            in_place = (len(parts) <= _lib.LI_MAX_PARTS and parts[0].shape[1] > 0 and all(p.shape[0] > 0 for p in parts)
+                        and all(p.shape[0] % cls.PART_ROWS == 0 for p in parts[:-1]))
+            return cls._in_parts(parts, wtype) if in_place else cls(np.concatenate(parts), wtype, repack)
         data = _anonymous(n_rows * parts[0].shape[1]).reshape(n_rows, parts[0].shape[1])
         mat = cls(data, wtype)   # checks the type and width; the rows are filled below
         r0 = 0
@@ -398,6 +407,19 @@ class PreparedMatrix:
             mat._repack_into(p, data[r0:r0 + p.shape[0]], layout, done)
             r0 += p.shape[0]
         mat.layout, mat.w = int(layout), None
+        return mat
+
+    @classmethod
+    def _in_parts(cls, parts: list[np.ndarray], wtype) -> "PreparedMatrix":
+        """The rows of `parts` as one matrix that reads each where it is (no copy)."""
+        checked = [cls(p, wtype) for p in parts]   # each part's type, width and alignment
+        rows = [c.n_out for c in checked]
+        mat = cls(parts[0], wtype)
+        mat.n_out, mat.parts, mat.data, mat.w = sum(rows), list(parts), None, None
+        mat.part_pointers = _ffi.new("const void *[]", [c.pointer for c in checked])
+        mat.part_rows = _ffi.new("int64_t[]", rows)
+        mat._w_ranges = [r for c in checked for r in c._w_ranges]
+        mat._checked = checked   # keeps each part's buffer alive
         return mat
 
     @property
@@ -431,10 +453,15 @@ class PreparedMatrix:
         ob = _from_buffer(_FLOAT_ARRAY, out)   # writability checked above
         if out_given:
             o0, x0 = int(_ffi.cast("uintptr_t", ob)), int(_ffi.cast("uintptr_t", xb))
-            if (o0 < x0 + x.nbytes and x0 < o0 + out.nbytes) or (o0 < self._w_end and self._w_start < o0 + out.nbytes):
+            if (o0 < x0 + x.nbytes and x0 < o0 + out.nbytes) or any(o0 < w1 and w0 < o0 + out.nbytes
+                                                                    for w0, w1 in self._w_ranges):
                 raise ValueError("out must not overlap x or w")
-        rc = _lib.li_matmul_layout(self.wtype_id, self.layout, self.pointer, self.row_bytes, self.n_out, self.k,
-                                   xb, m, ob)
+        if self.parts is None:
+            rc = _lib.li_matmul_layout(self.wtype_id, self.layout, self.pointer, self.row_bytes, self.n_out, self.k,
+                                       xb, m, ob)
+        else:
+            rc = _lib.li_matmul_parts(self.wtype_id, self.layout, self.part_pointers, self.part_rows,
+                                      len(self.parts), self.row_bytes, self.k, xb, m, ob)
         if rc:
             _check(rc, f"matmul of {self.wtype.name} {self.shape}")
         return out
