@@ -40,6 +40,9 @@ typedef enum {
 } li_layout;
 /* the layout worth building for wtype on the active ISA: LI_LAYOUT_X4 where it has a dot over x4 groups */
 int li_layout_for(int wtype);
+/* 1 where that layout gives, for any number of activation rows, the bits of the rows as they are: a
+ * matrix of wtype can then move into it while in use (a repack after the first token), unseen */
+int li_layout_same_bits(int wtype);
 /* n_out rows of row_bytes at src -> dst (as many bytes, not overlapping src) in `layout` */
 int li_repack(int wtype, int layout, const void *src, size_t row_bytes, int64_t n_out, void *dst);
 /* li_matmul over w in `layout` (GEMV rows of an x4 matrix agree with li_matmul's up to float rounding) */

@@ -91,6 +91,7 @@ static void merge(int v) {
         tr.vec_dot_x16_m = k->vec_dot_x4[t] ? k->vec_dot_x16_m[t] : NULL;   /* only beside its own vec_dot_x4 */
         tr.vec_dot_m = k->vec_dot[t] ? k->vec_dot_m[t] : NULL;   /* only beside the vec_dot whose bits it gives */
         tr.vec_dot_prefetches = k->vec_dot[t] ? k->vec_dot_prefetches[t] : 0;   /* a property of that vec_dot */
+        tr.x4_same_bits = k->vec_dot[t] && k->vec_dot_x4[t] && !tr.vec_dot_x16_m ? k->x4_same_bits[t] : 0;
         if (k->from_float[t]) tr.from_float = k->from_float[t];
         if (k->unpack[t]) tr.unpack = k->unpack[t];
         if (k->dequantize[t]) tr.dequantize = k->dequantize[t];

@@ -256,6 +256,7 @@ typedef struct {
     li_vec_dot_x16_m_fn vec_dot_x16_m;   /* set by dispatch.c: four groups, several activation rows, or NULL */
     li_vec_dot_m_fn vec_dot_m;     /* set by dispatch.c: one row-major row, several activation rows, or NULL */
     int vec_dot_prefetches;        /* set by dispatch.c: the GEMV's row dots prefetch their rows (li_prefetch_ahead) */
+    int x4_same_bits;              /* set by dispatch.c: the x4 layout gives the row-major bits (li_layout_same_bits) */
 } li_type_traits;
 
 /* A SIMD variant overrides what it accelerates; NULL entries fall back to generic. */
@@ -271,6 +272,10 @@ typedef struct {
      * vec_dot and vec_dot_m) prefetch what they stream (li_prefetch_ahead, li_rows_ahead_step), so the
      * GEMV asks for none; the vec_dot_x4 dots always do */
     unsigned char vec_dot_prefetches[LI_TYPE_COUNT];
+    /* 1: vec_dot_x4 repeats, per row, the arithmetic of this table's row dot (vec_dot, vec_dot_rows), so
+     * that for any number of activation rows a matrix in the x4 layout gives the bits it gives row-major
+     * (the GEMM gathers rows either way); only where the type has no vec_dot_x16_m, whose rows differ */
+    unsigned char x4_same_bits[LI_TYPE_COUNT];
     li_quantize_fn from_float[LI_TYPE_COUNT];
     li_dequantize_fn dequantize[LI_TYPE_COUNT];   /* only where bit-exact (f16 widening is) */
     li_unpack_fn unpack[LI_TYPE_COUNT];

@@ -103,6 +103,11 @@ int li_repack(int wtype, int layout, const void *src, size_t row_bytes, int64_t 
     return LI_OK;
 }
 
+int li_layout_same_bits(int wtype) {
+    const li_type_traits *t = li_traits(wtype);
+    return li_layout_for(wtype) == LI_LAYOUT_X4 && t->x4_same_bits;
+}
+
 const uint8_t *li_layout_row(int wtype, int layout, const uint8_t *w, size_t row_bytes, int64_t row, uint8_t *tmp) {
     if (layout != LI_LAYOUT_X4) return w + (size_t)row * row_bytes;
     const int r = (int)(row % LI_X4_ROWS);

@@ -28,6 +28,7 @@ const li_isa_kernels li_kernels_avx2 = {
     .vec_dot_x4 = {[LI_TYPE_Q4_0] = vec_dot_x4_q4_0_q8_0_avx2, [LI_TYPE_Q8_0] = vec_dot_x4_q8_0_q8_0_avx2,
                    [LI_TYPE_Q4_K] = vec_dot_x4_q4_K_q8_K_avx2},
     .vec_dot_x16_m = {[LI_TYPE_Q4_0] = vec_dot_x16_m_q4_0_q8_0_avx2, [LI_TYPE_Q4_K] = vec_dot_x16_m_q4_K_q8_K_avx2},
+    .x4_same_bits = {[LI_TYPE_Q8_0] = 1},   /* its x4 dot sums as vec_dot_q8_0_q8_0_avx2 (quants_x4_avx2.c) */
     .vec_dot_m = {[LI_TYPE_Q6_K] = vec_dot_m_q6_K_q8_K_avx2},   /* Q6_K stays row-major here */
     /* the GEMV's dots of these prefetch their rows: Q6_K's vec_dot and vec_dot_m, the others' vec_dot_rows */
     .vec_dot_prefetches = {[LI_TYPE_Q6_K] = 1, [LI_TYPE_Q4_0] = 1, [LI_TYPE_Q4_1] = 1, [LI_TYPE_Q5_0] = 1,

@@ -92,6 +92,36 @@ def test_the_x4_dots_that_repeat_the_row_dot_give_its_bits(isa, qtype, n_out, n_
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+# the x4 layouts that give the row-major bits for any number of activation rows (the ISA tables'
+# x4_same_bits): a matrix of such a type may be repacked while it is in use (arch/deferred_repack.py)
+LAYOUT_SAME_BITS = {"avx2": [T.Q8_0], "avx512": []}
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+def test_which_layouts_give_the_row_major_bits(isa):
+    ffi, lib = kernels.c_module()
+    with kernels._isa(isa):
+        assert [t for t in X4_TYPES if lib.li_layout_same_bits(int(t))] == LAYOUT_SAME_BITS[isa]
+        assert lib.li_layout_same_bits(int(T.Q4_1)) == 0 and lib.li_layout_same_bits(-1) == 0
+
+
+@pytest.mark.parametrize("isa,qtype", [(i, t) for i in SIMD_ISAS for t in LAYOUT_SAME_BITS[i]],
+                         ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("n_out,n_blocks", [(4, 1), (68, 9), (260, 4)])
+def test_a_layout_with_the_row_major_bits_gives_them_for_any_rows(isa, qtype, n_out, n_blocks):
+    """Odd and even block counts (the row dot sums even and odd blocks apart), the GEMV of 1 to 5
+    rows, the GEMM, and both forced paths (speculative verification's, a cached prompt's rest)."""
+    with kernels._isa(isa):
+        fmt, raw, rows, x4 = _pair(qtype, n_out, n_blocks, seed=n_out + n_blocks)
+        assert x4.layout == kernels.LAYOUT_X4
+        for m in (1, 2, 3, 5, 6, 15, 23, 40):
+            x = random_activations(m, n_blocks * fmt.block_size, seed=m)
+            np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), rows.matmul(x).view(np.uint32))
+            for forced in (kernels.gemv_rows(m), kernels.batched_rows()):
+                with forced:
+                    np.testing.assert_array_equal(x4.matmul(x).view(np.uint32), rows.matmul(x).view(np.uint32))
+
+
 # types whose row-major GEMV dots prefetch their rows on AVX2 (x86/avx2_table.c vec_dot_prefetches)
 ROW_PREFETCH_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q6_K]
 
