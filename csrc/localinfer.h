@@ -101,6 +101,10 @@ int li_force_isa(const char *name);
 int li_set_threads(int n);
 int li_get_threads(void);
 int li_default_threads(void);
+/* on != 0: every call from the calling thread runs on that thread alone, never on the pool's workers: a
+ * background job (a repack after load) that must not hold the pool while a forward pass wants it (a
+ * caller that finds the pool busy runs its matmul alone). Returns the previous value. */
+int li_set_pool_alone(int on);
 
 /* core/ops.c, core/attention.c: the non-matmul ops of a layer. The attention's sinks: (n_head) logits that
  * join each head's softmax denominator and attend to nothing (gpt-oss), or NULL */

@@ -161,8 +161,16 @@ __attribute__((constructor)) static void li_pool_init(void) {
     pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 
+static _Thread_local int alone = 0;   /* li_set_pool_alone */
+
+int li_set_pool_alone(int on) {
+    const int old = alone;
+    alone = on != 0;
+    return old;
+}
+
 int li_pool_run(li_task_fn fn, void *ctx, int want) {
-    if (want <= 1 || li_get_threads() <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {
+    if (want <= 1 || alone || li_get_threads() <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {
         fn(ctx, 0, 1);
         return 1;
     }

@@ -130,6 +130,25 @@ def test_stream_ahead_round_trip():
         assert kernels.set_stream_ahead(before) == 0
 
 
+def test_pool_alone_is_per_thread_and_changes_no_result():
+    import threading
+    raw = np.random.default_rng(0).integers(0, 256, size=(256, 8 * 34), dtype=np.uint8)
+    raw.reshape(-1, 34)[:, :2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)   # finite scales
+    mat = kernels.prepare(raw, T.Q8_0)
+    x = np.random.default_rng(1).standard_normal((3, 256)).astype(np.float32)
+    pooled = mat.matmul(x)
+    assert kernels.set_pool_alone(True) is False
+    try:
+        seen = []
+        other = threading.Thread(target=lambda: seen.append(kernels.set_pool_alone(False)))
+        other.start()
+        other.join()
+        assert seen == [False]   # another thread's own setting
+        np.testing.assert_array_equal(mat.matmul(x), pooled)
+    finally:
+        assert kernels.set_pool_alone(False) is True
+
+
 def test_threads_round_trip():
     before = kernels.get_threads()
     try:

@@ -213,6 +213,13 @@ def batched_rows() -> Iterator[None]:
         lib.li_set_batched_rows(old)
 
 
+def set_pool_alone(on: bool) -> bool:
+    """on: the C calls of this thread run on it alone, never on the pool's workers, so that a
+    background job (arch/deferred_repack.py) leaves the pool to the forward passes. Per thread;
+    returns the previous setting."""
+    return bool(_need_lib().li_set_pool_alone(1 if on else 0))
+
+
 # --- validation helpers ---------------------------------------------------------------------
 
 _F32 = np.dtype(np.float32)
@@ -291,6 +298,14 @@ def repack_layout(wtype) -> int:
     four rows interleaved for the decode GEMV, core/repack.c) or LAYOUT_ROWS (nothing to gain)."""
     qt = _type_info(wtype)[0]
     return int(_need_lib().li_layout_for(int(qt)))
+
+
+def layout_same_bits(wtype) -> bool:
+    """Whether repack_layout(wtype) gives, for any number of activation rows, the bits of the rows as
+    they are mapped on the active ISA (li_layout_same_bits): then a matrix of wtype can be repacked
+    while in use without changing a result (arch/deferred_repack.py)."""
+    qt = _type_info(wtype)[0]
+    return bool(_need_lib().li_layout_same_bits(int(qt)))
 
 
 def _anonymous(nbytes: int) -> np.ndarray:
@@ -408,6 +423,19 @@ class PreparedMatrix:
             r0 += p.shape[0]
         mat.layout, mat.w = int(layout), None
         return mat
+
+    def repacked(self, on_piece=None) -> "PreparedMatrix | None":
+        """This matrix (row-major: one array, or parts) copied into the active ISA's repacked layout,
+        as `prepare(..., repack=True)` or `stacked(..., repack=True)` would have built it at load; None
+        where that leaves it row-major. on_piece() is called after each piece repacked: it may raise to
+        stop the copy (arch/deferred_repack.py stops a repack that way when the model closes)."""
+        if self.layout != LAYOUT_ROWS or repack_layout(self.wtype) == LAYOUT_ROWS:
+            return None
+        if self.parts is None:
+            mat = PreparedMatrix(self.w, self.wtype, True, on_piece and (lambda lo, hi: on_piece()))
+        else:
+            mat = PreparedMatrix.stacked(self.parts, self.wtype, True, on_piece and (lambda i, lo, hi: on_piece()))
+        return mat if mat.layout != LAYOUT_ROWS else None
 
     @classmethod
     def _in_parts(cls, parts: list[np.ndarray], wtype) -> "PreparedMatrix":
