@@ -173,6 +173,9 @@ class Model:
             template_for(self.metadata),
             bos_token=self.tokenizer.token_text(bos) if bos is not None else "",
             eos_token=self.tokenizer.token_text(eos) if eos is not None else "")
+        repack = getattr(self.runtime, "deferred_repack", None)
+        if repack is not None and not self.n_gpu_layers:   # (a device's layers drop their CPU copies)
+            repack.start()   # the matrices that give the same bits either way: now, in the background
         loading.finish()
 
     # -- tokens ----------------------------------------------------------------------------------
@@ -440,7 +443,7 @@ class Model:
         machine or backend does not hand them to this one (its requests stay bit-exact)."""
         from .backend import kernels
         isa = kernels.isa() if self.backend == "c" else "numpy"
-        layout = "-repacked" if getattr(self.runtime, "repacked_bytes", 0) else ""  # its GEMV rows round otherwise
+        layout = "-repacked" if getattr(self.runtime, "layout_rounds", False) else ""  # its GEMV rows round otherwise
         return f"{self.identity}/{self.backend}-{isa}{layout}"
 
     def save_state(self, path: str | os.PathLike, state) -> None:
@@ -470,8 +473,9 @@ class Model:
     def memory(self) -> dict:
         """Where this model's memory goes, in bytes (allocated; what is resident is at most that):
         weights_mapped: tensors read in place from the mmapped file (their pages are the file's);
-        weight_copies: weights held outside the mmap (stacked q|k|v and gate|up, dequantized
-        matrices of the reference backend, float32 norm vectors);
+        weight_copies: weights held outside the mmap (repacked matrices, concatenated q|k|v and
+        gate|up, dequantized matrices of the reference backend, float32 norm vectors); while the
+        repack after load runs (wait_repacked), bytes move from the first to the second;
         kv_cache: the KV caches of live contexts and of the engine's slots (a slot gets its
         cache when it first runs a request; pages become resident as positions are written);
         prefix_cache: K/V blocks the engine keeps to reuse prompt prefixes (at most 64 MiB);
@@ -500,11 +504,25 @@ class Model:
         self._engine = None
         if self.draft_model is not None and self._owns_draft:
             self.draft_model.close()
+        self._stop_repack()   # before the mapping it reads goes
         with self._lock:  # after a forward pass in flight on another thread
             self.serialized.runtime = None
         self.runtime = None
         self.gguf.close()  # the mapping goes when the last view of it does (with the runtime)
         _give_back_freed_memory()
+
+    def wait_repacked(self, timeout: float | None = None) -> bool:
+        """Blocks until the matrices repacked after load (arch/deferred_repack.py) are all in place, or
+        `timeout` seconds pass (then False). Results are the same before and after; decode is faster
+        after. A benchmark waits here so that it measures the layout the model keeps."""
+        self._check_open()
+        repack = getattr(self.runtime, "deferred_repack", None)
+        return repack is None or repack.wait(timeout)
+
+    def _stop_repack(self) -> None:
+        repack = getattr(self.runtime, "deferred_repack", None) if self.runtime is not None else None
+        if repack is not None:
+            repack.stop()
 
     def __enter__(self) -> "Model":
         return self

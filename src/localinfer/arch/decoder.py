@@ -34,6 +34,7 @@ class DecoderModel:
         self.config, self.weights = config, weights
         self.ops = ops  # ops_reference (numpy) or ops (C): the same functions, so the model never branches
         self.fuse, self._fused = True, None  # fuse = False keeps the Python loop (to compare the two)
+        self._fused_version = 0  # the weights_version _fused was built from
         self.gpu_layers = None  # backend/cuda/layers.py's CudaLayers: the first layers on the device (-ngl)
 
     # -- what an architecture writes ------------------------------------------------------------
@@ -91,8 +92,9 @@ class DecoderModel:
         (built on first use); None with `self.fuse = False`."""
         if not self.fuse:
             return None
-        if self._fused is None:
-            self._fused = FusedLayers.build(self) or False
+        version = getattr(self, "weights_version", 0)   # a matrix swapped in (arch/deferred_repack.py)
+        if self._fused is None or self._fused_version != version:
+            self._fused, self._fused_version = FusedLayers.build(self) or False, version
         return self._fused or None
 
     def forward(self, tokens: np.ndarray, cache, last_only: bool = False, batched: bool = False) -> np.ndarray:
@@ -111,6 +113,10 @@ class DecoderModel:
         alone (with n_last): per sequence, whether its last row's logits are also computed by
         themselves, as a decode step or the last row of a plain prompt gets them (the token after a
         scored prompt: its logits as without the scoring)."""
+        with self._reading_weights():
+            return self._forward_batch(seqs, last_only, n_last, batched, alone)
+
+    def _forward_batch(self, seqs, last_only, n_last, batched, alone) -> list[np.ndarray]:
         batch = Batch(seqs)
         with self.ops.batched_rows() if batched else contextlib.nullcontext():
             x = self._run_layers(batch)
@@ -132,9 +138,14 @@ class DecoderModel:
         after output_norm and before the output matrix (what embeddings pool; no logits made).
         Batched (forward_batch): a text's vector does not depend on the texts beside it."""
         batch = Batch(seqs)
-        with self.ops.batched_rows():
+        with self._reading_weights(), self.ops.batched_rows():
             x = self._run_layers(batch)
         return batch.split(self.output_norm(x), last_only=False)
+
+    def _reading_weights(self):
+        """Around a forward pass while matrices are being swapped in (arch/deferred_repack.py)."""
+        repack = getattr(self, "deferred_repack", None)
+        return repack.forward_pass() if repack is not None and repack.pending else contextlib.nullcontext()
 
     def _run_layers(self, batch: Batch) -> np.ndarray:
         """The batch's tokens through embed and every layer -> (n_rows, n_embd); caches advanced."""

@@ -110,6 +110,9 @@ class WeightLoader:
         self.copied_bytes = 0  # weights held outside the mmap: stacked, dequantized, float32 vectors
         self.repacked_bytes = 0  # of those, matrices in a repacked layout
         self.repacked_tensors: set[str] = set()
+        # KernelLinears left as mapped for now, whose repacked layout gives the same bits: repacked
+        # after load, in the background (arch/deferred_repack.py)
+        self.deferred: list[KernelLinear] = []
         self.ahead = None  # a files.read_ahead.ReadAhead over the file while it loads (build_with_loader)
         if backend == "c":
             from ..backend import ops
@@ -154,13 +157,14 @@ class WeightLoader:
             from ..backend import kernels
             from ..formats import UnsupportedQuantType
             try:
-                mat = kernels.prepare(self.tensor_data(name), info.ggml_type, self.repack,
+                later = self._later(info.ggml_type)
+                mat = kernels.prepare(self.tensor_data(name), info.ggml_type, self.repack and not later,
                                       lambda lo, hi: self.f.release_bytes(name, lo, hi))
             except UnsupportedQuantType:
                 pass  # a type the C core lacks: this one layer runs on the reference path
             else:
                 self._count_repacked(mat, [name])
-                return KernelLinear(mat, b, (name,))
+                return self._maybe_later(KernelLinear(mat, b, (name,)), later)
         raw = self.tensor_data(name)
         dense = DenseLinear(dequantize(raw, info.ggml_type, info.shape), b, (name,))
         self.copied_bytes += 0 if np.may_share_memory(dense.w, raw) else dense.w.nbytes
@@ -209,12 +213,14 @@ class WeightLoader:
         from ..formats import UnsupportedQuantType
         b = np.concatenate([self.vector(bn, (s[0],)) for bn, s in zip(biases, shapes)]) if all(has_bias) else None
         try:
+            later = self._later(infos[0].ggml_type)
             mat = kernels.PreparedMatrix.stacked([self.tensor_data(n) for n in names], infos[0].ggml_type,
-                                                 self.repack, lambda i, lo, hi: self.f.release_bytes(names[i], lo, hi))
+                                                 self.repack and not later,
+                                                 lambda i, lo, hi: self.f.release_bytes(names[i], lo, hi))
         except UnsupportedQuantType:
             return None
         if mat.parts is not None:   # read where they are mapped: nothing copied, nothing to release
-            return KernelLinear(mat, b, tuple(names))
+            return self._maybe_later(KernelLinear(mat, b, tuple(names)), later)
         for n in names:
             self.f.release(n)
         self.copied_bytes += mat.data.nbytes
@@ -222,6 +228,17 @@ class WeightLoader:
             self.repacked_bytes += mat.data.nbytes
             self.repacked_tensors.update(names)
         return KernelLinear(mat, b, tuple(names))
+
+    def _later(self, wtype) -> bool:
+        """Whether a matrix of wtype is repacked after load rather than now: its repacked layout gives
+        the row-major bits, so the swap changes no result (kernels.layout_same_bits)."""
+        from ..backend import kernels
+        return self.repack and kernels.layout_same_bits(wtype)
+
+    def _maybe_later(self, linear: KernelLinear, later: bool) -> KernelLinear:
+        if later:
+            self.deferred.append(linear)
+        return linear
 
     def _count_repacked(self, mat, names: list[str]) -> None:
         """A matrix copied into a repacked layout: its mapped pages are released, its bytes counted."""
@@ -258,4 +275,10 @@ def build_with_loader(cls, f: GGUFFile, config, backend: str, repack: bool):
     model = cls(config, weights, loader.ops)
     model.weight_copy_bytes = loader.copied_bytes
     model.repacked_bytes, model.repacked_tensors = loader.repacked_bytes, frozenset(loader.repacked_tensors)
+    # whether a matrix's layout gives its GEMV rows other bits than the mapped rows (prefix caches are
+    # keyed by it); the deferred ones give the same bits
+    model.layout_rounds = bool(loader.repacked_bytes)
+    from .deferred_repack import DeferredRepack
+    model.weights_version = 0   # bumped by each swap: DecoderModel rebuilds its fused layers
+    model.deferred_repack = DeferredRepack(model, f, loader.deferred)   # Model starts it
     return model

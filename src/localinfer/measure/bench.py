@@ -69,6 +69,9 @@ def run_model(path: str, n_threads: int, prompts: list[int], gens: list[int], re
     model = Model(path, n_ctx=max(depths) + n_test + 8, n_threads=n_threads, backend=backend,
                   cache_type_k=cache_types[0], cache_type_v=cache_types[1], n_gpu_layers=n_gpu_layers or None)
     load_s = time.perf_counter() - t0
+    # the matrices repacked after load (arch/deferred_repack.py): measured as the model keeps them, as
+    # llama-bench measures after its own load
+    model.wait_repacked()
     rng = np.random.default_rng(seed)
     n_vocab = model.n_vocab
 
