@@ -140,3 +140,12 @@ def test_a_forked_child_does_not_wait_for_the_parents_thread(q8_path):
 def test_without_repack_nothing_is_deferred(q8_path):
     with Model(q8_path, n_ctx=64, repack=False) as m:
         assert m.runtime.deferred_repack.pending == 0 and m.wait_repacked(0)
+
+
+def test_an_output_that_is_the_embedding_table_is_repacked_at_load(smollm2_path):
+    """SmolLM2's Q8_0 token_embd is also its output matrix: the lookups read it from the file, so it is
+    copied at load, piece by piece, rather than brought in whole by a pass and copied after."""
+    f, rt = _runtime(smollm2_path, repack=True)
+    assert rt.weights.output.mat.layout == kernels.LAYOUT_X4 and "token_embd.weight" in f.released
+    assert "token_embd.weight" in rt.repacked_tensors and not rt.layout_rounds
+    assert all("token_embd.weight" not in lin.names for lin in rt.deferred_repack._todo)

@@ -113,6 +113,7 @@ class WeightLoader:
         # KernelLinears left as mapped for now, whose repacked layout gives the same bits: repacked
         # after load, in the background (arch/deferred_repack.py)
         self.deferred: list[KernelLinear] = []
+        self.embedding_names: set[str] = set()   # tables whose rows are looked up (embedding)
         self.ahead = None  # a files.read_ahead.ReadAhead over the file while it loads (build_with_loader)
         if backend == "c":
             from ..backend import ops
@@ -240,6 +241,28 @@ class WeightLoader:
             self.deferred.append(linear)
         return linear
 
+    def layout_rounds(self) -> bool:
+        """Whether a matrix repacked so far gives other GEMV bits than its mapped rows would."""
+        if not self.repacked_tensors:
+            return False
+        from ..backend import kernels
+        return any(not kernels.layout_same_bits(self.f.tensors[n].ggml_type) for n in self.repacked_tensors)
+
+    def repack_tied_now(self) -> None:
+        """Repacks now the deferred matrices that are also an embedding table (a tied output; after the
+        whole load, so the order of the two does not matter). The lookups read the table's rows from
+        the file, never through the mapping; a forward pass on the mapped matrix would bring the whole
+        table in, and its copy after load would then hold it twice for a while (gemma3's 178 MB, 74% of
+        its file). Copied now, piece by piece, its mapped pages go as they are copied."""
+        from ..backend import kernels
+        for linear in [lin for lin in self.deferred if set(lin.names) & self.embedding_names]:
+            self.deferred.remove(linear)
+            (name,) = linear.names
+            mat = kernels.prepare(self.f.tensor_data(name), linear.mat.wtype, True,
+                                  lambda lo, hi: self.f.release_bytes(name, lo, hi))
+            self._count_repacked(mat, [name])
+            linear.mat = mat
+
     def _count_repacked(self, mat, names: list[str]) -> None:
         """A matrix copied into a repacked layout: its mapped pages are released, its bytes counted."""
         from ..backend import kernels
@@ -255,6 +278,7 @@ class WeightLoader:
         return self.linear(name, shape, bias) if self.has(name) else None
 
     def embedding(self, name: str, shape: tuple[int, int]) -> Embedding:
+        self.embedding_names.add(name)
         info = self._info(name, shape)
         raw = self.tensor_data(name)
         if raw.ndim != 2:   # a float table: numpy's own rows
@@ -271,13 +295,14 @@ def build_with_loader(cls, f: GGUFFile, config, backend: str, repack: bool):
     loader.ahead = read_ahead(f.path, f.data_offset, os.path.getsize(f.path)) if loader.repack else None
     with loader.ahead or contextlib.nullcontext():
         weights = cls.load_weights(loader, config)
+        loader.repack_tied_now()
     loader.ahead = None
     model = cls(config, weights, loader.ops)
     model.weight_copy_bytes = loader.copied_bytes
     model.repacked_bytes, model.repacked_tensors = loader.repacked_bytes, frozenset(loader.repacked_tensors)
     # whether a matrix's layout gives its GEMV rows other bits than the mapped rows (prefix caches are
     # keyed by it); the deferred ones give the same bits
-    model.layout_rounds = bool(loader.repacked_bytes)
+    model.layout_rounds = loader.layout_rounds()
     from .deferred_repack import DeferredRepack
     model.weights_version = 0   # bumped by each swap: DecoderModel rebuilds its fused layers
     model.deferred_repack = DeferredRepack(model, f, loader.deferred)   # Model starts it
