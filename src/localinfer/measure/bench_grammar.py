@@ -88,6 +88,7 @@ def run_model(path: str, n_gen: int = 128, reps: int = 3, n_threads: int | None 
     from ..model import Model
 
     model = Model(path, n_ctx=2 * (n_gen + 256), n_threads=n_threads)
+    model.wait_repacked()   # measured as the model stays (arch/deferred_repack.py)
     try:
         prompt = model.chat_tokens(PROMPT)
         t0 = time.perf_counter()

@@ -77,6 +77,7 @@ def run(model, model_name: str, concurrency=(1, 4, 16), requests_per_client: int
         compare_checkout: str | None = None, threads: int | None = None) -> Result:
     """compare_checkout: the root folder of a baseline checkout; both builds then serve from processes of their
     own (bench_serve_compare.py) and the levels are the current build's, beside the baseline's."""
+    model.wait_repacked()   # measured as the model stays (arch/deferred_repack.py), not while it repacks
     load_before = os.getloadavg()
     parallel = max(concurrency)
     comparison = None

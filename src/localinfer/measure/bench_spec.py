@@ -81,6 +81,10 @@ def bench_pair(target: str, draft: str | None, n_tokens: int = 256, threads: int
     if lookup_ngram:
         models["lookup"] = Model(target, n_threads=threads, n_parallel=1, lookup_ngram=lookup_ngram,
                                  draft_max=draft_max)
+    for m in models.values():   # measured as the models stay, not while they repack (arch/deferred_repack.py)
+        m.wait_repacked()
+        if m.draft_model is not None:
+            m.draft_model.wait_repacked()
     messages = [{"role": "user", "content": prompt}]
     best: dict[str, SpecRow] = {}
     plain_tokens = None

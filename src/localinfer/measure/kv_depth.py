@@ -33,6 +33,7 @@ def main(argv=None) -> None:
     ctxs, models = {}, {}
     for t in TYPES:
         models[t] = Model(args.model, n_ctx=n_ctx, n_threads=args.threads, cache_type_k=t, cache_type_v=t)
+        models[t].wait_repacked()   # measured as the model stays (arch/deferred_repack.py)
         ctxs[t] = models[t].new_context()
     fill = rng.integers(0, models["f16"].n_vocab, args.depth).tolist()
     for t, ctx in ctxs.items():
