@@ -20,13 +20,6 @@
 #include "x86/reduce_avx2.h"
 #include "x86/x4_x86.h"
 
-static inline float hsum8(__m256 v) {
-    float l[8], t = 0.0f;
-    _mm256_storeu_ps(l, v);
-    for (int e = 0; e < 8; e++) t += l[e];
-    return t;
-}
-
 void vec_dot_x4_q4_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *va, const float *as) {
     const block_q4_0x4 *g = vg;
     const block_q8_0 *a = va;
@@ -132,14 +125,18 @@ void vec_dot_x16_m_q4_0_q8_0_avx2(int64_t n, int64_t m, float *s, int64_t s_stri
 }
 
 /* one x4 block of Q8_0 against the activation block av into the four rows' accumulators: |q| * sign(a, q),
- * unsigned times signed, each product <= 128 * 127, pairs fit int16; each row's scale dw * da broadcast */
-#define Q8_0_X4_BLOCK(acc, blk, av, sc)                                                                        \
-    for (int r = 0; r < LI_X4_ROWS; r++) {                                                                     \
-        const __m256i q = _mm256_loadu_si256((const __m256i *)((blk).qs + 32 * r));                          \
-        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(av, q));             \
-        acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(r)),                        \
-                                 _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc[r]);                    \
+ * unsigned times signed, each product <= 128 * 127, pairs fit int16; each row's scale dw * da (the row dot's
+ * product of the same two floats) broadcast */
+static inline __attribute__((always_inline)) void q8_0_x4_block(__m256 acc[LI_X4_ROWS], const block_q8_0x4 *blk,
+                                                                 __m256i av, float da) {
+    const __m256 sc = _mm256_castps128_ps256(_mm_mul_ps(x4_dw(blk->d), _mm_set1_ps(da)));
+    for (int r = 0; r < LI_X4_ROWS; r++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * r));
+        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(av, q));
+        acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(r)),
+                                 _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1))), acc[r]);
     }
+}
 
 /* Per row, the arithmetic of quants_avx2.c's Q8_0 row dot: the even blocks summed in acc0, the odd ones in
  * acc1 (an odd last block in acc0), the two added and reduced once at the end. So the repacked layout gives
@@ -147,7 +144,6 @@ void vec_dot_x16_m_q4_0_q8_0_avx2(int64_t n, int64_t m, float *s, int64_t s_stri
 void vec_dot_x4_q8_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *va, const float *as) {
     const block_q8_0x4 *g = vg;
     const block_q8_0 *a = va;
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc0[LI_X4_ROWS], acc1[LI_X4_ROWS];
     for (int r = 0; r < LI_X4_ROWS; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
     const int ahead = li_stream_ahead();
@@ -155,21 +151,14 @@ void vec_dot_x4_q8_0_q8_0_avx2(int64_t n, float *s, const void *vg, const void *
     int64_t i = 0;
     for (; i + 1 < nb; i += 2) {
         li_prefetch_ahead(g + i, 2 * sizeof *g, ahead);
-        /* dw * da of each row: the row dot's product of the same two floats */
-        const __m256 sc0 = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g[i].d)),
-                                                             _mm_set1_ps(as[2 * i])));
-        const __m256 sc1 = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g[i + 1].d)),
-                                                             _mm_set1_ps(as[2 * i + 2])));
         const __m256i av0 = _mm256_loadu_si256((const __m256i *)a[i].qs);
         const __m256i av1 = _mm256_loadu_si256((const __m256i *)a[i + 1].qs);
-        Q8_0_X4_BLOCK(acc0, g[i], av0, sc0)
-        Q8_0_X4_BLOCK(acc1, g[i + 1], av1, sc1)
+        q8_0_x4_block(acc0, g + i, av0, as[2 * i]);
+        q8_0_x4_block(acc1, g + i + 1, av1, as[2 * i + 2]);
     }
     if (i < nb) {
-        const __m256 sc = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g[i].d)),
-                                                            _mm_set1_ps(as[2 * i])));
         const __m256i av = _mm256_loadu_si256((const __m256i *)a[i].qs);
-        Q8_0_X4_BLOCK(acc0, g[i], av, sc)
+        q8_0_x4_block(acc0, g + i, av, as[2 * i]);
     }
     for (int r = 0; r < LI_X4_ROWS; r++) s[r] = hsum_ps(_mm256_add_ps(acc0[r], acc1[r]));
 }

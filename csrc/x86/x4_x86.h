@@ -9,10 +9,13 @@
 
 #include "core/li.h"
 
+/* the four rows' fp16 scales widened */
+static inline __m128 x4_dw(const ggml_half *d) { return _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)d)); }
+
 /* the four rows' fp16 scales times the activation block's {d, d * sum(q)} (a_sums): returns dw * d,
  * and *side += dw * d * sum(q), the sums the offset types (Q4_0's 8, Q8_0's 128 as unsigned) take off */
 static inline __m128 x4_scales(const ggml_half *d, const float *as, __m128 *side) {
-    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)d));
+    const __m128 dw = x4_dw(d);
     *side = _mm_fmadd_ps(dw, _mm_set1_ps(as[1]), *side);
     return _mm_mul_ps(dw, _mm_set1_ps(as[0]));
 }
