@@ -155,16 +155,13 @@ class WeightLoader:
         info = self._info(name, shape)
         b = self.optional_vector(bias, (shape[0],)) if bias else None
         if self.backend == "c":
-            from ..backend import kernels
             from ..formats import UnsupportedQuantType
             try:
                 later = self._later(info.ggml_type)
-                mat = kernels.prepare(self.tensor_data(name), info.ggml_type, self.repack and not later,
-                                      lambda lo, hi: self.f.release_bytes(name, lo, hi))
+                mat = self._prepared(name, info.ggml_type, self.repack and not later)
             except UnsupportedQuantType:
                 pass  # a type the C core lacks: this one layer runs on the reference path
             else:
-                self._count_repacked(mat, [name])
                 return self._maybe_later(KernelLinear(mat, b, (name,)), later)
         raw = self.tensor_data(name)
         dense = DenseLinear(dequantize(raw, info.ggml_type, info.shape), b, (name,))
@@ -254,14 +251,18 @@ class WeightLoader:
         the file, never through the mapping; a forward pass on the mapped matrix would bring the whole
         table in, and its copy after load would then hold it twice for a while (gemma3's 178 MB, 74% of
         its file). Copied now, piece by piece, its mapped pages go as they are copied."""
-        from ..backend import kernels
         for linear in [lin for lin in self.deferred if set(lin.names) & self.embedding_names]:
             self.deferred.remove(linear)
             (name,) = linear.names
-            mat = kernels.prepare(self.f.tensor_data(name), linear.mat.wtype, True,
-                                  lambda lo, hi: self.f.release_bytes(name, lo, hi))
-            self._count_repacked(mat, [name])
-            linear.mat = mat
+            linear.mat = self._prepared(name, linear.mat.wtype, True)
+
+    def _prepared(self, name: str, wtype, repack: bool):
+        """Tensor `name` for the C kernels (kernels.prepare); where repacked, its mapped pages go back piece
+        by piece as they are copied, and it is counted (_count_repacked)."""
+        from ..backend import kernels
+        mat = kernels.prepare(self.tensor_data(name), wtype, repack, lambda lo, hi: self.f.release_bytes(name, lo, hi))
+        self._count_repacked(mat, [name])
+        return mat
 
     def _count_repacked(self, mat, names: list[str]) -> None:
         """A matrix copied into a repacked layout: its mapped pages are released, its bytes counted."""
