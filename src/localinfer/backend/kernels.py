@@ -442,12 +442,12 @@ class PreparedMatrix:
         """The rows of `parts` as one matrix that reads each where it is (no copy)."""
         checked = [cls(p, wtype) for p in parts]   # each part's type, width and alignment
         rows = [c.n_out for c in checked]
-        mat = cls(parts[0], wtype)
-        mat.n_out, mat.parts, mat.data, mat.w = sum(rows), list(parts), None, None
+        mat = checked[0]   # the first part, grown into the whole
         mat.part_pointers = _ffi.new("const void *[]", [c.pointer for c in checked])
         mat.part_rows = _ffi.new("int64_t[]", rows)
         mat._w_ranges = [r for c in checked for r in c._w_ranges]
-        mat._checked = checked   # keeps each part's buffer alive
+        mat.n_out, mat.parts, mat.data, mat.w = sum(rows), list(parts), None, None
+        mat._others = checked[1:]   # keep the other parts' buffers alive
         return mat
 
     @property
