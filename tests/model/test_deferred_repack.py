@@ -1,8 +1,8 @@
 """Matrices repacked after load (arch/deferred_repack.py): on an ISA whose repacked layout gives the
 mapped rows' bits (AVX2 Q8_0), the loader leaves them mapped and they are copied and swapped in one by
 one afterwards. Every logit is the same before, between and after the swaps; the fused C layers follow
-each swap; a swapped matrix's mapped pages go back only once no forward pass that may read them runs;
-and a model closed mid-repack stops it.
+each swap; a swapped matrix's mapped pages go back only once no forward pass that may read them runs,
+an encoder's pass as a decoder's; and a model closed mid-repack stops it.
 
 The model is tests/synthetic_gguf.py's random llama with every matrix in Q8_0 (gguf-py's quantizer),
 the output untied, so that the layers' stacked q|k|v and gate|up, their wo and down, and the output
@@ -149,3 +149,33 @@ def test_an_output_that_is_the_embedding_table_is_repacked_at_load(smollm2_path)
     assert rt.weights.output.mat.layout == kernels.LAYOUT_X4 and "token_embd.weight" in f.released
     assert "token_embd.weight" in rt.repacked_tensors and not rt.layout_rounds
     assert all("token_embd.weight" not in lin.names for lin in rt.deferred_repack._todo)
+
+
+def test_an_encoders_pass_keeps_the_pages_it_may_read(tmp_path):
+    """An encoder's pass counts as running as a decoder's does: a matrix swapped in during it keeps its
+    mapped pages until the pass ends, and the pass's vectors are those of the mapped layout."""
+    from localinfer.arch.encoder import EncoderBatch
+    from tiny_encoders import tiny_encoder
+
+    path = tiny_encoder("tiny-rerank", tmp_path, outtype="q8_0")
+    _, mapped = _runtime(path, repack=False)
+    f, rt = _runtime(path, repack=True)
+    repack = rt.deferred_repack
+    assert repack.pending > 1
+    batch = EncoderBatch.pad([[5, 6, 7, 9], [8, 4]])
+    hidden, seen = rt.hidden, {}
+
+    def swapping_hidden(b):   # one matrix swapped in while the pass runs
+        before = set(f.released)   # (a stack of rows not in 16s was copied, and released, at load)
+        assert repack.swap_next()
+        seen["swapped"] = set(rt.repacked_tensors) - before
+        seen["during"] = seen["swapped"] & f.released
+        return hidden(b)
+
+    rt.hidden = swapping_hidden
+    for pooling in ("mean", "rank"):
+        got = rt.pooled(batch, pooling)
+        assert seen["swapped"] and seen.pop("during") == set()   # kept while the pass that began before ran
+        assert seen.pop("swapped") <= f.released   # released when it ended
+        np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
+                                      np.asarray(mapped.pooled(batch, pooling)).view(np.uint8))

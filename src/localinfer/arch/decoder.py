@@ -20,6 +20,7 @@ from ..backend import ops_reference
 from ..files.gguf_file import GGUFFile
 from ..kv.cache import InterleavedKVCache, KVCache
 from .batch import Batch
+from .deferred_repack import reading_weights
 from .fused import FusedLayers
 from .layer import LayerParams, run_layers
 from .weights import WeightLoader, build_with_loader, observing
@@ -113,7 +114,7 @@ class DecoderModel:
         alone (with n_last): per sequence, whether its last row's logits are also computed by
         themselves, as a decode step or the last row of a plain prompt gets them (the token after a
         scored prompt: its logits as without the scoring)."""
-        with self._reading_weights():
+        with reading_weights(self):
             return self._forward_batch(seqs, last_only, n_last, batched, alone)
 
     def _forward_batch(self, seqs, last_only, n_last, batched, alone) -> list[np.ndarray]:
@@ -138,14 +139,9 @@ class DecoderModel:
         after output_norm and before the output matrix (what embeddings pool; no logits made).
         Batched (forward_batch): a text's vector does not depend on the texts beside it."""
         batch = Batch(seqs)
-        with self._reading_weights(), self.ops.batched_rows():
+        with reading_weights(self), self.ops.batched_rows():
             x = self._run_layers(batch)
         return batch.split(self.output_norm(x), last_only=False)
-
-    def _reading_weights(self):
-        """Around a forward pass while matrices are being swapped in (arch/deferred_repack.py)."""
-        repack = getattr(self, "deferred_repack", None)
-        return repack.forward_pass() if repack is not None and repack.pending else contextlib.nullcontext()
 
     def _run_layers(self, batch: Batch) -> np.ndarray:
         """The batch's tokens through embed and every layer -> (n_rows, n_embd); caches advanced."""

@@ -160,6 +160,14 @@ class DeferredRepack:
         self._done.set()
 
 
+def reading_weights(model):
+    """Around one forward pass of `model` (a decoder's or an encoder's): while its matrices are being
+    swapped in, the pass counts as running (DeferredRepack.forward_pass), so the mapped pages it may
+    still read stay until it ends; otherwise nothing."""
+    repack = getattr(model, "deferred_repack", None)
+    return repack.forward_pass() if repack is not None and repack.pending else contextlib.nullcontext()
+
+
 _live: weakref.WeakSet = weakref.WeakSet()
 
 

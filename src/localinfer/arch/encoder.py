@@ -38,6 +38,7 @@ from ..backend import ops_reference
 from ..files.gguf_file import GGUFError, GGUFFile
 from ..pooling import check_pooling, pool_rows
 from .blocks import Attention, GatedMLP
+from .deferred_repack import reading_weights
 from .hparams import HParams, show
 from .weights import Embedding, Linear, WeightLoader, build_with_loader
 
@@ -333,9 +334,10 @@ class EncoderModel:
         if pooling == "rank" and not self.n_cls_out:
             raise NoHeadError(f"this {type(self).__name__} has no classification head (no cls / cls.output "
                               "tensors): it is an embedder; use embed, not rerank or classify")
-        hidden = self.hidden(batch)
-        if pooling == "rank":
-            return self.head(pool_rows(hidden, batch.lengths, self.config.head_pooling))
+        with reading_weights(self):   # the matrices being swapped in after load (arch/deferred_repack.py)
+            hidden = self.hidden(batch)
+            if pooling == "rank":
+                return self.head(pool_rows(hidden, batch.lengths, self.config.head_pooling))
         return pool_rows(hidden, batch.lengths, pooling)
 
     # -- the classification head ---------------------------------------------------------------------
