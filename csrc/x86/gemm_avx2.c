@@ -97,18 +97,20 @@ static const union { int16_t h[16]; __m256i v; } k_ones = {{[0 ... 15] = 1}};
 
 /* One 8-lane half of a super-group for the whole tile, added to facc (NW x NA x 8 floats in
  * memory: the accumulators of the steps need all the registers). `flush`: steps summed in s16
- * before widening (0: Q8_0's signed path). Offsets are within a row; rows are w_row / a_row bytes
- * apart. */
+ * before widening (0: Q8_0's signed path). `has_corr`: the type has an offset, so the integer sums
+ * start from the activations' corr; without one (Q4_K, Q4_1) corr is all zeros, and not loading it
+ * saves 12 of a half's ~180 loads, which bound the tile on Zen 3 (csrc/tests/bench_gemm_tile.c).
+ * Offsets are within a row; rows are w_row / a_row bytes apart. */
 static inline __attribute__((always_inline)) void sg_half(const uint8_t *w, size_t w_row, const uint8_t *a,
                                                           size_t a_row, int steps, int flush, int has_min,
-                                                          int first, float *facc) {
+                                                          int has_corr, int first, float *facc) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int side = steps * 64;
     __m256i isum[NW][NA];
     for (int j = 0; j < NW; j++)
         for (int i = 0; i < NA; i++)
-            isum[j][i] = flush ? _mm256_loadu_si256((const __m256i *)(a + i * a_row + side + 64))  /* corr */
-                               : _mm256_setzero_si256();
+            isum[j][i] = has_corr ? _mm256_loadu_si256((const __m256i *)(a + i * a_row + side + 64))  /* corr */
+                                  : _mm256_setzero_si256();
     if (flush) {
         for (int s0 = 0; s0 < steps; s0 += flush) {
             __m256i acc16[NW][NA];
@@ -139,12 +141,12 @@ static inline __attribute__((always_inline)) void sg_half(const uint8_t *w, size
     }
 }
 
-#define SG(steps, flush, has_min) \
-    sg_half(w + off_w + h * 32, p->w_row_bytes, a + off_a + h * 32, p->a_row_bytes, steps, flush, has_min, sg == 0 && h == 0, facc)
+#define SG(steps, flush, has_min, has_corr)                                                                         \
+    sg_half(w + off_w + h * 32, p->w_row_bytes, a + off_a + h * 32, p->a_row_bytes, steps, flush, has_min, has_corr, \
+            sg == 0 && h == 0, facc)
 
 void li_gemm_q_avx2(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min, int offset,
                     int umax, float *y, int64_t ldy, int nw_valid, int na_valid) {
-    (void)offset;
     const int flush = umax > 127 ? 0 : 32767 / (254 * (umax > 0 ? umax : 1));
     /* the first half writes facc rather than adding to zeros, which GCC turned into a rep stos
      * costing 5% of a tile (fma(f, da, +0) is the same float either way) */
@@ -154,12 +156,12 @@ void li_gemm_q_avx2(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, 
         const int steps = li_panel_steps(p, sg);
         for (int h = 0; h < 2; h++) {
             /* constant arguments for the common cases, so each gets its own unrolled loop */
-            if (steps == 8 && flush == 8 && has_min) SG(8, 8, 1);          /* Q4_1, Q4_K */
-            else if (steps == 8 && flush == 8 && !has_min) SG(8, 8, 0);    /* Q4_0 */
-            else if (steps == 8 && flush == 4 && !has_min) SG(8, 4, 0);    /* Q5_0 */
-            else if (steps == 4 && flush == 2 && !has_min) SG(4, 2, 0);    /* Q6_K */
-            else if (flush == 0) SG(steps, 0, 0);                          /* Q8_0 */
-            else SG(steps, flush, has_min);
+            if (steps == 8 && flush == 8 && has_min && !offset) SG(8, 8, 1, 0);     /* Q4_1, Q4_K */
+            else if (steps == 8 && flush == 8 && !has_min && offset) SG(8, 8, 0, 1);   /* Q4_0 */
+            else if (steps == 8 && flush == 4 && !has_min && offset) SG(8, 4, 0, 1);   /* Q5_0 */
+            else if (steps == 4 && flush == 2 && !has_min && offset) SG(4, 2, 0, 1);   /* Q6_K */
+            else if (flush == 0) SG(steps, 0, 0, 0);                                   /* Q8_0 */
+            else SG(steps, flush, has_min, offset != 0);
         }
         off_w += (size_t)steps * 64 + LI_W_SIDE;
         off_a += (size_t)steps * 64 + LI_A_SIDE;
