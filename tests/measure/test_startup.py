@@ -64,6 +64,15 @@ def test_peak_rss_is_the_childs_own():
     assert 64 < peak < 200, peak
 
 
+def test_the_exit_is_timed_when_it_happens_not_at_the_next_poll():
+    """A poll every 30 s would have timed a 0.05 s command as 30 s or more."""
+    import sys
+
+    seconds, _ = startup.time_command([sys.executable, "-c", "import time; time.sleep(0.05)"], cold=False,
+                                      poll_s=30.0)
+    assert 0.05 <= seconds < 30
+
+
 def test_a_failing_reference_is_named(smollm2_path, tmp_path, warm_only):
     binary = fake_llama_completion(tmp_path, "echo 'no such model' >&2; exit 3")
     with pytest.raises(RuntimeError, match=r"llama-completion failed \(exit 3\): no such model"):

@@ -69,21 +69,24 @@ def _child_env() -> dict[str, str]:
 
 def time_command(cmd: list[str], cold: bool, poll_s: float = 0.02) -> tuple[float, float | None]:
     """(seconds from exec to exit, peak RSS in MiB); raises RuntimeError naming the command if it
-    fails. The peak is the last VmHWM read before the exit (every `poll_s`: a high-water mark only
-    grows, so this misses at most what the last `poll_s` added); None where /proc has no VmHWM."""
+    fails. The exit is timed by a thread waiting for it, not by the polling. The peak is the last
+    VmHWM read before the exit (every `poll_s`: a high-water mark only grows, so this misses at most
+    what the last `poll_s` added); None where /proc has no VmHWM."""
     if cold:
         drop_page_cache()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env=_child_env())
     peak = None
-    stderr = []
+    stderr, ended = [], []
     reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
     reader.start()  # a full pipe must not stall the process while we poll
-    while proc.poll() is None:
+    waiter = threading.Thread(target=lambda: (proc.wait(), ended.append(time.perf_counter())), daemon=True)
+    waiter.start()
+    while waiter.is_alive():
         peak = _peak_rss_mib(proc.pid) or peak
-        time.sleep(poll_s)
-    seconds = time.perf_counter() - t0
+        waiter.join(poll_s)
+    seconds = ended[0] - t0
     reader.join()
     proc.stderr.close()
     if proc.returncode != 0:
