@@ -26,8 +26,12 @@ in memory reads them back: a restarted server reuses what the last one computed.
 """
 from __future__ import annotations
 
-import hashlib
 import threading
+
+try:   # BLAKE2 as hashlib has it, without hashlib's OpenSSL library, which a start would read for nothing
+    from _blake2 import blake2b
+except ImportError:   # an interpreter without the module
+    from hashlib import blake2b
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
@@ -73,7 +77,7 @@ class PrefixCache:
         out, key, b = [], b"", self.block_size
         for i in range(len(tokens) // b):
             block = np.asarray(tokens[i * b:(i + 1) * b], dtype=np.int64).tobytes()
-            key = hashlib.blake2b(key + block, digest_size=16).digest()
+            key = blake2b(key + block, digest_size=16).digest()
             out.append(key)
         return out
 

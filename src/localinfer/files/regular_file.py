@@ -19,7 +19,6 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 from typing import BinaryIO, Iterator
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (POSIX: where FIFOs block)
@@ -87,6 +86,8 @@ def atomic_write(path: str | os.PathLike, durable: bool = True, mode: int | None
     anything) a path that names a FIFO, device, directory or socket, or a symlink to one. A
     symlink to a regular file is replaced by the file, not written through. `mode`: the new file's
     permissions (mkstemp's 0600, readable by its owner only, when None)."""
+    import tempfile   # here, not at the top: it brings shutil and the compression modules into every start
+
     path = os.fspath(path)
     check_replaceable(path)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=os.path.dirname(os.path.abspath(path)))
