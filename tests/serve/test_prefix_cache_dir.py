@@ -267,3 +267,17 @@ def test_a_folder_that_goes_away_costs_only_the_reuse(tmp_path, block):
     assert store.load(bytes(16), cache) is None
     store.save(bytes(16), arrays, cache)  # cannot be written: logged, not raised
     assert store.written == 0 and store.load(bytes(16), cache) is None
+
+
+def test_chain_keys_are_blake2b_of_the_parent_and_the_block():
+    """The keys name the folder's files, so a later version must compute the same ones: BLAKE2b-128
+    of the parent key and the block's int64 tokens, whichever module provides it."""
+    import hashlib
+
+    from localinfer.batching.prefix_cache import PrefixCache
+
+    tokens = list(range(1000, 1020))
+    first = hashlib.blake2b(np.arange(1000, 1008, dtype=np.int64).tobytes(), digest_size=16).digest()
+    second = hashlib.blake2b(first + np.arange(1008, 1016, dtype=np.int64).tobytes(), digest_size=16).digest()
+    assert PrefixCache(1 << 20, block_size=8).keys(tokens) == [first, second]
+    assert first.hex() == "730b57af2e9ea188fd1283d12b2db513"   # as the files already on disk name it
