@@ -27,14 +27,14 @@ in memory reads them back: a restarted server reuses what the last one computed.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
 
 try:   # BLAKE2 as hashlib has it, without hashlib's OpenSSL library, which a start would read for nothing
     from _blake2 import blake2b
 except ImportError:   # an interpreter without the module
     from hashlib import blake2b
-from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
