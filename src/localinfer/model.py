@@ -173,7 +173,7 @@ class Model:
             template_for(self.metadata),
             bos_token=self.tokenizer.token_text(bos) if bos is not None else "",
             eos_token=self.tokenizer.token_text(eos) if eos is not None else "")
-        repack = getattr(self.runtime, "deferred_repack", None)
+        repack = self._deferred_repack
         if repack is not None and not self.n_gpu_layers:   # (a device's layers drop their CPU copies)
             repack.start()   # the matrices that give the same bits either way: now, in the background
         loading.finish()
@@ -516,11 +516,16 @@ class Model:
         `timeout` seconds pass (then False). Results are the same before and after; decode is faster
         after. A benchmark waits here so that it measures the layout the model keeps."""
         self._check_open()
-        repack = getattr(self.runtime, "deferred_repack", None)
+        repack = self._deferred_repack
         return repack is None or repack.wait(timeout)
 
+    @property
+    def _deferred_repack(self):
+        """The runtime's repack after load (arch/deferred_repack.py); None without one or once closed."""
+        return getattr(self.runtime, "deferred_repack", None)
+
     def _stop_repack(self) -> None:
-        repack = getattr(self.runtime, "deferred_repack", None) if self.runtime is not None else None
+        repack = self._deferred_repack
         if repack is not None:
             repack.stop()
 

@@ -140,7 +140,7 @@ class DeferredRepack:
         if new is None or model is None:
             return
         linear.mat = new
-        model.weights_version = getattr(model, "weights_version", 0) + 1
+        model.weights_version += 1
         names = list(linear.names)   # from here on, read only by a forward pass already running
         with self._lock:
             if self._in_flight:
@@ -148,9 +148,10 @@ class DeferredRepack:
                 names = []
         for name in names:
             self._f.release(name)
-        model.weight_copy_bytes = getattr(model, "weight_copy_bytes", 0) + new.data.nbytes
-        model.repacked_bytes = getattr(model, "repacked_bytes", 0) + new.data.nbytes
-        model.repacked_tensors = frozenset(getattr(model, "repacked_tensors", frozenset()) | set(linear.names))
+        # (build_with_loader set these counters when it made this repack)
+        model.weight_copy_bytes += new.data.nbytes
+        model.repacked_bytes += new.data.nbytes
+        model.repacked_tensors |= set(linear.names)
 
     def _forget_thread(self) -> None:
         """In a child process after fork: the thread is not there; the rest stays as mapped."""
