@@ -187,7 +187,17 @@ typedef struct {
     int64_t n_sg;                  /* n_full + n_tail */
     size_t w_row_bytes;            /* per weight row: per super-group bytes + dw[16] + mw[16] */
     size_t a_row_bytes;            /* per activation row: bytes + da[16] + corr[16] + sumf[16] */
+    int corr_slots;                /* corr per 16-bit slot, not per lane (panel.c); 0 from make_plan */
 } li_panel_plan;
+
+/* Whether the activation panel of a type (G, offset o, largest u) can carry corr per 16-bit slot:
+ * a slot sums 2 elements a step, at most G/4 steps a super-group, each (u - o) * q within
+ * max(o, umax - o) * 127, so corr plus a whole super-group's products fits 16 bits (Q4_0, Q5_0,
+ * Q6_K, Q3_K, the ternary types, IQ3_S, IQ1), and maddubs's pair sums do not saturate. */
+static inline int li_panel_corr_slots(int group, int offset, int umax) {
+    const int m = offset > umax - offset ? offset : umax - offset;
+    return offset > 0 && umax <= 127 && 254 * (group / 4) * m <= 32767;
+}
 
 #define LI_W_SIDE (2 * LI_LANES * 4)
 #define LI_A_SIDE (3 * LI_LANES * 4)
@@ -282,6 +292,7 @@ typedef struct {
     void (*pack_w)(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
                    uint8_t *dst);   /* NULL: li_panel_pack_w */
     li_gemm_q_fn gemm_q; int q_nw, q_na;
+    int gemm_corr_slots;   /* 1: gemm_q reads corr per 16-bit slot where li_panel_corr_slots allows (panel.c) */
     li_gemm_f_fn gemm_f; int f_nw, f_na;
     li_dot_rows_fn dot_rows;        /* attention; NULL: generic/attention_generic.c */
     li_dot_rows_f16_fn dot_rows_f16;

@@ -457,6 +457,7 @@ int li_matmul_parts(int wtype, int layout, const void *const *parts, const int64
 
     if (j.t->group) {
         li_panel_make_plan(&j.plan, k, j.t->group);
+        j.plan.corr_slots = j.kern->gemm_corr_slots && li_panel_corr_slots(j.t->group, j.t->offset, j.t->umax);
         j.nw = j.kern->q_nw, j.na = j.kern->q_na;
     } else {
         j.kp = (k + LI_LANES - 1) / LI_LANES * LI_LANES;

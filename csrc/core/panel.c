@@ -25,6 +25,15 @@
  *   isum = corr + sum(u * q)        (= sum((u - o) * q) over the group)
  *   acc += da * (dw * isum + mw * sumf)
  * sums to the exact dot product. Padding has u = q = 0 and zero scales.
+ *
+ * With plan->corr_slots (an ISA whose kernel adds u8 x s8 products in pairs into 16-bit slots, for
+ * the types li_panel_corr_slots allows), a full super-group's corr is two int16 per lane instead:
+ * slot t (bytes 2t, 2t+1 of every step) holds -o * sum(q) over that slot's own elements. A kernel
+ * can start its 16-bit sums there and widen once per super-group half: each slot then ends at
+ * sum((u - o) * q) over its elements, which fits, while sum(u * q) alone would not. A lane is a
+ * whole group there, so its two slots add up to its corr: the same isum, the same bits. Tails keep
+ * corr per lane: their groups span several lanes, and moving corr between lanes would change the
+ * float sums.
  */
 #include "core/li.h"
 
@@ -123,7 +132,17 @@ void li_panel_pack_a(const li_panel_plan *p, int act_type, const void *row, int 
                     else memset(o, 0, 4);
                 }
                 sda[l] = da;
-                scorr[l] = part == 0 ? -offset * sum : 0;
+                if (p->corr_slots && sg < p->n_full) {
+                    int16_t *slot = (int16_t *)&scorr[l];
+                    for (int t = 0; t < 2; t++) {
+                        int32_t qs = 0;
+                        for (int s = 0; q && s < steps; s++)
+                            qs += q[(s * lpg + part) * 4 + 2 * t] + q[(s * lpg + part) * 4 + 2 * t + 1];
+                        slot[t] = (int16_t)(-offset * qs);
+                    }
+                } else {
+                    scorr[l] = part == 0 ? -offset * sum : 0;
+                }
                 ssum[l] = part == 0 ? (float)sum : 0.0f;
             }
         }

@@ -3,9 +3,10 @@
  *      interleaved (the step's mix), in G instructions/s and per cycle of a clock measured here;
  *   2. the tile's step (x86/gemm_avx2.c ROW_STEP: 4 weight loads, 12 maddubs reading the activations
  *      from memory, 12 paddw) in a tight loop from L1: the step's own bound;
- *   3. li_gemm_q_avx2 itself on one 4 x 3 tile of 4-bit weights (Q4_0's and Q4_K's panels, k = 2048) in L1, and
- *      over 36 activation tiles (~300 KB, from L2 as the GEMM streams them): the step plus the flush
- *      and the float steps of each half super-group.
+ *   3. li_gemm_q_avx2 itself on one 4 x 3 tile (Q4_0's, Q4_K's, Q5_0's and Q6_K's panels, k = 2048) in L1,
+ *      and over 36 activation tiles (~300 KB, from L2 as the GEMM streams them): the step plus the
+ *      flush and the float steps of each half super-group, with corr per 16-bit slot where the GEMM
+ *      uses it (core/panel.c).
  * Build from the repository root with every csrc C file plus this one:
  *   gcc -O3 -ffp-contract=off -std=gnu11 -pthread -Icsrc $(find csrc/core csrc/generic csrc/x86 csrc/arm -name '*.c') csrc/tests/bench_gemm_tile.c -lm
  */
@@ -73,8 +74,8 @@ __attribute__((target("avx2"))) static double step_ns(const uint8_t *buf) {
 }
 
 /* ns per li_gemm_q_avx2 call on a tile of k = 2048, its activations cycling through `tiles` tiles;
- * has_min and offset as Q4_K's (1, 0) or Q4_0's (0, 8) */
-static double tile_ns(int tiles, const li_panel_plan *p, int has_min, int offset) {
+ * has_min, offset and umax a type's (traits.c) */
+static double tile_ns(int tiles, const li_panel_plan *p, int has_min, int offset, int umax) {
     uint8_t *w = aligned_alloc(64, 4 * p->w_row_bytes), *a = aligned_alloc(64, (size_t)tiles * 3 * p->a_row_bytes);
     /* bytes 0x3c..0x3f: small quants, and side floats near 0.01 (never denormal: that would time the
      * microcode's assists, not the tile) */
@@ -84,7 +85,7 @@ static double tile_ns(int tiles, const li_panel_plan *p, int has_min, int offset
     const long calls = 2000000;
     const double t0 = now();
     for (long c = 0; c < calls; c++)
-        li_gemm_q_avx2(p, w, a + (size_t)(c % tiles) * 3 * p->a_row_bytes, has_min, offset, 15, y, 4, 4, 3);
+        li_gemm_q_avx2(p, w, a + (size_t)(c % tiles) * 3 * p->a_row_bytes, has_min, offset, umax, y, 4, 4, 3);
     const double ns = (now() - t0) / calls * 1e9;
     free(w), free(a);
     return ns;
@@ -109,15 +110,19 @@ int main(void) {
     printf("4 x 3 step, tight loop: %.2f ns = %.1f cycles, %.0f GMAC/s (12 maddubs of 32 products)\n", s, s * ghz,
            12 * 32 / s);
     free(buf);
-    li_panel_plan p;
-    li_panel_make_plan(&p, 2048, 32);
-    const double steps = (double)p.n_sg * 2 * 8;   /* two halves of 8 steps per super-group */
-    for (int q4_k = 0; q4_k < 2; q4_k++)
+    const struct { const char *name; int group, has_min, offset, umax; } types[] = {
+        {"Q4_0", 32, 0, 8, 15}, {"Q4_K", 32, 1, 0, 15}, {"Q5_0", 32, 0, 16, 31}, {"Q6_K", 16, 0, 32, 63}};
+    for (int ty = 0; ty < 4; ty++) {
+        li_panel_plan p;
+        li_panel_make_plan(&p, 2048, types[ty].group);
+        p.corr_slots = li_panel_corr_slots(types[ty].group, types[ty].offset, types[ty].umax);   /* as matmul.c */
+        const double steps = (double)p.n_sg * 2 * (types[ty].group / 4);   /* two halves a super-group */
         for (int tiles = 1; tiles <= 36; tiles += 35) {
-            const double t = tile_ns(tiles, &p, q4_k, q4_k ? 0 : 8);
+            const double t = tile_ns(tiles, &p, types[ty].has_min, types[ty].offset, types[ty].umax);
             printf("li_gemm_q_avx2, %s's panel, k 2048, %2d activation tile(s): %.0f ns = %.1f cycles a step, "
-                   "%.0f GMAC/s\n", q4_k ? "Q4_K" : "Q4_0", tiles, t, t * ghz / steps, 12.0 * 2048 / t);
+                   "%.0f GMAC/s\n", types[ty].name, tiles, t, t * ghz / steps, 12.0 * 2048 / t);
         }
+    }
     return 0;
 }
 #else

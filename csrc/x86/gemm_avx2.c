@@ -4,7 +4,10 @@
  * as two 8-lane halves. Plain AVX2 multiplies u8 x s8 with maddubs into s16 pair
  * sums; those are added up in s16 for as many steps as cannot overflow
  * (32767 / (2 * 127 * umax): 8 steps for 4-bit types, 4 for 5-bit, 2 for Q6_K) and
- * only then widened with madd, which halves the work for the common types.
+ * only then widened with madd, which halves the work for the common types. Where the panel
+ * carries a full super-group's corr per 16-bit slot (panel.c, li_panel_corr_slots: Q4_0, Q5_0,
+ * Q6_K...), the s16 sums start from it and end at sum((u - o) * q), which fits for a whole half:
+ * one widening a half.
  * Q8_0's u = q + 128 does not fit maddubs: it takes the abs/sign path on q.
  */
 #if defined(__x86_64__) || defined(_M_X64)
@@ -96,22 +99,32 @@ static const union { int16_t h[16]; __m256i v; } k_ones = {{[0 ... 15] = 1}};
 #endif
 
 /* One 8-lane half of a super-group for the whole tile, added to facc (NW x NA x 8 floats in
- * memory: the accumulators of the steps need all the registers). `flush`: steps summed in s16
- * before widening (0: Q8_0's signed path). `has_corr`: the type has an offset, so the integer sums
- * start from the activations' corr; without one (Q4_K, Q4_1) corr is all zeros, and not loading it
- * saves 12 of a half's ~180 loads, which bound the tile on Zen 3 (csrc/tests/bench_gemm_tile.c).
- * Offsets are within a row; rows are w_row / a_row bytes apart. */
+ * memory: the accumulators of the steps need all the registers). `slots`: the panel's corr is per
+ * 16-bit slot, and the s16 sums start from it and widen once, at the end. Otherwise `flush`: steps
+ * summed in s16 before widening (0: Q8_0's signed path), and `has_corr`: the type has an offset, so
+ * the integer sums start from the activations' corr; without one (Q4_K, Q4_1) corr is all zeros,
+ * and not loading it saves 12 of a half's ~180 loads, which bound the tile on Zen 3
+ * (csrc/tests/bench_gemm_tile.c). Offsets are within a row; rows are w_row / a_row bytes apart. */
 static inline __attribute__((always_inline)) void sg_half(const uint8_t *w, size_t w_row, const uint8_t *a,
                                                           size_t a_row, int steps, int flush, int has_min,
-                                                          int has_corr, int first, float *facc) {
+                                                          int has_corr, int slots, int first, float *facc) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int side = steps * 64;
     __m256i isum[NW][NA];
-    for (int j = 0; j < NW; j++)
-        for (int i = 0; i < NA; i++)
-            isum[j][i] = has_corr ? _mm256_loadu_si256((const __m256i *)(a + i * a_row + side + 64))  /* corr */
-                                  : _mm256_setzero_si256();
-    if (flush) {
+    if (slots) {
+        __m256i acc16[NW][NA];
+        for (int j = 0; j < NW; j++)
+            for (int i = 0; i < NA; i++)
+                acc16[j][i] = _mm256_loadu_si256((const __m256i *)(a + i * a_row + side + 64));   /* corr */
+        for (int s = 0; s < steps; s++)
+            for (int j = 0; j < NW; j++) ROW_STEP(acc16[j], w + j * w_row + s * 64, a + s * 64, a_row);
+        for (int j = 0; j < NW; j++)
+            for (int i = 0; i < NA; i++) isum[j][i] = _mm256_madd_epi16(acc16[j][i], ones);
+    } else if (flush) {
+        for (int j = 0; j < NW; j++)
+            for (int i = 0; i < NA; i++)
+                isum[j][i] = has_corr ? _mm256_loadu_si256((const __m256i *)(a + i * a_row + side + 64))  /* corr */
+                                      : _mm256_setzero_si256();
         for (int s0 = 0; s0 < steps; s0 += flush) {
             __m256i acc16[NW][NA];
             for (int j = 0; j < NW; j++)
@@ -123,7 +136,9 @@ static inline __attribute__((always_inline)) void sg_half(const uint8_t *w, size
                 for (int i = 0; i < NA; i++)
                     isum[j][i] = _mm256_add_epi32(isum[j][i], _mm256_madd_epi16(acc16[j][i], ones));
         }
-    } else {
+    } else {   /* the signed path works on q itself: no corr */
+        for (int j = 0; j < NW; j++)
+            for (int i = 0; i < NA; i++) isum[j][i] = _mm256_setzero_si256();
         for (int s = 0; s < steps; s++)
             for (int j = 0; j < NW; j++) ROW_STEP_SIGNED(isum[j], w + j * w_row + s * 64, a + s * 64, a_row);
     }
@@ -141,9 +156,9 @@ static inline __attribute__((always_inline)) void sg_half(const uint8_t *w, size
     }
 }
 
-#define SG(steps, flush, has_min, has_corr)                                                                         \
-    sg_half(w + off_w + h * 32, p->w_row_bytes, a + off_a + h * 32, p->a_row_bytes, steps, flush, has_min, has_corr, \
-            sg == 0 && h == 0, facc)
+#define SG(steps, flush, has_min, has_corr, slots)                                                          \
+    sg_half(w + off_w + h * 32, p->w_row_bytes, a + off_a + h * 32, p->a_row_bytes, steps, flush, has_min, \
+            has_corr, slots, sg == 0 && h == 0, facc)
 
 void li_gemm_q_avx2(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, int has_min, int offset,
                     int umax, float *y, int64_t ldy, int nw_valid, int na_valid) {
@@ -153,15 +168,15 @@ void li_gemm_q_avx2(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, 
     float facc[NW * NA * 8] __attribute__((aligned(32)));
     size_t off_w = 0, off_a = 0;
     for (int64_t sg = 0; sg < p->n_sg; sg++) {
-        const int steps = li_panel_steps(p, sg);
+        const int steps = li_panel_steps(p, sg), slots = p->corr_slots && sg < p->n_full;   /* panel.c */
         for (int h = 0; h < 2; h++) {
             /* constant arguments for the common cases, so each gets its own unrolled loop */
-            if (steps == 8 && flush == 8 && has_min && !offset) SG(8, 8, 1, 0);     /* Q4_1, Q4_K */
-            else if (steps == 8 && flush == 8 && !has_min && offset) SG(8, 8, 0, 1);   /* Q4_0 */
-            else if (steps == 8 && flush == 4 && !has_min && offset) SG(8, 4, 0, 1);   /* Q5_0 */
-            else if (steps == 4 && flush == 2 && !has_min && offset) SG(4, 2, 0, 1);   /* Q6_K */
-            else if (flush == 0) SG(steps, 0, 0, 0);                                   /* Q8_0 */
-            else SG(steps, flush, has_min, offset != 0);
+            if (steps == 8 && flush == 8 && has_min && !offset) SG(8, 8, 1, 0, 0);    /* Q4_1, Q4_K */
+            else if (slots && steps == 8 && !has_min) SG(8, 8, 0, 1, 1);               /* Q4_0, Q5_0 */
+            else if (slots && steps == 4 && !has_min) SG(4, 4, 0, 1, 1);               /* Q6_K */
+            else if (flush == 0) SG(steps, 0, 0, 0, 0);                                /* Q8_0, the tables */
+            else if (slots) SG(steps, steps, has_min, 1, 1);
+            else SG(steps, flush, has_min, offset != 0, 0);
         }
         off_w += (size_t)steps * 64 + LI_W_SIDE;
         off_a += (size_t)steps * 64 + LI_A_SIDE;
