@@ -97,6 +97,9 @@ static const union { int16_t h[16]; __m256i v; } k_ones = {{[0 ... 15] = 1}};
 #if NA != 3
 #error "ROW_STEP is written for three activation rows"
 #endif
+#if NW != 4
+#error "the sums are stored four weight rows at a time (hsum4_ps)"
+#endif
 
 /* One 8-lane half of a super-group for the whole tile, added to facc (NW x NA x 8 floats in
  * memory: the accumulators of the steps need all the registers). `slots`: the panel's corr is per
@@ -181,8 +184,18 @@ void li_gemm_q_avx2(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, 
         off_w += (size_t)steps * 64 + LI_W_SIDE;
         off_a += (size_t)steps * 64 + LI_A_SIDE;
     }
-    for (int j = 0; j < nw_valid; j++)
-        for (int i = 0; i < na_valid; i++) y[i * ldy + j] = hsum_ps(_mm256_load_ps(facc + (j * NA + i) * 8));
+    /* each activation row's NW sums at once (facc holds all NW x NA: the first half wrote them) */
+    for (int i = 0; i < na_valid; i++) {
+        const __m128 r = hsum4_ps(_mm256_load_ps(facc + (0 * NA + i) * 8), _mm256_load_ps(facc + (1 * NA + i) * 8),
+                                  _mm256_load_ps(facc + (2 * NA + i) * 8), _mm256_load_ps(facc + (3 * NA + i) * 8));
+        if (nw_valid == NW) {
+            _mm_storeu_ps(y + i * ldy, r);
+        } else {
+            float s[NW];
+            _mm_storeu_ps(s, r);
+            for (int j = 0; j < nw_valid; j++) y[i * ldy + j] = s[j];
+        }
+    }
 }
 
 void li_gemm_f_avx2(int64_t kp, const float *w, const float *a, float *y, int64_t ldy, int nw_valid,
