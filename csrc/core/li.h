@@ -199,6 +199,12 @@ static inline int li_panel_corr_slots(int group, int offset, int umax) {
     return offset > 0 && umax <= 127 && 254 * (group / 4) * m <= 32767;
 }
 
+/* Whether super-group sg of a panel carries its corr per slot: full super-groups only (panel.c says
+ * why). The packer and the kernel both ask here, so they cannot disagree. */
+static inline int li_panel_sg_slots(const li_panel_plan *p, int64_t sg) {
+    return p->corr_slots && sg < p->n_full;
+}
+
 #define LI_W_SIDE (2 * LI_LANES * 4)
 #define LI_A_SIDE (3 * LI_LANES * 4)
 

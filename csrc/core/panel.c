@@ -132,7 +132,7 @@ void li_panel_pack_a(const li_panel_plan *p, int act_type, const void *row, int 
                     else memset(o, 0, 4);
                 }
                 sda[l] = da;
-                if (p->corr_slots && sg < p->n_full) {
+                if (li_panel_sg_slots(p, sg)) {
                     int16_t *slot = (int16_t *)&scorr[l];
                     for (int t = 0; t < 2; t++) {
                         int32_t qs = 0;

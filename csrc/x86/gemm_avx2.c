@@ -171,7 +171,7 @@ void li_gemm_q_avx2(const li_panel_plan *p, const uint8_t *w, const uint8_t *a, 
     float facc[NW * NA * 8] __attribute__((aligned(32)));
     size_t off_w = 0, off_a = 0;
     for (int64_t sg = 0; sg < p->n_sg; sg++) {
-        const int steps = li_panel_steps(p, sg), slots = p->corr_slots && sg < p->n_full;   /* panel.c */
+        const int steps = li_panel_steps(p, sg), slots = li_panel_sg_slots(p, sg);
         for (int h = 0; h < 2; h++) {
             /* constant arguments for the common cases, so each gets its own unrolled loop */
             if (steps == 8 && flush == 8 && has_min && !offset) SG(8, 8, 1, 0, 0);    /* Q4_1, Q4_K */
