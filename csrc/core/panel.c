@@ -58,10 +58,6 @@ void li_panel_make_plan(li_panel_plan *p, int64_t k, int group) {
     p->a_row_bytes = step_bytes + (size_t)p->n_sg * LI_A_SIDE;
 }
 
-int li_panel_steps(const li_panel_plan *p, int64_t sg) {
-    return sg < p->n_full ? p->group / 4 : p->tail_steps[sg - p->n_full];
-}
-
 void li_panel_pack_w(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
                      uint8_t *dst) {
     const int G = p->group;
