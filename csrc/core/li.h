@@ -303,6 +303,8 @@ typedef struct {
     li_unpack_fn unpack[LI_TYPE_COUNT];
     void (*pack_w)(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
                    uint8_t *dst);   /* NULL: li_panel_pack_w */
+    void (*pack_a)(const li_panel_plan *p, int act_type, const void *row, int offset,
+                   uint8_t *dst);   /* NULL: li_panel_pack_a */
     li_gemm_q_fn gemm_q; int q_nw, q_na;
     int gemm_corr_slots;   /* 1: gemm_q reads corr per 16-bit slot where li_panel_corr_slots allows (panel.c) */
     li_gemm_f_fn gemm_f; int f_nw, f_na;

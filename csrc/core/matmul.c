@@ -259,7 +259,7 @@ static void task_pack_a(void *ctx, int ith, int nth) {
             uint8_t *dst = j->apanel + i * j->plan.a_row_bytes;
             if (i >= j->m) { memset(dst, 0, j->plan.a_row_bytes); continue; }
             j->at->from_float(j->x + i * j->k, tmp, j->k);
-            li_panel_pack_a(&j->plan, j->t->vec_dot_type, tmp, j->t->offset, dst);
+            (j->kern->pack_a ? j->kern->pack_a : li_panel_pack_a)(&j->plan, j->t->vec_dot_type, tmp, j->t->offset, dst);
         } else {   /* float types: the activation rounded to the vec_dot type, widened back (exact) */
             float *dst = (float *)j->apanel + i * j->kp;
             memset(dst, 0, (size_t)j->kp * sizeof(float));

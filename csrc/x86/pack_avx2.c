@@ -114,10 +114,10 @@ void unpack_q6_K_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *
     }
 }
 
-/* 8 rows of 8 dwords (row r at src + r * 32) -> column c at dst + c * 64 */
-static inline void transpose_8x8(const uint8_t *src, uint8_t *dst) {
+/* 8 rows of 8 dwords (row r at src + r * stride) -> column c at dst + c * 64 */
+static inline void transpose_8x8_strided(const uint8_t *src, size_t stride, uint8_t *dst) {
     __m256i r[8], t[8];
-    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(src + 32 * i));
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(src + stride * i));
     for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
         t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
@@ -134,6 +134,8 @@ static inline void transpose_8x8(const uint8_t *src, uint8_t *dst) {
         _mm256_storeu_si256((__m256i *)(dst + 64 * (c + 4)), _mm256_permute2x128_si256(r[c], r[c + 4], 0x31));
     }
 }
+
+static inline void transpose_8x8(const uint8_t *src, uint8_t *dst) { transpose_8x8_strided(src, 32, dst); }
 
 /* 16 groups of 4 dwords (G = 16) -> dword s of every group at dst + s * 64: as 8 rows of two
  * groups, transposed, then the even and odd groups' columns interleaved */
@@ -171,6 +173,70 @@ void li_panel_pack_w_avx2(const li_panel_plan *p, const uint8_t *u, const float 
         tail.n_full = 0;
         tail.n_sg = p->n_tail;
         li_panel_pack_w(&tail, u, dw + 16 * p->n_full, mw ? mw + 16 * p->n_full : NULL, dst);
+    }
+}
+
+/* An activation super-group's side data from its 8 or 4 packed steps (lanes 0..7 at +0, 8..15 at +32
+ * of each 64-byte step): sum[l] of lane l's quants, and corr as li_panel_pack_a writes it, per lane
+ * (-offset * sum) or per 16-bit slot (-offset * the slot's pair sums, wrapped to 16 bits alike). */
+static inline void act_side(const uint8_t *steps_at, int steps, int slots, int offset, float *ssum, int32_t *scorr) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int half = 0; half < 2; half++) {
+        __m256i pairs = _mm256_setzero_si256();   /* per slot: its two quants a step, summed over steps */
+        for (int s = 0; s < steps; s++)
+            pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(ones8, _mm256_loadu_si256((const __m256i *)(steps_at + 64 * s + 32 * half))));
+        const __m256i sum = _mm256_madd_epi16(pairs, ones16);
+        _mm256_storeu_ps(ssum + 8 * half, _mm256_cvtepi32_ps(sum));
+        const __m256i corr = slots ? _mm256_mullo_epi16(pairs, _mm256_set1_epi16((short)-offset))
+                                   : _mm256_mullo_epi32(sum, _mm256_set1_epi32(-offset));
+        _mm256_storeu_si256((__m256i *)(scorr + 8 * half), corr);
+    }
+}
+
+/* li_panel_pack_a with the full super-groups as dword transposes, for Q8_K (G = 32 or 16), Q8_0 and
+ * Q8_1 rows; the tails (and any other activation type) take the generic code. A full super-group is
+ * whole activation blocks: 2 of Q8_K's at G = 32, 1 at G = 16, 16 of Q8_0's or Q8_1's. */
+void li_panel_pack_a_avx2(const li_panel_plan *p, int act_type, const void *row, int offset, uint8_t *dst) {
+    const int G = p->group, steps = G / 4;
+    const int q8k = act_type == LI_TYPE_Q8_K, q8_0 = act_type == LI_TYPE_Q8_0, q8_1 = act_type == LI_TYPE_Q8_1;
+    if (!(q8k && (G == 32 || G == 16)) && !((q8_0 || q8_1) && G == 32)) {
+        li_panel_pack_a(p, act_type, row, offset, dst);
+        return;
+    }
+    const size_t sg_in = q8k ? (size_t)(16 * G / QK_K) * sizeof(block_q8_K)
+                             : 16 * (q8_0 ? sizeof(block_q8_0) : sizeof(block_q8_1));
+    const uint8_t *src = row;
+    for (int64_t sg = 0; sg < p->n_full; sg++, src += sg_in, dst += (size_t)steps * 64 + LI_A_SIDE) {
+        float *sda = (float *)(dst + steps * 64), *ssum = sda + 2 * LI_LANES;
+        int32_t *scorr = (int32_t *)(sda + LI_LANES);
+        if (q8k) {
+            const block_q8_K *b = (const block_q8_K *)src;
+            if (G == 32) {
+                transpose_8x8((const uint8_t *)b[0].qs, dst);
+                transpose_8x8((const uint8_t *)b[1].qs, dst + 32);
+                for (int l = 0; l < LI_LANES; l++) sda[l] = b[l / 8].d;
+            } else {
+                transpose_16x4((const uint8_t *)b[0].qs, dst);
+                for (int l = 0; l < LI_LANES; l++) sda[l] = b[0].d;
+            }
+        } else {
+            const size_t bs = q8_0 ? sizeof(block_q8_0) : sizeof(block_q8_1), qoff = q8_0 ? 2 : 4;
+            transpose_8x8_strided(src + qoff, bs, dst);
+            transpose_8x8_strided(src + 8 * bs + qoff, bs, dst + 32);
+            for (int l = 0; l < LI_LANES; l++) {
+                ggml_half d;
+                memcpy(&d, src + l * bs, sizeof(d));
+                sda[l] = fp16(d);
+            }
+        }
+        act_side(dst, steps, li_panel_sg_slots(p, sg), offset, ssum, scorr);
+    }
+    if (p->n_tail) {   /* the rest as its own plan: the tail super-groups only, from the next block on */
+        li_panel_plan tail = *p;
+        tail.n_groups = p->n_groups - 16 * p->n_full;
+        tail.n_full = 0;
+        tail.n_sg = p->n_tail;
+        li_panel_pack_a(&tail, act_type, src, offset, dst);
     }
 }
 
