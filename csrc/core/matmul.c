@@ -375,6 +375,11 @@ static void task_gemm(void *ctx, int ith, int nth) {
                 t->dequantize(src, (float *)dst, k);
             }
         }
+        if (ab == a_lo && wt + 1 < w_hi) {   /* the next tile's rows, from memory while this one multiplies */
+            const int64_t jn = (wt + 1) * nw, nr = j->n_out - jn < nw ? j->n_out - jn : nw;
+            const uint8_t *pf = rows_at(j, jn);
+            for (size_t b = 0; b < (size_t)nr * j->row_bytes; b += 64) __builtin_prefetch(pf + b, 0, 2);
+        }
         for (int64_t at = ab; at < ab_hi; at++) {
             const int64_t i0 = at * na;
             const int nav = (int)(j->m - i0 < na ? j->m - i0 : na);
