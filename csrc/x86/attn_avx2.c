@@ -1,5 +1,5 @@
 /* attn_avx2.c -- li_dot_rows_fn in AVX2 + FMA: the 16 lanes as two 8-float halves (so the
- * result is bit for bit the AVX-512 one), tiles of 2 a-rows x 2 b-rows. */
+ * result is bit for bit the AVX-512 one), tiles of 4 a-rows x 3 b-rows, a half at a time. */
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
@@ -12,87 +12,74 @@
 
 #include "core/li.h"
 #include "x86/avx2.h"
+#include "x86/reduce_avx2.h"
 
-/* lanes lo[0..7] hi[0..7] = 16 lanes; the tree l+8, l+4, l+2, l+1 */
-static inline float reduce16(__m256 lo, __m256 hi) {
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_shuffle_ps(s4, s4, _MM_SHUFFLE(1, 0, 3, 2)));
-    const __m128 s1 = _mm_add_ps(s2, _mm_shuffle_ps(s2, s2, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtss_f32(s1);
+/* A tile of up to 4 a-rows x 3 b-rows in two passes over n: lanes 0..7 of every 16, then lanes 8..15,
+ * twelve accumulators a pass (two 8-lane halves at once would fit only 2 x 3). Each lane's sum is the
+ * AVX-512 lane's, FMA after FMA over the 16-element chunks; then s = lo + hi, and the tree l+4, l+2,
+ * l+1 (hsum4_ps, four dots at once): the AVX-512 reduction's order. F16: b rows in f16, widened in
+ * registers (exact). */
+static inline __attribute__((always_inline)) __m256 load_b(const void *b, int64_t i, const int F16) {
+    if (F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const ggml_half *)b + i)));
+    return _mm256_loadu_ps((const float *)b + i);
 }
 
-static inline __attribute__((always_inline)) void tile(int64_t n, const float *a, int64_t lda, const float *b,
-                                                       int64_t ldb, float *c, int64_t ldc, const int NA, const int NB) {
-    __m256 lo[2][2], hi[2][2];
-    for (int i = 0; i < NA; i++)
-        for (int j = 0; j < NB; j++) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
-    for (int64_t l = 0; l < n; l += 16) {
-        __m256 bl[2], bh[2];
-        for (int j = 0; j < NB; j++) {
-            bl[j] = _mm256_loadu_ps(b + j * ldb + l);
-            bh[j] = _mm256_loadu_ps(b + j * ldb + l + 8);
-        }
-        for (int i = 0; i < NA; i++) {
-            const __m256 al = _mm256_loadu_ps(a + i * lda + l), ah = _mm256_loadu_ps(a + i * lda + l + 8);
-            for (int j = 0; j < NB; j++) {
-                lo[i][j] = _mm256_fmadd_ps(al, bl[j], lo[i][j]);
-                hi[i][j] = _mm256_fmadd_ps(ah, bh[j], hi[i][j]);
+static inline __attribute__((always_inline)) void tile(int64_t n, const float *a, int64_t lda, const void *b,
+                                                       int64_t ldb, float *c, int64_t ldc, const int NA,
+                                                       const int NB, const int F16) {
+    __m256 s[4][3];
+    for (int half = 0; half < 2; half++) {
+        __m256 acc[4][3];
+        for (int i = 0; i < NA; i++)
+            for (int j = 0; j < NB; j++) acc[i][j] = _mm256_setzero_ps();
+        for (int64_t l = 8 * half; l < n; l += 16) {
+            __m256 bv[3];
+            for (int j = 0; j < NB; j++) bv[j] = load_b(b, j * ldb + l, F16);
+            for (int i = 0; i < NA; i++) {
+                const __m256 av = _mm256_loadu_ps(a + i * lda + l);
+                for (int j = 0; j < NB; j++) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
             }
         }
+        for (int i = 0; i < NA; i++)
+            for (int j = 0; j < NB; j++) s[i][j] = half ? _mm256_add_ps(s[i][j], acc[i][j]) : acc[i][j];
+    }
+    /* the NA x NB sums in row order, four at a time */
+    float out[12] __attribute__((aligned(16)));
+    const __m256 zero = _mm256_setzero_ps();
+    for (int q = 0; q < NA * NB; q += 4) {
+        __m256 v[4];
+        for (int r = 0; r < 4; r++) v[r] = q + r < NA * NB ? s[(q + r) / NB][(q + r) % NB] : zero;
+        _mm_store_ps(out + q, hsum4_ps(v[0], v[1], v[2], v[3]));
     }
     for (int i = 0; i < NA; i++)
-        for (int j = 0; j < NB; j++) c[i * ldc + j] = reduce16(lo[i][j], hi[i][j]);
+        for (int j = 0; j < NB; j++) c[i * ldc + j] = out[i * NB + j];
 }
 
-#define TILES(NA)                                                                                   \
-    for (; j + 2 <= nb; j += 2) tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 2);               \
-    if (j < nb) tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 1);
+#define TILES_NB(NA, F16)                                                                           \
+    for (j = 0; j + 3 <= nb; j += 3) tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 3, F16);      \
+    if (nb - j == 2) tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 2, F16);                     \
+    if (nb - j == 1) tile(n, a, lda, b + j * ldb, ldb, c + j, ldc, NA, 1, F16);
+
+#define DOT_ROWS(F16)                                                                               \
+    for (; na > 0; na -= 4, a += 4 * lda, c += 4 * ldc) {                                           \
+        int64_t j;                                                                                  \
+        switch (na) {                                                                               \
+        case 1: TILES_NB(1, F16) break;                                                             \
+        case 2: TILES_NB(2, F16) break;                                                             \
+        case 3: TILES_NB(3, F16) break;                                                             \
+        default: TILES_NB(4, F16) break;                                                            \
+        }                                                                                           \
+    }
 
 void li_dot_rows_avx2(int64_t n, const float *a, int na, int64_t lda, const float *b, int64_t nb,
                       int64_t ldb, float *c, int64_t ldc) {
-    for (; na > 0; na -= 2, a += 2 * lda, c += 2 * ldc) {
-        int64_t j = 0;
-        if (na == 1) { TILES(1) } else { TILES(2) }
-    }
+    DOT_ROWS(0)
 }
 
 /* b in f16 */
-static inline __attribute__((always_inline)) void tile_f16(int64_t n, const float *a, int64_t lda, const ggml_half *b,
-                                                           int64_t ldb, float *c, int64_t ldc, const int NA, const int NB) {
-    __m256 lo[2][2], hi[2][2];
-    for (int i = 0; i < NA; i++)
-        for (int j = 0; j < NB; j++) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
-    for (int64_t l = 0; l < n; l += 16) {
-        __m256 bl[2], bh[2];
-        for (int j = 0; j < NB; j++) {
-            bl[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j * ldb + l)));
-            bh[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j * ldb + l + 8)));
-        }
-        for (int i = 0; i < NA; i++) {
-            const __m256 al = _mm256_loadu_ps(a + i * lda + l), ah = _mm256_loadu_ps(a + i * lda + l + 8);
-            for (int j = 0; j < NB; j++) {
-                lo[i][j] = _mm256_fmadd_ps(al, bl[j], lo[i][j]);
-                hi[i][j] = _mm256_fmadd_ps(ah, bh[j], hi[i][j]);
-            }
-        }
-    }
-    for (int i = 0; i < NA; i++)
-        for (int j = 0; j < NB; j++) c[i * ldc + j] = reduce16(lo[i][j], hi[i][j]);
-}
-
 void li_dot_rows_f16_avx2(int64_t n, const float *a, int na, int64_t lda, const ggml_half *b, int64_t nb,
                           int64_t ldb, float *c, int64_t ldc) {
-    for (; na > 0; na -= 2, a += 2 * lda, c += 2 * ldc) {
-        int64_t j = 0;
-        if (na == 1) {
-            for (; j + 2 <= nb; j += 2) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, 1, 2);
-            if (j < nb) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, 1, 1);
-        } else {
-            for (; j + 2 <= nb; j += 2) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, 2, 2);
-            if (j < nb) tile_f16(n, a, lda, b + j * ldb, ldb, c + j, ldc, 2, 1);
-        }
-    }
+    DOT_ROWS(1)
 }
 
 /* 16 output columns (two halves) of up to 2 queries at a time */
