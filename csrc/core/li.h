@@ -190,6 +190,9 @@ typedef struct {
     int corr_slots;                /* corr per 16-bit slot, not per lane (panel.c); 0 from make_plan */
 } li_panel_plan;
 
+/* row r of the x4 group at g (core/repack.c) -> its weight panel (full super-groups only) */
+typedef void (*li_pack_w_x4_fn)(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst);
+
 /* Whether the activation panel of a type (G, offset o, largest u) can carry corr per 16-bit slot:
  * a slot sums 2 elements a step, at most G/4 steps a super-group, each (u - o) * q within
  * max(o, umax - o) * 127, so corr plus a whole super-group's products fits 16 bits (Q4_0, Q5_0,
@@ -305,6 +308,8 @@ typedef struct {
                    uint8_t *dst);   /* NULL: li_panel_pack_w */
     void (*pack_a)(const li_panel_plan *p, int act_type, const void *row, int offset,
                    uint8_t *dst);   /* NULL: li_panel_pack_a */
+    /* for a plan with no tail; else the row is gathered, unpacked and packed (pack_w) */
+    li_pack_w_x4_fn pack_w_x4[LI_TYPE_COUNT];
     li_gemm_q_fn gemm_q; int q_nw, q_na;
     int gemm_corr_slots;   /* 1: gemm_q reads corr per 16-bit slot where li_panel_corr_slots allows (panel.c) */
     li_gemm_f_fn gemm_f; int f_nw, f_na;

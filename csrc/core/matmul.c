@@ -353,6 +353,9 @@ static void task_gemm(void *ctx, int ith, int nth) {
     uint8_t *rowbuf = rb_bytes ? tiles + wp_bytes + u_bytes + (size_t)n_groups * 2 * sizeof(float) : NULL;
     void (*pack_w)(const li_panel_plan *, const uint8_t *, const float *, const float *, uint8_t *) =
         j->kern->pack_w ? j->kern->pack_w : li_panel_pack_w;
+    /* an x4 matrix's rows straight into panels, without gathering them, where the ISA can */
+    const li_pack_w_x4_fn pack_x4 = j->layout == LI_LAYOUT_X4 && t->group && !j->plan.n_tail && nw % LI_X4_ROWS == 0
+                                        ? j->kern->pack_w_x4[j->wtype] : NULL;
 
     for (int64_t wb = w_lo; wb < w_hi; wb += w_block) {
     const int64_t wb_hi = wb + w_block < w_hi ? wb + w_block : w_hi;
@@ -364,6 +367,10 @@ static void task_gemm(void *ctx, int ith, int nth) {
         uint8_t *wpanel = tiles + (size_t)(wt - wb) * tile_bytes;
         for (int r = 0; r < nw && ab == a_lo; r++) {   /* unpack this tile's weight rows, once */
             uint8_t *dst = wpanel + (size_t)r * w_row;
+            if (pack_x4 && r < nwv) {   /* j0 is a multiple of 4: row j0 + r is row r % 4 of its group */
+                pack_x4(&j->plan, rows_at(j, j0 + r / LI_X4_ROWS * LI_X4_ROWS), r % LI_X4_ROWS, dst);
+                continue;
+            }
             const uint8_t *src = r < nwv ? row_of(j, j0 + r, rowbuf) : NULL;
             if (r >= nwv) {
                 memset(dst, 0, w_row);

@@ -59,6 +59,10 @@ void unpack_q5_0_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw
 void unpack_q8_0_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
 void unpack_q4_K_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
 void unpack_q6_K_avx2(const void *w, int64_t n, uint8_t *u, float *dw, float *mw);
+void pack_w_x4_q4_0_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst);
+void pack_w_x4_q8_0_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst);
+void pack_w_x4_q4_K_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst);
+void pack_w_x4_q6_K_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst);
 void li_panel_pack_a_avx2(const li_panel_plan *p, int act_type, const void *row, int offset, uint8_t *dst);
 void li_panel_pack_w_avx2(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
                           uint8_t *dst);

@@ -66,6 +66,10 @@ const li_isa_kernels li_kernels_avx512 = {
         [LI_TYPE_IQ1_M] = unpack_iq1_m_avx2,
     },
     .pack_w = li_panel_pack_w_avx2, .pack_a = li_panel_pack_a_avx2,
+    .pack_w_x4 = {
+        [LI_TYPE_Q4_0] = pack_w_x4_q4_0_avx2, [LI_TYPE_Q8_0] = pack_w_x4_q8_0_avx2,
+        [LI_TYPE_Q4_K] = pack_w_x4_q4_K_avx2, [LI_TYPE_Q6_K] = pack_w_x4_q6_K_avx2,
+    },
     .gemm_q = li_gemm_q_avx512, .q_nw = LI_AVX512_Q_NW, .q_na = LI_AVX512_Q_NA,
     .gemm_f = li_gemm_f_avx512, .f_nw = LI_AVX512_F_NW, .f_na = LI_AVX512_F_NA,
     .dot_rows = li_dot_rows_avx512, .dot_rows_f16 = li_dot_rows_f16_avx512, .axpy_rows_f16 = li_axpy_rows_f16_avx512,

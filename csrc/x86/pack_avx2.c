@@ -72,48 +72,63 @@ void unpack_q8_0_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *
     }
 }
 
+/* Q4_K's scale and min products of one block (its header: d, dmin, the packed 6-bit pairs), 8 at a time:
+ * dw = d * scale, mw = -(dmin * min) */
+static inline void q4_K_sides(ggml_half d, ggml_half dmin, const uint8_t *scales, float *dw, float *mw) {
+    uint8_t sm[16];
+    li_scales_mins_k4(scales, sm);
+    const __m128i v = _mm_loadu_si128((const __m128i *)sm);
+    _mm256_storeu_ps(dw, _mm256_mul_ps(_mm256_set1_ps(fp16(d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))));
+    _mm256_storeu_ps(mw, _mm256_xor_ps(_mm256_set1_ps(-0.0f),
+                                       _mm256_mul_ps(_mm256_set1_ps(fp16(dmin)),
+                                                     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))))));
+}
+
+/* 32 bytes of Q4_K quants -> their 64 elements (low nibbles, then high) */
+static inline void q4_K_nibbles(__m256i q, uint8_t *u) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    _mm256_storeu_si256((__m256i *)u, _mm256_and_si256(q, m4));
+    _mm256_storeu_si256((__m256i *)(u + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+}
+
 void unpack_q4_K_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
     const block_q4_K *x = src;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t i = 0; i < n / QK_K; i++, dw += 8, mw += 8) {
-        uint8_t sm[16];
-        li_scales_mins_k4(x[i].scales, sm);
-        /* dw = d * scale, mw = -(dmin * min), 8 at a time (as scalar code they were most of this loop) */
-        const __m128i v = _mm_loadu_si128((const __m128i *)sm);
-        _mm256_storeu_ps(dw, _mm256_mul_ps(_mm256_set1_ps(fp16(x[i].d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))));
-        _mm256_storeu_ps(mw, _mm256_xor_ps(_mm256_set1_ps(-0.0f),
-                                           _mm256_mul_ps(_mm256_set1_ps(fp16(x[i].dmin)),
-                                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))))));
-        for (int c = 0; c < 4; c++, u += 64) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
-            _mm256_storeu_si256((__m256i *)u, _mm256_and_si256(q, m4));
-            _mm256_storeu_si256((__m256i *)(u + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-        }
+        q4_K_sides(x[i].d, x[i].dmin, x[i].scales, dw, mw);
+        for (int c = 0; c < 4; c++, u += 64) q4_K_nibbles(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c)), u);
     }
+}
+
+/* Q6_K's 128 elements of half h of a block from its ql (64 bytes) and qh (32) */
+static inline void q6_K_half(const uint8_t *ql, const uint8_t *qh, uint8_t *u) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+    _mm256_storeu_si256((__m256i *)u, _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                                      _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)));
+    _mm256_storeu_si256((__m256i *)(u + 32), _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                                             _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)));
+    _mm256_storeu_si256((__m256i *)(u + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                                             _mm256_and_si256(hb, m30)));
+    _mm256_storeu_si256((__m256i *)(u + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                                             _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+}
+
+/* Q6_K's 16 scale products d * scale, 8 at a time */
+static inline void q6_K_sides(ggml_half d16, const int8_t *scales, float *dw) {
+    const __m256 d = _mm256_set1_ps(fp16(d16));
+    const __m128i sc = _mm_loadu_si128((const __m128i *)scales);
+    _mm256_storeu_ps(dw, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_storeu_ps(dw + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
 }
 
 void unpack_q6_K_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *mw) {
     const block_q6_K *x = src;
     (void)mw;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    for (int64_t i = 0; i < n / QK_K; i++, dw += 16) {
-        const __m256 d = _mm256_set1_ps(fp16(x[i].d));
-        const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
-        _mm256_storeu_ps(dw, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
-        _mm256_storeu_ps(dw + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
-        for (int h = 0; h < 2; h++, u += 128) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            _mm256_storeu_si256((__m256i *)u, _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                                              _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)));
-            _mm256_storeu_si256((__m256i *)(u + 32), _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                                                     _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)));
-            _mm256_storeu_si256((__m256i *)(u + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                                                     _mm256_and_si256(hb, m30)));
-            _mm256_storeu_si256((__m256i *)(u + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                                                     _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
-        }
+    for (int64_t i = 0; i < n / QK_K; i++, dw += 16, u += QK_K) {
+        q6_K_sides(x[i].d, x[i].scales, dw);
+        for (int h = 0; h < 2; h++) q6_K_half(x[i].ql + 64 * h, x[i].qh + 32 * h, u + 128 * h);
     }
 }
 
@@ -176,6 +191,72 @@ void li_panel_pack_w_avx2(const li_panel_plan *p, const uint8_t *u, const float 
         tail.n_full = 0;
         tail.n_sg = p->n_tail;
         li_panel_pack_w(&tail, u, dw + 16 * p->n_full, mw ? mw + 16 * p->n_full : NULL, dst);
+    }
+}
+
+/* --- weight panels straight from the x4 layout (core/repack.c) --------------------------------
+ * Row r of an x4 group at g, its full super-groups only (the caller takes this path where the plan
+ * has no tail): each super-group's quants unpacked into u on the stack and transposed as
+ * li_panel_pack_w_avx2 does, its scales to the side, without gathering the row first. The same
+ * bytes as gathering, unpack_<type>_avx2 and li_panel_pack_w_avx2. */
+static inline uint8_t *w_sides(uint8_t *dst, int steps) { return dst + steps * 64; }
+
+void pack_w_x4_q4_0_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst) {
+    const block_q4_0x4 *x = (const block_q4_0x4 *)g;
+    uint8_t u[16 * QK4_0] __attribute__((aligned(32)));
+    for (int64_t sg = 0; sg < p->n_full; sg++, x += 16, dst += 8 * 64 + LI_W_SIDE) {
+        float *dw = (float *)w_sides(dst, 8);
+        for (int l = 0; l < 16; l++) {
+            dw[l] = fp16(x[l].d[r]);
+            store_nibbles(x[l].qs + 16 * r, u + 32 * l);
+        }
+        transpose_8x8(u, dst);
+        transpose_8x8(u + 8 * 32, dst + 32);
+        memset(dw + 16, 0, 16 * sizeof(float));
+    }
+}
+
+void pack_w_x4_q8_0_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst) {
+    const block_q8_0x4 *x = (const block_q8_0x4 *)g;
+    uint8_t u[16 * QK8_0] __attribute__((aligned(32)));
+    for (int64_t sg = 0; sg < p->n_full; sg++, x += 16, dst += 8 * 64 + LI_W_SIDE) {
+        float *dw = (float *)w_sides(dst, 8);
+        for (int l = 0; l < 16; l++) {
+            dw[l] = fp16(x[l].d[r]);
+            _mm256_store_si256((__m256i *)(u + 32 * l), _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x[l].qs + 32 * r)),
+                                                                         _mm256_set1_epi8((char)0x80)));
+        }
+        transpose_8x8(u, dst);
+        transpose_8x8(u + 8 * 32, dst + 32);
+        memset(dw + 16, 0, 16 * sizeof(float));
+    }
+}
+
+void pack_w_x4_q4_K_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst) {
+    const block_q4_Kx4 *x = (const block_q4_Kx4 *)g;
+    uint8_t u[2 * QK_K] __attribute__((aligned(32)));
+    for (int64_t sg = 0; sg < p->n_full; sg++, x += 2, dst += 8 * 64 + LI_W_SIDE) {   /* 16 groups of 32: 2 blocks */
+        float *dw = (float *)w_sides(dst, 8);
+        for (int b = 0; b < 2; b++) {
+            q4_K_sides(x[b].h[r].d, x[b].h[r].dmin, x[b].h[r].scales, dw + 8 * b, dw + 16 + 8 * b);
+            for (int c = 0; c < 4; c++)   /* quants 32c .. 32c + 31: chunks 2c and 2c + 1 of row r */
+                q4_K_nibbles(_mm256_loadu2_m128i((const __m128i *)x[b].qs[2 * c + 1][r], (const __m128i *)x[b].qs[2 * c][r]),
+                             u + QK_K * b + 64 * c);
+        }
+        transpose_8x8(u, dst);
+        transpose_8x8(u + QK_K, dst + 32);
+    }
+}
+
+void pack_w_x4_q6_K_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst) {
+    const block_q6_Kx4 *x = (const block_q6_Kx4 *)g;
+    uint8_t u[QK_K] __attribute__((aligned(32)));
+    for (int64_t sg = 0; sg < p->n_full; sg++, x++, dst += 4 * 64 + LI_W_SIDE) {   /* 16 groups of 16: 1 block */
+        float *dw = (float *)w_sides(dst, 4);
+        q6_K_sides(x->h[r].d, x->h[r].scales, dw);
+        for (int h = 0; h < 2; h++) q6_K_half(x->q[r] + 64 * h, x->q[r] + QK_K / 2 + 32 * h, u + 128 * h);
+        transpose_16x4(u, dst);
+        memset(dw + 16, 0, 16 * sizeof(float));
     }
 }
 
