@@ -21,6 +21,10 @@
 
 static inline float fp16(ggml_half h) { return _cvtsh_ss(h); }
 
+static inline void store_q8_0(const int8_t *qs, uint8_t *u) {   /* 32 quants -> u = q + 128 */
+    _mm256_storeu_si256((__m256i *)u, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)qs), _mm256_set1_epi8((char)0x80)));
+}
+
 static inline void store_nibbles(const uint8_t *qs, uint8_t *u) {   /* 16 bytes -> 32 elements */
     const __m128i q = _mm_loadu_si128((const __m128i *)qs);
     _mm256_storeu_si256((__m256i *)u, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F)));
@@ -67,8 +71,7 @@ void unpack_q8_0_avx2(const void *src, int64_t n, uint8_t *u, float *dw, float *
     (void)mw;
     for (int64_t i = 0; i < n / QK8_0; i++, u += QK8_0) {
         dw[i] = fp16(x[i].d);
-        _mm256_storeu_si256((__m256i *)u, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[i].qs),
-                                                           _mm256_set1_epi8((char)0x80)));
+        store_q8_0(x[i].qs, u);
     }
 }
 
@@ -169,6 +172,15 @@ static inline void transpose_16x4(const uint8_t *src, uint8_t *dst) {
     }
 }
 
+/* the tail super-groups of p as a plan of their own (the packers' generic code takes them) */
+static inline li_panel_plan tail_plan(const li_panel_plan *p) {
+    li_panel_plan tail = *p;
+    tail.n_groups = p->n_groups - 16 * p->n_full;
+    tail.n_full = 0;
+    tail.n_sg = p->n_tail;
+    return tail;
+}
+
 /* li_panel_pack_w with the full super-groups done as 8x8 dword transposes */
 void li_panel_pack_w_avx2(const li_panel_plan *p, const uint8_t *u, const float *dw, const float *mw,
                           uint8_t *dst) {
@@ -185,11 +197,8 @@ void li_panel_pack_w_avx2(const li_panel_plan *p, const uint8_t *u, const float 
         if (mw) memcpy(dst + steps * 64 + 64, mw + 16 * sg, 16 * sizeof(float));
         else memset(dst + steps * 64 + 64, 0, 16 * sizeof(float));
     }
-    if (p->n_tail) {   /* the rest as its own plan: the tail super-groups only */
-        li_panel_plan tail = *p;
-        tail.n_groups = p->n_groups - 16 * p->n_full;
-        tail.n_full = 0;
-        tail.n_sg = p->n_tail;
+    if (p->n_tail) {
+        const li_panel_plan tail = tail_plan(p);
         li_panel_pack_w(&tail, u, dw + 16 * p->n_full, mw ? mw + 16 * p->n_full : NULL, dst);
     }
 }
@@ -201,14 +210,24 @@ void li_panel_pack_w_avx2(const li_panel_plan *p, const uint8_t *u, const float 
  * bytes as gathering, unpack_<type>_avx2 and li_panel_pack_w_avx2. */
 static inline uint8_t *w_sides(uint8_t *dst, int steps) { return dst + steps * 64; }
 
-void pack_w_x4_q4_0_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst) {
-    const block_q4_0x4 *x = (const block_q4_0x4 *)g;
-    uint8_t u[16 * QK4_0] __attribute__((aligned(32)));
-    for (int64_t sg = 0; sg < p->n_full; sg++, x += 16, dst += 8 * 64 + LI_W_SIDE) {
+/* Q4_0 and Q8_0: a super-group is 16 blocks, one group of 32 each; an x4 block is the four rows'
+ * d, then their quants row after row (quant_blocks.h) */
+static inline __attribute__((always_inline)) void pack_w_x4_g32(const li_panel_plan *p, const uint8_t *g, int r,
+                                                                uint8_t *dst, const int Q8) {
+    const size_t block = Q8 ? sizeof(block_q8_0x4) : sizeof(block_q4_0x4);
+    uint8_t u[16 * 32] __attribute__((aligned(32)));
+    for (int64_t sg = 0; sg < p->n_full; sg++, g += 16 * block, dst += 8 * 64 + LI_W_SIDE) {
         float *dw = (float *)w_sides(dst, 8);
         for (int l = 0; l < 16; l++) {
-            dw[l] = fp16(x[l].d[r]);
-            store_nibbles(x[l].qs + 16 * r, u + 32 * l);
+            if (Q8) {
+                const block_q8_0x4 *x = (const block_q8_0x4 *)g + l;
+                dw[l] = fp16(x->d[r]);
+                store_q8_0(x->qs + QK8_0 * r, u + 32 * l);
+            } else {
+                const block_q4_0x4 *x = (const block_q4_0x4 *)g + l;
+                dw[l] = fp16(x->d[r]);
+                store_nibbles(x->qs + QK4_0 / 2 * r, u + 32 * l);
+            }
         }
         transpose_8x8(u, dst);
         transpose_8x8(u + 8 * 32, dst + 32);
@@ -216,21 +235,9 @@ void pack_w_x4_q4_0_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_
     }
 }
 
-void pack_w_x4_q8_0_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst) {
-    const block_q8_0x4 *x = (const block_q8_0x4 *)g;
-    uint8_t u[16 * QK8_0] __attribute__((aligned(32)));
-    for (int64_t sg = 0; sg < p->n_full; sg++, x += 16, dst += 8 * 64 + LI_W_SIDE) {
-        float *dw = (float *)w_sides(dst, 8);
-        for (int l = 0; l < 16; l++) {
-            dw[l] = fp16(x[l].d[r]);
-            _mm256_store_si256((__m256i *)(u + 32 * l), _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x[l].qs + 32 * r)),
-                                                                         _mm256_set1_epi8((char)0x80)));
-        }
-        transpose_8x8(u, dst);
-        transpose_8x8(u + 8 * 32, dst + 32);
-        memset(dw + 16, 0, 16 * sizeof(float));
-    }
-}
+void pack_w_x4_q4_0_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst) { pack_w_x4_g32(p, g, r, dst, 0); }
+
+void pack_w_x4_q8_0_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst) { pack_w_x4_g32(p, g, r, dst, 1); }
 
 void pack_w_x4_q4_K_avx2(const li_panel_plan *p, const uint8_t *g, int r, uint8_t *dst) {
     const block_q4_Kx4 *x = (const block_q4_Kx4 *)g;
@@ -315,11 +322,8 @@ void li_panel_pack_a_avx2(const li_panel_plan *p, int act_type, const void *row,
         }
         act_side(dst, steps, li_panel_sg_slots(p, sg), offset, ssum, scorr);
     }
-    if (p->n_tail) {   /* the rest as its own plan: the tail super-groups only, from the next block on */
-        li_panel_plan tail = *p;
-        tail.n_groups = p->n_groups - 16 * p->n_full;
-        tail.n_full = 0;
-        tail.n_sg = p->n_tail;
+    if (p->n_tail) {   /* from the block after the full super-groups on */
+        const li_panel_plan tail = tail_plan(p);
         li_panel_pack_a(&tail, act_type, src, offset, dst);
     }
 }
